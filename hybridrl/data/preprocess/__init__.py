@@ -1,0 +1,1 @@
+"""hybridrl.data.preprocess."""

@@ -1,0 +1,47 @@
+"""Shared fixtures: tiny models and tokenizers built offline, the shared GSM8K data."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+SHARED_DIR = Path(__file__).resolve().parents[1].parent / "shared"
+GSM8K_DIR = SHARED_DIR / "data" / "gsm8k"
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def pytest_collection_modifyitems(config, items):
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip_gpu)
+
+
+@pytest.fixture(scope="session")
+def gsm8k_dir() -> Path:
+    if not (GSM8K_DIR / "train.jsonl").exists():
+        pytest.fail(f"GSM8K data not found at {GSM8K_DIR}; the repo expects ../shared/data/gsm8k beside it")
+    return GSM8K_DIR
+
+
+@pytest.fixture(scope="session")
+def char_tokenizer():
+    from hybridrl.models.tiny import build_char_tokenizer
+
+    return build_char_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> str:
+    """A local HF model directory (tiny Qwen2 + char tokenizer), what `model.path` points at."""
+    from hybridrl.models.tiny import save_tiny_model_dir
+
+    return save_tiny_model_dir(str(tmp_path_factory.mktemp("tiny_qwen2")), arch="qwen2", seed=0)
