@@ -58,7 +58,7 @@ def _series(by_step: dict[int, dict[str, Any]], key: str) -> tuple[list[int], li
 def plot_metrics(jsonl_path: str, keys: list[str] | None, out_png: str, smooth: int = 1) -> str:
     """Plot `keys` (default: score, pg_loss, entropy, response length, val-core/*) from a metrics.jsonl; returns out_png."""
     if smooth < 1:
-        raise ValueError(f"smooth must be >= 1 (a window of steps), got {smooth}")
+        raise ValueError(f"smooth must be >= 1 (a window of logged points), got {smooth}")
     by_step = read_metrics_jsonl(jsonl_path)
     if not by_step:
         raise ValueError(f"{jsonl_path} has no records yet; run at least one training step with trainer.logger "
