@@ -1,0 +1,137 @@
+"""Ref-counted fixed-size KV blocks with prefix caching by chained hashes of full blocks (no torch).
+
+How the `n` samples of one prompt share the prompt's KV: by prefix-cache hits, not fork/copy-on-write.
+The first sample's `allocate` registers the hash of every FULL prompt block; the other samples hit
+those hashes and take a reference on the same physical blocks. The partial last block (< block_size
+tokens) is recomputed by each sample into a block of its own. This keeps one mechanism for both
+in-call sharing and cross-call reuse (a repeated prompt hits blocks that are freed but not yet
+reused), needs no copy kernel, and costs at most block_size - 1 recomputed tokens per sample, which
+is where the samples diverge anyway.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+from collections import OrderedDict
+
+from hybridrl.rollout.engine.sequence import Sequence
+
+
+def hash_block(token_ids: list[int], prefix: bytes) -> bytes:
+    """Chained hash: a block's identity includes every token before it."""
+    return hashlib.blake2b(prefix + array("q", token_ids).tobytes(), digest_size=16).digest()
+
+
+class Block:
+    __slots__ = ("block_id", "ref_count", "hash", "token_ids")
+
+    def __init__(self, block_id: int) -> None:
+        self.block_id = block_id
+        self.ref_count = 0
+        self.hash: bytes | None = None
+        self.token_ids: list[int] = []
+
+
+class BlockManager:
+    """Owns `num_blocks` KV blocks of `block_size` tokens; free blocks keep their hash until reused."""
+
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True) -> None:
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.blocks = [Block(i) for i in range(num_blocks)]
+        # Insertion-ordered: the longest-free block is reused first, so recently freed prefixes survive.
+        self.free_block_ids: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self.hash_to_block_id: dict[bytes, int] = {}
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self.free_block_ids)
+
+    def _take_free_block(self) -> Block:
+        block = self.blocks[self.free_block_ids.popitem(last=False)[0]]
+        if block.hash is not None and self.hash_to_block_id.get(block.hash) == block.block_id:
+            del self.hash_to_block_id[block.hash]  # its old contents are about to be overwritten
+        block.hash, block.token_ids, block.ref_count = None, [], 1
+        return block
+
+    def _register(self, block: Block, token_ids: list[int], prefix: bytes) -> bytes:
+        block.hash = hash_block(token_ids, prefix)
+        block.token_ids = list(token_ids)
+        self.hash_to_block_id[block.hash] = block.block_id
+        return block.hash
+
+    def _cached_block(self, token_ids: list[int], prefix: bytes) -> tuple[Block | None, bytes]:
+        if not self.enable_prefix_caching or len(token_ids) < self.block_size:
+            return None, b""
+        h = hash_block(token_ids, prefix)
+        block_id = self.hash_to_block_id.get(h)
+        if block_id is None or self.blocks[block_id].token_ids != token_ids:
+            return None, h
+        return self.blocks[block_id], h
+
+    def num_cached_tokens(self, seq: Sequence) -> int:
+        """How many leading tokens of `seq` `allocate` would find in the prefix cache (a dry run)."""
+        prefix, num_cached = b"", 0
+        for i in range(seq.num_tokens // self.block_size):
+            block, prefix = self._cached_block(seq.block_tokens(i, self.block_size), prefix)
+            if block is None:
+                break
+            num_cached += self.block_size
+        return num_cached
+
+    def can_allocate(self, seq: Sequence) -> bool:
+        # Conservative: prefix hits may need fewer free blocks, never more.
+        return self.num_free_blocks >= seq.num_blocks(self.block_size)
+
+    def allocate(self, seq: Sequence) -> None:
+        """Give `seq` a block table for all its tokens, reusing cached full blocks of its prefix."""
+        assert not seq.block_table
+        prefix, hit_streak = b"", True
+        seq.num_cached_tokens = 0
+        for i in range(seq.num_blocks(self.block_size)):
+            tokens = seq.block_tokens(i, self.block_size)
+            block, h = self._cached_block(tokens, prefix) if hit_streak else (None, b"")
+            if block is not None:
+                if block.ref_count == 0:
+                    del self.free_block_ids[block.block_id]
+                block.ref_count += 1
+                seq.num_cached_tokens += self.block_size
+            else:
+                hit_streak = False
+                block = self._take_free_block()
+                if len(tokens) == self.block_size and self.enable_prefix_caching:
+                    h = self._register(block, tokens, prefix)
+            prefix = h
+            seq.block_table.append(block.block_id)
+
+    def deallocate(self, seq: Sequence) -> None:
+        for block_id in reversed(seq.block_table):  # tail first: prefix blocks stay cached longest
+            block = self.blocks[block_id]
+            block.ref_count -= 1
+            assert block.ref_count >= 0
+            if block.ref_count == 0:
+                self.free_block_ids[block_id] = None
+        seq.block_table = []
+        seq.num_cached_tokens = 0
+
+    def can_append(self, seq: Sequence) -> bool:
+        """Whether `seq`'s newest token (the next decode input) has a KV slot or a free block to get one."""
+        needs_block = len(seq) > len(seq.block_table) * self.block_size
+        return self.num_free_blocks >= int(needs_block)
+
+    def may_append(self, seq: Sequence) -> None:
+        """Before decoding `seq`'s newest token: add a block if it starts one, hash the block it fills."""
+        n = len(seq)
+        if n > len(seq.block_table) * self.block_size:
+            seq.block_table.append(self._take_free_block().block_id)
+        if n % self.block_size == 0 and self.enable_prefix_caching:
+            i = n // self.block_size - 1
+            prev = self.blocks[seq.block_table[i - 1]].hash if i > 0 else b""
+            block = self.blocks[seq.block_table[i]]
+            if prev is not None and block.hash is None:
+                self._register(block, seq.block_tokens(i, self.block_size), prev)

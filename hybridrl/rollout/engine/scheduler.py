@@ -1,0 +1,98 @@
+"""Continuous batching: prefill-first steps, then decode steps; preemption by recompute (no torch).
+
+A step is either all-prefill or all-decode (nano-vllm style). Prefill admits waiting sequences in
+order while the token budget (`max_num_batched_tokens`, counting only tokens not in the prefix cache)
+and `max_num_seqs` allow. Decode advances every running sequence by one token; when blocks run out,
+the most recently admitted sequence is preempted: its blocks are freed and it returns to the front of
+the waiting queue with its generated tokens, so re-prefilling it continues it exactly.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from hybridrl.rollout.engine.block_manager import BlockManager
+from hybridrl.rollout.engine.sequence import Sequence, SequenceStatus
+
+
+class Scheduler:
+    def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int) -> None:
+        self.block_manager = block_manager
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.waiting: deque[Sequence] = deque()
+        self.running: deque[Sequence] = deque()
+        self.num_preempted = 0
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def is_finished(self) -> bool:
+        return not self.waiting and not self.running
+
+    def schedule(self) -> tuple[list[Sequence], bool]:
+        """Pick the next step's sequences; returns (seqs, is_prefill)."""
+        scheduled = self._schedule_prefill()
+        if scheduled:
+            return scheduled, True
+        return self._schedule_decode(), False
+
+    def _schedule_prefill(self) -> list[Sequence]:
+        scheduled: list[Sequence] = []
+        num_tokens = 0
+        while self.waiting and len(self.running) < self.max_num_seqs:
+            seq = self.waiting[0]
+            num_cached = self.block_manager.num_cached_tokens(seq)
+            new_tokens = seq.num_tokens - min(num_cached, seq.num_tokens - 1)
+            # A sequence longer than the whole budget still runs, alone, rather than never.
+            if scheduled and num_tokens + new_tokens > self.max_num_batched_tokens:
+                break
+            if not self.block_manager.can_allocate(seq):
+                break
+            self.block_manager.allocate(seq)
+            assert seq.num_cached_tokens == num_cached
+            num_tokens += new_tokens
+            seq.status = SequenceStatus.RUNNING
+            self.running.append(self.waiting.popleft())
+            scheduled.append(seq)
+        return scheduled
+
+    def _schedule_decode(self) -> list[Sequence]:
+        scheduled: list[Sequence] = []
+        while self.running and len(scheduled) < self.max_num_seqs:
+            seq = self.running.popleft()
+            while not self.block_manager.can_append(seq):
+                if self.running:
+                    self._preempt(self.running.pop())
+                else:
+                    self._preempt(seq)
+                    break
+            else:
+                self.block_manager.may_append(seq)
+                scheduled.append(seq)
+        assert scheduled or not self.running, "a running sequence could not get a single KV block"
+        self.running.extendleft(reversed(scheduled))
+        return scheduled
+
+    def _preempt(self, seq: Sequence) -> None:
+        self.num_preempted += 1
+        seq.status = SequenceStatus.WAITING
+        self.block_manager.deallocate(seq)
+        self.waiting.appendleft(seq)
+
+    def postprocess(self, seqs: list[Sequence], token_ids: list[int], logprobs: list[float]) -> list[Sequence]:
+        """Append each sequence's new token; free and return the ones that finished."""
+        finished = []
+        for seq, token_id, logprob in zip(seqs, token_ids, logprobs):
+            if seq.append_token(token_id, logprob):
+                seq.status = SequenceStatus.FINISHED
+                self.block_manager.deallocate(seq)
+                finished.append(seq)
+        if finished:
+            self.running = deque(s for s in self.running if s.status is SequenceStatus.RUNNING)
+        return finished
+
+
+def prefill_tokens(seq: Sequence) -> int:
+    """Tokens a prefill computes: those not in the prefix cache, and at least the last one (for its logits)."""
+    return seq.num_tokens - min(seq.num_cached_tokens, seq.num_tokens - 1)

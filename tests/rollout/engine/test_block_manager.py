@@ -1,0 +1,79 @@
+"""BlockManager: ref counts, prefix sharing across samples and calls, freeing."""
+
+from hybridrl.rollout.engine.block_manager import BlockManager
+from hybridrl.rollout.engine.sequence import Sequence
+
+
+def make_seq(prompt, row=0):
+    return Sequence(row, prompt, max_new_tokens=8, seed=0)
+
+
+def test_samples_share_full_prompt_blocks_and_release_them():
+    bm = BlockManager(num_blocks=16, block_size=4)
+    prompt = list(range(10))  # 2 full blocks + a partial one
+    seqs = [make_seq(prompt, row) for row in range(3)]
+    for seq in seqs:
+        bm.allocate(seq)
+    shared = seqs[0].block_table[:2]
+    assert all(s.block_table[:2] == shared for s in seqs)
+    assert len({s.block_table[2] for s in seqs}) == 3  # each sample owns its partial last block
+    assert [bm.blocks[b].ref_count for b in shared] == [3, 3]
+    assert [s.num_cached_tokens for s in seqs] == [0, 8, 8]
+    assert bm.num_free_blocks == 16 - 2 - 3
+    for seq in seqs:
+        bm.deallocate(seq)
+    assert bm.num_free_blocks == 16
+    assert all(b.ref_count == 0 for b in bm.blocks)
+
+
+def test_repeated_prompt_hits_freed_blocks_until_reused():
+    bm = BlockManager(num_blocks=4, block_size=4)
+    first = make_seq(list(range(8)))
+    bm.allocate(first)
+    bm.deallocate(first)
+    again = make_seq(list(range(8)))
+    bm.allocate(again)
+    assert again.num_cached_tokens == 8 and again.block_table == [0, 1]
+    bm.deallocate(again)
+    # Different prompts of 4 blocks evict everything; the old prefix no longer hits.
+    other = make_seq(list(range(100, 116)))
+    bm.allocate(other)
+    bm.deallocate(other)
+    third = make_seq(list(range(8)))
+    bm.allocate(third)
+    assert third.num_cached_tokens == 0
+
+
+def test_prefix_hash_is_chained():
+    bm = BlockManager(num_blocks=8, block_size=4)
+    a = make_seq([1, 2, 3, 4, 5, 6, 7, 8])
+    b = make_seq([9, 9, 9, 9, 5, 6, 7, 8])  # same second block, different prefix
+    bm.allocate(a)
+    bm.allocate(b)
+    assert b.num_cached_tokens == 0 and set(a.block_table).isdisjoint(b.block_table)
+
+
+def test_append_allocates_at_block_boundary_and_registers_full_blocks():
+    bm = BlockManager(num_blocks=3, block_size=4)
+    seq = make_seq([1, 2, 3])
+    bm.allocate(seq)
+    seq.token_ids.append(4)  # fills block 0
+    assert bm.can_append(seq)
+    bm.may_append(seq)
+    assert len(seq.block_table) == 1 and bm.blocks[seq.block_table[0]].hash is not None
+    seq.token_ids.append(5)  # starts block 1
+    bm.may_append(seq)
+    assert len(seq.block_table) == 2 and bm.num_free_blocks == 1
+    twin = make_seq([1, 2, 3, 4, 9])
+    bm.allocate(twin)  # hits the block completed during decode
+    assert twin.num_cached_tokens == 4 and twin.block_table[0] == seq.block_table[0]
+    seq.token_ids += [6, 7, 8, 9]
+    assert not bm.can_append(seq)  # needs a 3rd block, none left
+
+
+def test_prefix_caching_off_shares_nothing():
+    bm = BlockManager(num_blocks=8, block_size=4, enable_prefix_caching=False)
+    a, b = make_seq(list(range(8))), make_seq(list(range(8)))
+    bm.allocate(a)
+    bm.allocate(b)
+    assert b.num_cached_tokens == 0 and set(a.block_table).isdisjoint(b.block_table)
