@@ -1,0 +1,192 @@
+"""Triton paged decode attention and KV store vs a pure-torch reference.
+
+On CPU the kernels run under TRITON_INTERPRET=1, which must be set before triton is imported, so
+`test_interpreted_suite` re-runs this file in a subprocess with it set (nothing leaks into this
+process); the `interpreted` tests below only run inside that subprocess.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+interpreted = pytest.mark.skipif(not INTERPRETED, reason="runs in test_interpreted_suite's TRITON_INTERPRET=1 subprocess")
+REPO = Path(__file__).resolve().parents[3]
+
+
+def reference_decode(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window=None):
+    """Gather each sequence's tokens through its block table, repeat KV heads, softmax in fp32."""
+    page = k_cache.shape[1]
+    group = q.shape[1] // k_cache.shape[2]
+    out = torch.empty_like(q)
+    for b, ctx in enumerate(context_lens.tolist()):
+        first = max(0, ctx - sliding_window) if sliding_window else 0
+        tok = torch.arange(first, ctx)
+        rows = block_tables[b, tok // page].long(), tok % page
+        k = k_cache[rows].float().repeat_interleave(group, dim=1)  # (T, Hq, D)
+        v = v_cache[rows].float().repeat_interleave(group, dim=1)
+        probs = torch.softmax(torch.einsum("hd,thd->ht", q[b].float(), k) * scale, dim=-1)
+        out[b] = torch.einsum("ht,thd->hd", probs, v).to(q.dtype)
+    return out
+
+
+def make_case(context_lens, num_heads, num_kv_heads, head_dim, page, dtype=torch.float32, device="cpu",
+              extra_blocks=3, seed=0):
+    """Random caches and shuffled, zero-padded block tables for ragged `context_lens`."""
+    gen = torch.Generator().manual_seed(seed)
+    need = [-(-c // page) for c in context_lens]
+    num_blocks = sum(need) + 4
+    width = max(need) + extra_blocks
+    perm = torch.randperm(num_blocks, generator=gen)[: sum(need)]
+    tables = torch.zeros(len(context_lens), width, dtype=torch.int32)
+    used = 0
+    for b, n in enumerate(need):
+        tables[b, :n] = perm[used: used + n]
+        used += n
+    shape = (num_blocks, page, num_kv_heads, head_dim)
+    k_cache, v_cache = torch.randn(shape, generator=gen), torch.randn(shape, generator=gen)
+    q = torch.randn(len(context_lens), num_heads, head_dim, generator=gen)
+    lens = torch.tensor(context_lens, dtype=torch.int32)
+    cast = lambda t: t.to(device=device, dtype=dtype)  # noqa: E731
+    return cast(q), cast(k_cache), cast(v_cache), tables.to(device), lens.to(device)
+
+
+def test_interpreted_suite():
+    if INTERPRETED:
+        pytest.skip("already inside the interpreter subprocess")
+    pytest.importorskip("triton", reason="pip install triton to test the Triton kernels on CPU")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    cmd = [sys.executable, "-m", "pytest", __file__, "-q", "-x", "-p", "no:cacheprovider", "-o", "addopts=",
+           "-m", "not gpu"]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"interpreted Triton tests failed:\n{proc.stdout[-6000:]}\n{proc.stderr[-2000:]}"
+    passed = re.search(r"(\d+) passed", proc.stdout)
+    assert passed and int(passed.group(1)) >= 15, f"interpreted tests did not run:\n{proc.stdout[-2000:]}"
+
+
+@interpreted
+@pytest.mark.parametrize("num_heads,num_kv_heads,head_dim,page", [
+    (2, 2, 64, 16), (4, 2, 64, 16), (14, 2, 64, 16),  # GQA ratios 1, 2, 7 (Qwen2.5-0.5B: 14 / 2)
+    (14, 2, 128, 32), (7, 1, 64, 32), (4, 1, 128, 16),
+])
+def test_decode_matches_reference(num_heads, num_kv_heads, head_dim, page):
+    from hybridrl.rollout.engine.attention.triton_decode import paged_decode_attention
+
+    case = make_case([1, 17, 100], num_heads, num_kv_heads, head_dim, page)
+    scale = head_dim ** -0.5
+    out = paged_decode_attention(*case, scale)
+    torch.testing.assert_close(out, reference_decode(*case, scale), atol=1e-4, rtol=1e-4)
+
+
+@interpreted
+@pytest.mark.parametrize("num_splits", [2, 3])
+@pytest.mark.parametrize("sliding_window", [None, 8, 40])
+def test_split_k_and_sliding_window(num_splits, sliding_window):
+    from hybridrl.rollout.engine.attention.triton_decode import paged_decode_attention
+
+    # Width 22 blocks of 16 = 352 tokens: some splits are empty for short (or windowed) contexts.
+    case = make_case([1, 17, 100, 300], 14, 2, 64, 16, extra_blocks=3)
+    out = paged_decode_attention(*case, 0.125, sliding_window, num_splits=num_splits)
+    torch.testing.assert_close(out, reference_decode(*case, 0.125, sliding_window), atol=1e-4, rtol=1e-4)
+
+
+@interpreted
+@pytest.mark.parametrize("sliding_window", [1, 8, 40, 1000])
+def test_sliding_window_unsplit(sliding_window):
+    from hybridrl.rollout.engine.attention.triton_decode import paged_decode_attention
+
+    case = make_case([1, 17, 100], 4, 2, 64, 32)
+    out = paged_decode_attention(*case, 0.125, sliding_window, num_splits=1)
+    torch.testing.assert_close(out, reference_decode(*case, 0.125, sliding_window), atol=1e-4, rtol=1e-4)
+
+
+@interpreted
+def test_store_kv_cache_skips_negative_slots():
+    from hybridrl.rollout.engine.attention.triton_decode import store_kv_cache
+
+    k_cache, v_cache = torch.zeros(4, 16, 2, 64), torch.zeros(4, 16, 2, 64)
+    k, v = torch.randn(5, 2, 64), torch.randn(5, 2, 64)
+    slots = torch.tensor([3, -1, 17, 63, -1], dtype=torch.int64)
+    store_kv_cache(k, v, k_cache, v_cache, slots)
+    flat_k, flat_v = k_cache.view(-1, 2, 64), v_cache.view(-1, 2, 64)
+    written = slots >= 0
+    torch.testing.assert_close(flat_k[slots[written]], k[written])
+    torch.testing.assert_close(flat_v[slots[written]], v[written])
+    untouched = torch.ones(64, dtype=torch.bool)
+    untouched[slots[written]] = False
+    assert flat_k[untouched].abs().sum() == 0 and flat_v[untouched].abs().sum() == 0
+
+
+@interpreted
+def test_store_then_decode_round_trip():
+    """Store a sequence's K/V token by token through a block table, then attend over it."""
+    from hybridrl.rollout.engine.attention.triton_decode import paged_decode_attention, store_kv_cache
+
+    k_cache, v_cache = torch.zeros(6, 16, 2, 64), torch.zeros(6, 16, 2, 64)
+    table = torch.tensor([[4, 1, 5]], dtype=torch.int32)
+    k, v = torch.randn(40, 2, 64), torch.randn(40, 2, 64)
+    pos = torch.arange(40)
+    store_kv_cache(k, v, k_cache, v_cache, (table[0, pos // 16].long() * 16 + pos % 16))
+    q = torch.randn(1, 4, 64)
+    out = paged_decode_attention(q, k_cache, v_cache, table, torch.tensor([40], dtype=torch.int32), 0.125)
+    probs = torch.softmax(torch.einsum("hd,thd->ht", q[0], k.repeat_interleave(2, 1)) * 0.125, -1)
+    torch.testing.assert_close(out[0], torch.einsum("ht,thd->hd", probs, v.repeat_interleave(2, 1)),
+                               atol=1e-4, rtol=1e-4)
+
+
+def test_num_splits_heuristic():
+    pytest.importorskip("triton")
+    from hybridrl.rollout.engine.attention.triton_decode import choose_num_splits
+
+    assert choose_num_splits(batch=512, num_kv_heads=2, max_tokens=32768, num_sms=132) == 1  # enough programs
+    assert choose_num_splits(batch=1, num_kv_heads=2, max_tokens=256, num_sms=132) == 1  # context too short
+    assert choose_num_splits(batch=1, num_kv_heads=2, max_tokens=4096, num_sms=132) == 16  # capped by length
+    assert choose_num_splits(batch=1, num_kv_heads=2, max_tokens=32768, num_sms=132) == 64  # capped at MAX
+
+
+def test_rejects_bad_inputs():
+    pytest.importorskip("triton")
+    from hybridrl.rollout.engine.attention.triton_decode import paged_decode_attention
+
+    q, k, v, tables, lens = make_case([5], 4, 2, 64, 16)
+    with pytest.raises(TypeError, match="int32"):
+        paged_decode_attention(q, k, v, tables.long(), lens, 0.125)
+    with pytest.raises(ValueError, match="multiple of Hkv"):
+        paged_decode_attention(q[:, :3], k, v, tables, lens, 0.125)
+    with pytest.raises(ValueError, match="power"):
+        paged_decode_attention(q[..., :48], k[..., :48], v[..., :48], tables, lens, 0.125)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_splits", [None, 1, 4])
+@pytest.mark.parametrize("sliding_window", [None, 64])
+def test_decode_bf16_on_gpu(num_splits, sliding_window):
+    from hybridrl.rollout.engine.attention.triton_decode import paged_decode_attention
+
+    lens = [1, 17, 100, 356, 1000] * 4
+    case = make_case(lens, 14, 2, 64, 16, dtype=torch.bfloat16, device="cuda")
+    out = paged_decode_attention(*case, 0.125, sliding_window, num_splits=num_splits)
+    torch.testing.assert_close(out.float(), reference_decode(*case, 0.125, sliding_window).float(),
+                               atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.gpu
+def test_store_kv_cache_bf16_on_gpu():
+    from hybridrl.rollout.engine.attention.triton_decode import store_kv_cache
+
+    k_cache = torch.zeros(8, 16, 2, 128, device="cuda", dtype=torch.bfloat16)
+    v_cache = torch.zeros_like(k_cache)
+    k = torch.randn(3, 2, 128, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    slots = torch.tensor([100, -1, 5], device="cuda")
+    store_kv_cache(k, v, k_cache, v_cache, slots)
+    assert torch.equal(k_cache.view(-1, 2, 128)[slots[[0, 2]]], k[[0, 2]])
+    assert torch.equal(v_cache.view(-1, 2, 128)[slots[[0, 2]]], v[[0, 2]])
+    assert k_cache.view(-1, 2, 128).abs().sum(dim=(1, 2)).count_nonzero() == 2
