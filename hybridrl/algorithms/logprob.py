@@ -1,0 +1,69 @@
+"""Token log-probs and entropies from logits, and a chunked, checkpointed path from hidden states
+that never materialises fp32 logits for all rows at once (verl torch_functional)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+
+def compute_entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of softmax(logits) over the last dim: logsumexp(l) − Σ softmax(l)·l.  `(..., V)` → `(...)`."""
+    probs = F.softmax(logits, dim=-1)
+    return torch.logsumexp(logits, dim=-1) - torch.sum(probs * logits, dim=-1)
+
+
+def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """log softmax(logits)[label].  logits `(..., V)`, labels `(...)` → `(...)`.
+
+    fp32/fp64: gather − logsumexp; lower precision: log_softmax then gather (as verl's v2 path).
+    """
+    if logits.dtype in (torch.float32, torch.float64):
+        label_logits = torch.gather(logits, dim=-1, index=labels.unsqueeze(-1)).squeeze(-1)
+        return label_logits - torch.logsumexp(logits, dim=-1)
+    return torch.gather(F.log_softmax(logits, dim=-1), dim=-1, index=labels.unsqueeze(-1)).squeeze(-1)
+
+
+def _chunk_logprobs_entropy(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                            labels: torch.Tensor, temperature: float, compute_entropy: bool
+                            ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One chunk: logits = (h @ Wᵀ + b) in W's dtype, then fp32 / temperature.  `(C, H)` → `(C,)`, `(C,)`."""
+    logits = F.linear(hidden.to(weight.dtype), weight, bias).float() / temperature  # (C, V)
+    log_normalizer = torch.logsumexp(logits, dim=-1)
+    label_logits = torch.gather(logits, dim=-1, index=labels.unsqueeze(-1)).squeeze(-1)
+    if not compute_entropy:
+        return label_logits - log_normalizer, None
+    entropy = log_normalizer - torch.sum(F.softmax(logits, dim=-1) * logits, dim=-1)
+    return label_logits - log_normalizer, entropy
+
+
+def logprobs_and_entropy_from_hidden(hidden: torch.Tensor, lm_head_weight: torch.Tensor, labels: torch.Tensor,
+                                     temperature: float, chunk_size: int = 1024, compute_entropy: bool = True,
+                                     lm_head_bias: torch.Tensor | None = None
+                                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs `(N,)` and entropies `(N,)` (or None) from hidden `(N, H)`, lm_head `(V, H)`, labels `(N,)`.
+
+    Rows go through in chunks of `chunk_size`; under autograd each chunk is recomputed in backward
+    (non-reentrant checkpoint), so at most one chunk's `(C, V)` fp32 logits are alive at a time.
+    """
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1 (got {chunk_size})")
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 to scale logits (got {temperature}); greedy uses 1.0 here")
+    inputs_need_grad = any(t is not None and t.requires_grad for t in (hidden, lm_head_weight, lm_head_bias))
+    use_checkpoint = torch.is_grad_enabled() and inputs_need_grad
+    logprob_chunks, entropy_chunks = [], []
+    for start in range(0, hidden.shape[0], chunk_size):
+        args = (hidden[start:start + chunk_size], lm_head_weight, lm_head_bias, labels[start:start + chunk_size],
+                temperature, compute_entropy)
+        if use_checkpoint:
+            logprobs, entropy = checkpoint(_chunk_logprobs_entropy, *args, use_reentrant=False)
+        else:
+            logprobs, entropy = _chunk_logprobs_entropy(*args)
+        logprob_chunks.append(logprobs)
+        entropy_chunks.append(entropy)
+    if not logprob_chunks:  # N == 0
+        empty = hidden.new_zeros(0, dtype=torch.float32)
+        return empty, (empty.clone() if compute_entropy else None)
+    return torch.cat(logprob_chunks), (torch.cat(entropy_chunks) if compute_entropy else None)
