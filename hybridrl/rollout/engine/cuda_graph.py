@@ -1,0 +1,159 @@
+"""CUDA graphs for the decode step: one graph per padded batch size, all sharing one memory pool.
+
+Decode at a few hundred sequences is launch-bound in eager mode (24 layers x ~15 kernels); replaying
+a captured graph costs one launch. Eager fallback (same padding path) on CPU or with enforce_eager.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from typing import Callable
+
+import torch
+
+from hybridrl.logging.log import get_logger
+
+log = get_logger("rollout.cuda_graph")
+
+# decode_fn(input_ids (B,), positions (B,), block_tables (B, M), context_lens (B,), slot_mapping (B,))
+DecodeFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def default_capture_sizes(max_batch_size: int) -> list[int]:
+    """1, 2, 4, 8, 16, 32, then every 16 up to max_batch_size (which is always included)."""
+    if max_batch_size < 1:
+        raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+    sizes = [s for s in (1, 2, 4, 8, 16, 32) if s < max_batch_size]
+    sizes += range(48, max_batch_size, 16)
+    return sorted(set(sizes) | {max_batch_size})
+
+
+class CUDAGraphDecodeRunner:
+    """Runs `decode_fn` for B <= max_batch_size rows through the captured graph of the smallest size >= B.
+
+    Padding rows get slot_mapping -1 (their K/V is not stored), context_len 1 and an all-zero block
+    table (they read one cached token of block 0), so they cannot disturb real sequences. Tensors that
+    `decode_fn` closes over (weights, KV cache) must keep their addresses between capture and replay:
+    call `release()` before they move (engine sleep) and the graphs are captured again on the next run.
+    `decode_fn` must not synchronise with the host (no `.item()`, no data-dependent shapes).
+    """
+
+    def __init__(self, decode_fn: DecodeFn, max_batch_size: int, max_blocks_per_seq: int,
+                 vocab_or_hidden_size: int, device: torch.device | str,
+                 capture_sizes: list[int] | None = None, *, enforce_eager: bool = False) -> None:
+        self.decode_fn = decode_fn
+        self.device = torch.device(device)
+        self.capture_sizes = sorted(set(capture_sizes or default_capture_sizes(max_batch_size)))
+        if self.capture_sizes[0] < 1 or self.capture_sizes[-1] > max_batch_size:
+            raise ValueError(f"capture_sizes {self.capture_sizes} must lie in [1, max_batch_size="
+                             f"{max_batch_size}]")
+        self.max_blocks_per_seq = max_blocks_per_seq
+        self.output_size = vocab_or_hidden_size
+        self.use_graphs = self.device.type == "cuda" and not enforce_eager
+        if not self.use_graphs:
+            reason = "enforce_eager=True" if enforce_eager else f"device {self.device} is not CUDA"
+            log.info("decode CUDA graphs off (%s): running the decode step eagerly", reason)
+        rows, idx = self.capture_sizes[-1], dict(device=self.device)
+        self.input_ids = torch.zeros(rows, dtype=torch.int64, **idx)
+        self.positions = torch.zeros(rows, dtype=torch.int64, **idx)
+        self.block_tables = torch.zeros(rows, max_blocks_per_seq, dtype=torch.int32, **idx)
+        self.context_lens = torch.ones(rows, dtype=torch.int32, **idx)
+        self.slot_mapping = torch.full((rows,), -1, dtype=torch.int64, **idx)
+        self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self._pool = None
+        self._outputs: torch.Tensor | None = None  # (max size, vocab_or_hidden), written by every graph
+        self.capture_time_s = 0.0
+
+    @property
+    def captured(self) -> bool:
+        return bool(self._graphs)
+
+    def padded_size(self, batch_size: int) -> int | None:
+        """The smallest capture size >= batch_size, or None when the batch is larger than all of them."""
+        i = bisect.bisect_left(self.capture_sizes, batch_size)
+        return self.capture_sizes[i] if i < len(self.capture_sizes) else None
+
+    def run(self, input_ids: torch.Tensor, positions: torch.Tensor, block_tables: torch.Tensor,
+            context_lens: torch.Tensor, slot_mapping: torch.Tensor) -> torch.Tensor:
+        """Decode one token for each of the B rows; returns (B, vocab_or_hidden_size).
+
+        The result is a view of a static buffer that the next `run` overwrites: consume it first.
+        """
+        batch = input_ids.shape[0]
+        size = self.padded_size(batch)
+        if size is None:  # larger than the largest graph: plain eager call, no padding
+            return self.decode_fn(input_ids, positions, block_tables, context_lens, slot_mapping)
+        self._stage(size, input_ids, positions, block_tables, context_lens, slot_mapping)
+        if not self.use_graphs:
+            return self.decode_fn(*self._views(size))[:batch]
+        if not self._graphs:
+            self.capture()
+        self._graphs[size].replay()
+        return self._outputs[:batch]
+
+    def _stage(self, size: int, input_ids: torch.Tensor, positions: torch.Tensor,
+               block_tables: torch.Tensor, context_lens: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+        """Copy B real rows into the static buffers and make rows B..size-1 harmless padding."""
+        batch, width = block_tables.shape
+        if width > self.max_blocks_per_seq:
+            raise ValueError(f"block_tables has {width} columns but the decode graphs were sized for "
+                             f"max_blocks_per_seq={self.max_blocks_per_seq}; raise it (max_model_len / block_size)")
+        self.input_ids[:batch].copy_(input_ids, non_blocking=True)
+        self.positions[:batch].copy_(positions, non_blocking=True)
+        # Columns past `width` keep stale ids: harmless, context_lens bounds every read.
+        self.block_tables[:batch, :width].copy_(block_tables, non_blocking=True)
+        self.context_lens[:batch].copy_(context_lens, non_blocking=True)
+        self.slot_mapping[:batch].copy_(slot_mapping, non_blocking=True)
+        self._pad(batch, size)
+
+    def _pad(self, batch: int, size: int) -> None:
+        if size > batch:
+            self.input_ids[batch:size].zero_()
+            self.positions[batch:size].zero_()
+            self.block_tables[batch:size].zero_()
+            self.context_lens[batch:size].fill_(1)
+            self.slot_mapping[batch:size].fill_(-1)  # stale slots would overwrite live sequences' KV
+
+    def _views(self, size: int) -> tuple[torch.Tensor, ...]:
+        return (self.input_ids[:size], self.positions[:size], self.block_tables[:size],
+                self.context_lens[:size], self.slot_mapping[:size])
+
+    def capture(self) -> None:
+        """Capture every size, largest first so the smaller graphs reuse the largest one's pool memory."""
+        if not self.use_graphs:
+            return
+        self.release()
+        start = time.perf_counter()
+        self._pad(0, self.capture_sizes[-1])  # capture on all-padding inputs; shapes are what matter
+        for size in reversed(self.capture_sizes):
+            warm = self.decode_fn(*self._views(size))  # compiles Triton kernels outside the capture
+            if self._outputs is None:
+                self._outputs = self._alloc_outputs(warm)
+            del warm
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self._pool):
+                self._outputs[:size] = self.decode_fn(*self._views(size))
+            if self._pool is None:
+                self._pool = graph.pool()
+            self._graphs[size] = graph
+        torch.cuda.synchronize(self.device)
+        self.capture_time_s = time.perf_counter() - start
+        log.info("captured %d decode CUDA graphs (batch sizes %d..%d) in %.1f s", len(self._graphs),
+                 self.capture_sizes[0], self.capture_sizes[-1], self.capture_time_s)
+
+    def _alloc_outputs(self, sample: torch.Tensor) -> torch.Tensor:
+        if sample.dim() != 2 or sample.shape[1] != self.output_size:
+            raise ValueError(f"decode_fn returned shape {tuple(sample.shape)}, expected (B, "
+                             f"{self.output_size}); pass vocab_or_hidden_size matching its output")
+        return torch.empty(self.capture_sizes[-1], self.output_size, dtype=sample.dtype, device=self.device)
+
+    def release(self) -> None:
+        """Free the graphs, their memory pool and the output buffer; the next `run` captures again."""
+        had_graphs = bool(self._graphs)
+        self._graphs.clear()
+        self._pool = None
+        self._outputs = None
+        if had_graphs:
+            torch.cuda.synchronize(self.device)
+            torch.cuda.empty_cache()

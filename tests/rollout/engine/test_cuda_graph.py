@@ -1,0 +1,141 @@
+"""CUDAGraphDecodeRunner: size bucketing, padding and slicing through the eager fallback; capture on GPU."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from hybridrl.rollout.engine.cuda_graph import CUDAGraphDecodeRunner, default_capture_sizes
+
+
+class RecordingDecode:
+    """A decode_fn whose (B, 5) output echoes each row's inputs, so tests can see the padding."""
+
+    def __init__(self) -> None:
+        self.batch_sizes: list[int] = []
+        self.last: tuple[torch.Tensor, ...] = ()
+
+    def __call__(self, input_ids, positions, block_tables, context_lens, slot_mapping):
+        self.batch_sizes.append(input_ids.shape[0])
+        self.last = tuple(t.clone() for t in (input_ids, positions, block_tables, context_lens, slot_mapping))
+        return torch.stack([input_ids.float(), positions.float(), block_tables.sum(1).float(),
+                            context_lens.float(), slot_mapping.float()], dim=1)
+
+
+def make_inputs(batch: int, width: int = 3, offset: int = 0):
+    ids = torch.arange(batch) + 100 + offset
+    return (ids, ids + 1000, torch.full((batch, width), 7, dtype=torch.int32),
+            torch.full((batch,), 33, dtype=torch.int32), ids * 16)
+
+
+def test_default_capture_sizes():
+    assert default_capture_sizes(1) == [1]
+    assert default_capture_sizes(40) == [1, 2, 4, 8, 16, 32, 40]
+    assert default_capture_sizes(100) == [1, 2, 4, 8, 16, 32, 48, 64, 80, 96, 100]
+    sizes = default_capture_sizes(512)
+    assert sizes[:7] == [1, 2, 4, 8, 16, 32, 48] and sizes[-1] == 512 and len(sizes) == 36
+    with pytest.raises(ValueError):
+        default_capture_sizes(0)
+
+
+def test_padded_size_buckets():
+    runner = CUDAGraphDecodeRunner(RecordingDecode(), 100, 4, 5, "cpu")
+    assert [runner.padded_size(b) for b in (1, 3, 4, 5, 33, 48, 49, 100)] == [1, 4, 4, 8, 48, 48, 64, 100]
+    assert runner.padded_size(101) is None
+
+
+def test_eager_fallback_pads_and_slices():
+    decode = RecordingDecode()
+    runner = CUDAGraphDecodeRunner(decode, 16, 4, 5, "cpu")
+    inputs = make_inputs(3)
+    out = runner.run(*inputs)
+    ids, pos, tables, lens, slots = decode.last
+    assert decode.batch_sizes == [4] and out.shape == (3, 5)
+    torch.testing.assert_close(out, decode(*inputs))  # the real rows are passed through unchanged
+    assert ids[3] == 0 and pos[3] == 0 and lens[3] == 1 and slots[3] == -1
+    assert tables[3].eq(0).all() and tables[:3, :3].eq(7).all()  # narrower tables fill the left columns
+
+
+def test_padding_rows_are_reset_after_a_larger_batch():
+    decode = RecordingDecode()
+    runner = CUDAGraphDecodeRunner(decode, 16, 4, 5, "cpu")
+    runner.run(*make_inputs(7))  # fills rows 0..6 of the static buffers
+    out = runner.run(*make_inputs(5, offset=50))  # size 8: rows 5..7 must be padding again
+    ids, pos, tables, lens, slots = decode.last
+    assert decode.batch_sizes == [8, 8] and out.shape == (5, 5)
+    assert slots[5:].eq(-1).all() and lens[5:].eq(1).all() and tables[5:].eq(0).all() and ids[5:].eq(0).all()
+    assert ids[:5].tolist() == list(range(150, 155))
+
+
+def test_batch_larger_than_every_graph_runs_unpadded():
+    decode = RecordingDecode()
+    runner = CUDAGraphDecodeRunner(decode, 8, 4, 5, "cpu", capture_sizes=[1, 2, 4])
+    out = runner.run(*make_inputs(6))
+    assert decode.batch_sizes == [6] and out.shape == (6, 5)
+
+
+def test_rejects_bad_configuration():
+    runner = CUDAGraphDecodeRunner(RecordingDecode(), 8, 2, 5, "cpu")
+    with pytest.raises(ValueError, match="max_blocks_per_seq"):
+        runner.run(*make_inputs(2, width=3))
+    with pytest.raises(ValueError, match="capture_sizes"):
+        CUDAGraphDecodeRunner(RecordingDecode(), 8, 2, 5, "cpu", capture_sizes=[4, 16])
+
+
+def test_eager_fallback_logs_once(caplog):
+    logger = logging.getLogger("hybridrl")
+    logger.addHandler(caplog.handler)  # the hybridrl logger does not propagate to root
+    try:
+        with caplog.at_level(logging.INFO, logger="hybridrl"):
+            runner = CUDAGraphDecodeRunner(RecordingDecode(), 8, 2, 5, "cpu", enforce_eager=True)
+            runner.run(*make_inputs(2, width=2))
+            runner.run(*make_inputs(2, width=2))
+    finally:
+        logger.removeHandler(caplog.handler)
+    lines = [r.getMessage() for r in caplog.records if "CUDA graphs off" in r.getMessage()]
+    assert len(lines) == 1 and "enforce_eager" in lines[0]
+    runner.release()  # no graphs: a no-op
+    assert not runner.captured
+
+
+class PagedToyDecode:
+    """A GPU decode_fn with the real kernels: embed, store K/V, paged attention, project to logits."""
+
+    def __init__(self, num_blocks=64, page=16, vocab=97, device="cuda", dtype=torch.bfloat16):
+        gen = torch.Generator(device=device).manual_seed(0)
+        rand = lambda *s: torch.randn(*s, generator=gen, device=device, dtype=dtype)  # noqa: E731
+        self.k_emb, self.v_emb, self.q_emb = rand(vocab, 2, 64), rand(vocab, 2, 64), rand(4096, 14, 64)
+        self.head = rand(14 * 64, vocab)
+        self.k_cache, self.v_cache = rand(num_blocks, page, 2, 64), rand(num_blocks, page, 2, 64)
+
+    def __call__(self, input_ids, positions, block_tables, context_lens, slot_mapping):
+        from hybridrl.rollout.engine.attention.triton_decode import paged_decode_attention, store_kv_cache
+
+        store_kv_cache(self.k_emb[input_ids], self.v_emb[input_ids], self.k_cache, self.v_cache, slot_mapping)
+        out = paged_decode_attention(self.q_emb[positions], self.k_cache, self.v_cache, block_tables,
+                                     context_lens, 0.125)
+        return out.flatten(1) @ self.head
+
+
+@pytest.mark.gpu
+def test_graph_replay_matches_eager_and_padding_does_not_write():
+    eager_fn, graph_fn = PagedToyDecode(), PagedToyDecode()
+    runner = CUDAGraphDecodeRunner(graph_fn, 16, 8, 97, "cuda")
+    batch = 5  # padded to 8
+    tables = (torch.arange(batch * 4, dtype=torch.int32, device="cuda") + 1).view(batch, 4)
+    lens = torch.tensor([1, 17, 30, 47, 64], dtype=torch.int32, device="cuda")
+    last = lens.long() - 1  # the decode token's position, stored at its page + offset
+    slots = tables[torch.arange(batch, device="cuda"), last // 16].long() * 16 + last % 16
+    ids = torch.arange(batch, device="cuda") * 3
+    args = (ids, last, tables, lens, slots)
+    out = runner.run(*args)
+    assert runner.captured and out.shape == (batch, 97)
+    expected = eager_fn(*args)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(graph_fn.k_cache, eager_fn.k_cache)  # padded rows (slot -1) wrote nothing
+    runner.release()
+    assert not runner.captured
+    torch.testing.assert_close(runner.run(*args), expected)  # captured again lazily
+    assert runner.captured
