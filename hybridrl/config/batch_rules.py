@@ -1,0 +1,84 @@
+"""Batch-size rules: train/mini count prompts (x rollout.n inside), micro counts rows per device."""
+
+from __future__ import annotations
+
+from hybridrl.config.errors import ConfigError
+
+
+def resolve_micro_batch_size_per_gpu(
+    global_value: int | None, per_gpu_value: int | None, world_size: int, key_prefix: str
+) -> int | None:
+    """The per-device micro batch from verl's two spellings: `{key_prefix}` (deprecated, global rows,
+    divided by world_size) or `{key_prefix}_per_gpu`. None when neither is set; both set is an error."""
+    global_key, per_gpu_key = key_prefix, f"{key_prefix}_per_gpu"
+    if global_value is not None and per_gpu_value is not None:
+        raise ConfigError(
+            f"{global_key} ({global_value}) and {per_gpu_key} ({per_gpu_value}) are both set; "
+            f"set only {per_gpu_key} (rows per device; {global_key} is verl's deprecated global spelling)"
+        )
+    if per_gpu_value is not None:
+        if per_gpu_value < 1:
+            raise ConfigError(f"{per_gpu_key} ({per_gpu_value}) must be >= 1")
+        return per_gpu_value
+    if global_value is None:
+        return None
+    if global_value < world_size:
+        raise ConfigError(
+            f"{global_key} ({global_value}) is a global row count split over {world_size} devices and must be "
+            f">= {world_size}; set {per_gpu_key} instead"
+        )
+    return global_value // world_size
+
+
+def nearby_divisors(total: int, value: int) -> list[int]:
+    """The divisors of `total` just below and just above `value` (what a fix should try)."""
+    divisors = [d for d in range(1, total + 1) if total % d == 0]
+    below = [d for d in divisors if d < value]
+    above = [d for d in divisors if d > value]
+    return below[-1:] + above[:1]
+
+
+def try_hint(options: list[int]) -> str:
+    return "; try " + " or ".join(str(o) for o in options) if options else ""
+
+
+def check_mini_batch(
+    train: int, mini: int, n: int, world_size: int, mini_key: str, micro_per_gpu: int | None, micro_key: str | None
+) -> list[str]:
+    """Rules linking train, mini and micro batch sizes for one trained role (actor or critic)."""
+    if mini < 1:
+        return [f"{mini_key} ({mini}) must be >= 1"]
+    if mini > train:
+        return [f"{mini_key} ({mini}) must be <= data.train_batch_size ({train}); both count prompts{try_hint([train])}"]
+    if train % mini:
+        return [f"{mini_key} ({mini}) must divide data.train_batch_size ({train}){try_hint(nearby_divisors(train, mini))}"]
+    rows = mini * n
+    if rows % world_size:
+        return [
+            f"{mini_key} x rollout.n ({mini} x {n} = {rows} rows) must be divisible by the number of devices "
+            f"({world_size}); change {mini_key} or actor_rollout_ref.rollout.n"
+        ]
+    per_device = rows // world_size
+    if micro_key is not None and micro_per_gpu is not None and per_device % micro_per_gpu:
+        hint = try_hint(nearby_divisors(per_device, micro_per_gpu))
+        return [
+            f"{micro_key} ({micro_per_gpu}) must divide the per-device mini batch: {mini_key} x rollout.n / devices "
+            f"({mini} x {n} / {world_size} = {per_device} rows){hint}"
+        ]
+    return []
+
+
+def micro_batch_problems(
+    values: tuple[int | None, int | None], world_size: int, key_prefix: str, dynamic_key: str, dynamic: bool
+) -> tuple[int | None, list[str]]:
+    """Resolve one (global, per-device) micro batch pair; neither set without dynamic batching is an error (as verl)."""
+    try:
+        micro = resolve_micro_batch_size_per_gpu(values[0], values[1], world_size, key_prefix)
+    except ConfigError as exc:
+        return None, [str(exc)]
+    if micro is None and not dynamic:
+        return None, [
+            f"set {key_prefix}_per_gpu (rows per device in one forward pass, e.g. {key_prefix}_per_gpu=4) "
+            f"or {dynamic_key}=true"
+        ]
+    return micro, []

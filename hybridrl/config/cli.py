@@ -1,0 +1,48 @@
+"""print-config: `python -m hybridrl.config.cli [--config F] [--docs] [--validate] [overrides...]`."""
+
+from __future__ import annotations
+
+import sys
+
+from hybridrl.config.errors import ConfigError
+from hybridrl.config.index import config_tree, get_in, schema_index
+from hybridrl.config.load import config_to_yaml, load_config, parse_cli_args
+from hybridrl.config.schema import HybridRLConfig
+from hybridrl.config.validate import validate_config
+
+
+def docs_text(cfg: HybridRLConfig) -> str:
+    """One line per key: `path: value  # doc`, with `${...}` defaults shown as `(default ...)`."""
+    tree = config_tree(cfg)
+    lines = []
+    for spec in schema_index().values():
+        if spec.section is not None:
+            lines.append(f"{spec.path}:  # {spec.doc}")
+            continue
+        follows = f" (default {spec.ref})" if spec.ref else ""
+        lines.append(f"{spec.path}: {get_in(tree, spec.path)!r}  # {spec.doc}{follows}")
+    return "\n".join(lines) + "\n"
+
+
+def main_print_config(argv: list[str]) -> int:
+    """Print the resolved config (YAML, or key docs with --docs); errors go to stderr with exit code 2.
+
+    --validate also runs validate_config with world_size = nnodes x n_gpus_per_node (1 when null).
+    """
+    flags = {"--docs", "--validate"}
+    wanted = {arg for arg in argv if arg in flags}
+    try:
+        config_file, overrides = parse_cli_args([arg for arg in argv if arg not in flags])
+        cfg = load_config(overrides, config_file)
+        if "--validate" in wanted:
+            world_size = cfg.trainer.nnodes * (cfg.trainer.n_gpus_per_node or 1)
+            validate_config(cfg, world_size)
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
+    sys.stdout.write(docs_text(cfg) if "--docs" in wanted else config_to_yaml(cfg))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main_print_config(sys.argv[1:]))

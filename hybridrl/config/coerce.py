@@ -1,0 +1,118 @@
+"""Turn a resolved nested dict into the dataclass config, coercing each value to its schema type."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import Any
+
+from hybridrl.config.index import type_arms
+from hybridrl.config.values import parse_scalar
+
+_TYPE_NAMES = {int: "int", float: "float", bool: "bool", str: "string", list: "list", dict: "dict", type(None): "null"}
+
+
+class CoercionError(ValueError):
+    """A value that does not fit its schema type; the caller adds the key name."""
+
+
+def type_name(hint: Any) -> str:
+    """`int | None` -> 'int or null', `list[int]` -> 'list of int'."""
+    names = []
+    for arm in typing.get_args(hint) if type_arms(hint) != (hint,) and len(type_arms(hint)) > 1 else (hint,):
+        origin = typing.get_origin(arm) or arm
+        args = typing.get_args(arm)
+        name = _TYPE_NAMES.get(origin, getattr(origin, "__name__", str(origin)))
+        names.append(f"list of {_TYPE_NAMES.get(args[0], args[0])}" if origin is list and args else name)
+    return " or ".join(names)
+
+
+def _to_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise CoercionError
+
+
+def _to_int(value: Any) -> int:
+    if isinstance(value, str):
+        value = parse_scalar(value)  # YAML 1.1 leaves '1e3' a string
+    if isinstance(value, bool):
+        raise CoercionError
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    raise CoercionError
+
+
+def _to_float(value: Any) -> float:
+    if isinstance(value, str):
+        value = parse_scalar(value)  # YAML 1.1 leaves '1e-6' a string
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    raise CoercionError
+
+
+def _to_str(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)  # Hydra reads `experiment_name=123` as an int; the schema wants text
+    raise CoercionError
+
+
+def _to_list(value: Any, hint: Any) -> list[Any]:
+    if not isinstance(value, (list, tuple)):
+        raise CoercionError
+    (item_hint,) = typing.get_args(hint) or (Any,)
+    return [coerce(item, item_hint) for item in value]
+
+
+def _to_dict(value: Any) -> dict[Any, Any]:
+    if not isinstance(value, dict):
+        raise CoercionError
+    return dict(value)
+
+
+_SCALARS = {bool: _to_bool, int: _to_int, float: _to_float, str: _to_str, dict: _to_dict}
+
+
+def coerce(value: Any, hint: Any) -> Any:
+    """`value` converted to `hint` (a scalar type, list[...], dict, Any or a union); CoercionError if it cannot be."""
+    if hint is Any:
+        return value
+    arms = typing.get_args(hint) if len(type_arms(hint)) > 1 else (hint,)
+    if value is None:
+        if type(None) in arms:
+            return None
+        raise CoercionError
+    for arm in arms:
+        origin = typing.get_origin(arm) or arm
+        try:
+            if origin is list:
+                return _to_list(value, arm)
+            if origin in _SCALARS:
+                return _SCALARS[origin](value)
+        except CoercionError:
+            continue
+    raise CoercionError
+
+
+def build_section(cls: type, tree: dict[str, Any], prefix: str, errors: list[str]) -> Any:
+    """An instance of dataclass `cls` from `tree`; each bad value adds one message to `errors`."""
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        path, hint, value = f"{prefix}{f.name}", hints[f.name], tree.get(f.name)
+        if dataclasses.is_dataclass(hint):
+            kwargs[f.name] = build_section(hint, value if isinstance(value, dict) else {}, path + ".", errors)
+            continue
+        if f.name not in tree:
+            continue
+        try:
+            kwargs[f.name] = coerce(value, hint)
+        except CoercionError:
+            errors.append(f"{path}={value!r} has the wrong type: expected {type_name(hint)}")
+    return cls(**kwargs)

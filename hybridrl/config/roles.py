@@ -1,0 +1,17 @@
+"""Which optional roles a config turns on (verl's need_critic / need_reference_policy)."""
+
+from __future__ import annotations
+
+from hybridrl.config.schema import HybridRLConfig
+
+
+def critic_enabled(cfg: HybridRLConfig) -> bool:
+    """`critic.enable`, or when it is null: true iff algorithm.adv_estimator == gae (verl's rule)."""
+    if cfg.critic.enable is not None:
+        return cfg.critic.enable
+    return cfg.algorithm.adv_estimator == "gae"
+
+
+def ref_enabled(cfg: HybridRLConfig) -> bool:
+    """The reference policy is needed by the KL loss or the KL-in-reward penalty."""
+    return cfg.actor_rollout_ref.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward

@@ -1,0 +1,107 @@
+"""Schema of `actor_rollout_ref.actor.*` and `actor_rollout_ref.ref.*` (verl HEAD defaults)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hybridrl.config.fields import section, setting
+from hybridrl.config.schema_model import (
+    CheckpointConfig,
+    FsdpConfig,
+    OptimConfig,
+    PolicyLossConfig,
+    forward_only_fsdp,
+)
+
+DEVICE_IDS_DOC = "hybridrl: devices (global indices) this role runs on; null = share every device."
+
+
+@dataclass
+class RouterReplayConfig:
+    """MoE router replay."""
+
+    mode: str = setting("disabled", "Router replay mode.", choices=("disabled", "R2", "R3"))
+    record_file: str | None = setting(None, "Where routing decisions are recorded.")
+    replay_file: str | None = setting(None, "Routing decisions to replay.")
+
+
+@dataclass
+class ActorConfig:
+    """The trained policy. Batch sizes: mini counts prompts (x rollout.n inside), micro counts rows per device."""
+
+    strategy: str = setting(
+        "fsdp2",
+        "hybridrl default fsdp2 (verl: fsdp); fsdp is accepted and means the same (FSDP2) here.",
+        choices=("fsdp", "fsdp2", "megatron"),
+    )
+    ppo_mini_batch_size: int = setting(256, "Prompts per optimizer step (global; x rollout.n responses).")
+    ppo_micro_batch_size: int | None = setting(None, "Deprecated global micro batch (rows); per device = value // world size.")
+    ppo_micro_batch_size_per_gpu: int | None = setting(None, "Rows per forward/backward on each device.")
+    use_dynamic_bsz: bool = setting(False, "Pack micro batches by token count instead of row count.")
+    ppo_max_token_len_per_gpu: int = setting(16384, "Token budget per micro batch when use_dynamic_bsz.")
+    clip_ratio: float = setting(0.2, "PPO clip epsilon (fallback for clip_ratio_low/high).")
+    clip_ratio_low: float = setting(0.2, "Lower clip epsilon.")
+    clip_ratio_high: float = setting(0.2, "Upper clip epsilon (DAPO clip-higher: 0.28).")
+    tau_pos: float = setting(1.0, "SAPO gate temperature for positive advantages.")
+    tau_neg: float = setting(1.05, "SAPO gate temperature for negative advantages.")
+    freeze_vision_tower: bool = setting(False, "Do not train the vision encoder.")
+    policy_loss: PolicyLossConfig = section(PolicyLossConfig, "Policy loss variant.")
+    clip_ratio_c: float = setting(3.0, "Dual-clip constant (> 1) for negative advantages.")
+    loss_agg_mode: str = setting(
+        "token-mean",
+        "How token losses are averaged.",
+        choices=("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"),
+    )
+    loss_scale_factor: float | None = setting(None, "Divisor for seq-mean-token-sum-norm; null = response length.")
+    entropy_coeff: float = setting(0.0, "Entropy bonus coefficient.")
+    calculate_entropy: bool = setting(False, "Compute entropy even when entropy_coeff is 0 (metric only).")
+    use_kl_loss: bool = setting(False, "Add a KL-to-reference loss (GRPO style); needs the ref model.")
+    use_prefix_grouper: bool = setting(False, "Share prompt prefixes across a group in the forward pass.")
+    use_torch_compile: bool = setting(True, "torch.compile the log-prob/entropy helpers.")
+    kl_loss_coef: float = setting(0.001, "Weight of the KL loss.")
+    kl_loss_type: str = setting("low_var_kl", "KL estimator: kl|k1|abs|mse|k2|low_var_kl|k3 (+ suffix: k2 gradient).")
+    ppo_epochs: int = setting(1, "Passes over each batch.")
+    shuffle: bool = setting(False, "Shuffle rows between mini batches.")
+    data_loader_seed: int = setting(42, "Seed of the mini-batch shuffling.")
+    grad_clip: float = setting(1.0, "Gradient-norm clip.")
+    ulysses_sequence_parallel_size: int = setting(1, "Ulysses sequence parallel (same key under fsdp_config).")
+    entropy_from_logits_with_chunking: bool = setting(False, "Compute entropy in row chunks.")
+    entropy_checkpointing: bool = setting(False, "Recompute entropy in backward.")
+    use_remove_padding: bool = setting(
+        True, "Pack sequences without padding.", ref="${oc.select:actor_rollout_ref.model.use_remove_padding,false}"
+    )
+    use_fused_kernels: bool = setting(
+        False, "See model.use_fused_kernels.", ref="${oc.select:actor_rollout_ref.model.use_fused_kernels,false}"
+    )
+    calculate_sum_pi_squared: bool = setting(False, "Compute sum(pi^2) per token (optimal-token-baseline).")
+    sum_pi_squared_checkpointing: bool = setting(False, "Recompute sum(pi^2) in backward.")
+    router_replay: RouterReplayConfig = section(RouterReplayConfig, "MoE router replay.")
+    optim: OptimConfig = section(OptimConfig, "Actor optimizer.")
+    fsdp_config: FsdpConfig = section(FsdpConfig, "Actor FSDP settings.")
+    checkpoint: CheckpointConfig = section(CheckpointConfig, "Actor checkpoint contents.")
+    device_ids: list[int] | None = setting(None, DEVICE_IDS_DOC)
+
+
+@dataclass
+class RefConfig:
+    """The frozen reference policy (needed by use_kl_loss or algorithm.use_kl_in_reward)."""
+
+    strategy: str = setting(
+        "fsdp2", "Engine strategy.", ref="${actor_rollout_ref.actor.strategy}", choices=("fsdp", "fsdp2", "megatron")
+    )
+    use_torch_compile: bool = setting(True, "torch.compile helpers.", ref="${actor_rollout_ref.actor.use_torch_compile}")
+    log_prob_micro_batch_size: int | None = setting(None, "Deprecated global micro batch (rows) for ref log-probs.")
+    log_prob_micro_batch_size_per_gpu: int | None = setting(None, "Rows per ref forward on each device.")
+    log_prob_use_dynamic_bsz: bool = setting(
+        False, "Pack by token count.", ref="${actor_rollout_ref.actor.use_dynamic_bsz}"
+    )
+    log_prob_max_token_len_per_gpu: int = setting(
+        16384, "Token budget per micro batch.", ref="${actor_rollout_ref.actor.ppo_max_token_len_per_gpu}"
+    )
+    fsdp_config: FsdpConfig = section(forward_only_fsdp, "Ref FSDP settings.")
+    ulysses_sequence_parallel_size: int = setting(
+        1, "Ulysses sequence parallel.", ref="${actor_rollout_ref.actor.ulysses_sequence_parallel_size}"
+    )
+    entropy_from_logits_with_chunking: bool = setting(False, "Compute entropy in row chunks.")
+    entropy_checkpointing: bool = setting(False, "Recompute entropy in backward.")
+    device_ids: list[int] | None = setting(None, DEVICE_IDS_DOC)

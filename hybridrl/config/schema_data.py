@@ -1,0 +1,78 @@
+"""Schema of the `data.*` section (verl's `data/legacy_data.yaml`, HEAD defaults)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hybridrl.config.fields import section, setting
+
+
+@dataclass
+class ClassRefConfig:
+    """A user class or function loaded from a file: `path` (a .py file or module) and `name`."""
+
+    path: str | None = setting(None, "File or module that defines the class/function; null = use the built-in one.")
+    name: str | None = setting(None, "Name of the class/function inside `path`.")
+
+
+@dataclass
+class SamplerConfig:
+    """A curriculum sampler class (verl `data.sampler`)."""
+
+    class_path: str | None = setting(None, "File or module that defines the sampler class; null = random/sequential.")
+    class_name: str | None = setting(None, "Sampler class name inside `class_path`.")
+
+
+@dataclass
+class DataConfig:
+    """Datasets, prompt formatting and batch size (`train_batch_size` counts prompts)."""
+
+    tokenizer: str | None = setting(None, "Tokenizer path; null = the actor model's tokenizer.")
+    use_shm: bool = setting(False, "Copy dataset files to /dev/shm before reading.")
+    train_files: str | list[str] = setting(
+        "~/data/rlhf/gsm8k/train.parquet", "Training parquet/jsonl file, or a list of them."
+    )
+    val_files: str | list[str] = setting(
+        "~/data/rlhf/gsm8k/test.parquet", "Validation parquet/jsonl file, or a list of them."
+    )
+    train_max_samples: int = setting(-1, "Use at most this many training rows; -1 = all.")
+    val_max_samples: int = setting(-1, "Use at most this many validation rows; -1 = all.")
+    prompt_key: str = setting("prompt", "Column holding the chat messages of the prompt.")
+    reward_fn_key: str = setting("data_source", "Column used to pick the reward function per row.")
+    max_prompt_length: int = setting(512, "Prompt tokens kept after the chat template (see `truncation`).")
+    max_response_length: int = setting(512, "Maximum generated tokens per response.")
+    train_batch_size: int = setting(1024, "Prompts per training step (each gets rollout.n responses).")
+    val_batch_size: int | None = setting(None, "Deprecated in verl; null = the whole validation set in one batch.")
+    gen_batch_size: int | None = setting(
+        None, "Prompts per generation batch; null = train_batch_size (verl reads it from code).", plus=True
+    )
+    tool_config_path: str | None = setting(
+        None,
+        "Tool schema file for multi-turn prompts.",
+        ref="${oc.select:actor_rollout_ref.rollout.multi_turn.tool_config_path,null}",
+    )
+    return_raw_input_ids: bool = setting(False, "Also return prompt ids without the chat template.")
+    return_raw_chat: bool = setting(True, "Also return the raw chat messages.")
+    return_full_prompt: bool = setting(False, "Also return the templated prompt text.")
+    shuffle: bool = setting(True, "Shuffle the training set every epoch.")
+    seed: int | None = setting(None, "Shuffling seed; null = 1 as in verl.")
+    dataloader_num_workers: int = setting(8, "Data loader worker processes.")
+    image_patch_size: int = setting(14, "Vision patch size (multimodal data).")
+    validation_shuffle: bool = setting(False, "Shuffle the validation set.")
+    filter_overlong_prompts: bool = setting(False, "Drop prompts longer than max_prompt_length tokens.")
+    filter_overlong_prompts_workers: int = setting(1, "Processes used to filter overlong prompts.")
+    truncation: str = setting(
+        "error",
+        "What to do with a prompt longer than max_prompt_length.",
+        choices=("error", "left", "right", "middle"),
+    )
+    image_key: str = setting("images", "Column holding images (multimodal data).")
+    video_key: str = setting("videos", "Column holding videos (multimodal data).")
+    trust_remote_code: bool = setting(False, "Allow tokenizer/processor code from the model repo.")
+    custom_cls: ClassRefConfig = section(ClassRefConfig, "A custom dataset class replacing the built-in one.")
+    return_multi_modal_inputs: bool = setting(True, "Return processor outputs for multimodal rows.")
+    sampler: SamplerConfig = section(SamplerConfig, "A custom (curriculum) sampler.")
+    datagen: ClassRefConfig = section(ClassRefConfig, "A dynamic data generator class.")
+    apply_chat_template_kwargs: dict = setting({}, "Extra kwargs for apply_chat_template, e.g. enable_thinking.")
+    cache_dir: str = setting("~/.cache/verl/rlhf", "Where remote dataset files are copied.", plus=True)
+    need_tools_kwargs: bool = setting(False, "Rows carry tools_kwargs for multi-turn tools.", plus=True)

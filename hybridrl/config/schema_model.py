@@ -1,0 +1,146 @@
+"""Schema of the building blocks shared by roles: HF model, optimizer, FSDP engine, checkpoint contents."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hybridrl.config.fields import section, setting
+
+
+@dataclass
+class FusedKernelOptions:
+    """Options of the fused log-prob kernels."""
+
+    impl_backend: str = setting("torch", "Fused kernel backend.", choices=("torch", "triton"))
+
+
+@dataclass
+class TiledMlpConfig:
+    """Tiled MLP (memory saving for long sequences)."""
+
+    enabled: bool = setting(False, "Compute the MLP in sequence tiles.")
+    num_shards: int = setting(4, "Number of sequence tiles.")
+
+
+@dataclass
+class MtpConfig:
+    """Multi-token prediction heads."""
+
+    enable: bool = setting(False, "Load the model's multi-token-prediction layers.")
+    enable_train: bool = setting(False, "Train the MTP layers.")
+    enable_rollout: bool = setting(False, "Use MTP for speculative decoding.")
+    detach_encoder: bool = setting(False, "Stop gradients from the MTP loss into the trunk.")
+    mtp_loss_scaling_factor: float = setting(0.1, "Weight of the MTP loss.")
+
+
+@dataclass
+class ModelConfig:
+    """The actor's HF model (also used by ref and rollout)."""
+
+    path: str = setting("~/models/deepseek-llm-7b-chat", "Local HF model directory (or hub id already in the cache).")
+    hf_config_path: str | None = setting(None, "Read config.json from here instead of `path`.")
+    tokenizer_path: str | None = setting(None, "Tokenizer directory; null = `path`.")
+    use_shm: bool = setting(False, "Copy the model to /dev/shm before loading.")
+    trust_remote_code: bool = setting(False, "Allow model code from the model repo.")
+    custom_chat_template: str | None = setting(None, "Jinja chat template replacing the tokenizer's.")
+    external_lib: str | None = setting(None, "Module imported before loading (registers custom models/tokenizers).")
+    override_config: dict = setting({}, "Entries merged into the HF config, e.g. attn_implementation.")
+    enable_gradient_checkpointing: bool = setting(True, "Recompute activations in backward to save memory.")
+    enable_activation_offload: bool = setting(False, "Offload activations to CPU during training.")
+    use_remove_padding: bool = setting(True, "Pack sequences without padding for the forward pass.")
+    lora_rank: int = setting(0, "LoRA rank; 0 = full fine-tuning.")
+    lora_alpha: int = setting(16, "LoRA alpha (scale = alpha / rank).")
+    target_modules: str | list[str] = setting("all-linear", "Modules that get LoRA adapters.")
+    exclude_modules: str | list[str] | None = setting(None, "Modules excluded from LoRA.")
+    lora_adapter_path: str | None = setting(None, "Start from this saved LoRA adapter.")
+    use_liger: bool = setting(False, "Patch the model with Liger kernels.")
+    use_fused_kernels: bool = setting(
+        False, "Accepted either way: hybridrl's log-prob path is always chunked (never materialises full-vocab fp32)."
+    )
+    fused_kernel_options: FusedKernelOptions = section(FusedKernelOptions, "Fused kernel options.")
+    tiled_mlp: TiledMlpConfig = section(TiledMlpConfig, "Tiled MLP options.")
+    mtp: MtpConfig = section(MtpConfig, "Multi-token prediction options.")
+
+
+@dataclass
+class OptimConfig:
+    """Optimizer and LR schedule (one scheduler step per update call)."""
+
+    optimizer: str = setting("AdamW", "Optimizer class name inside optimizer_impl.")
+    optimizer_impl: str = setting("torch.optim", "Module holding the optimizer class.")
+    lr: float = setting(1e-6, "Peak learning rate.")
+    lr_warmup_steps_ratio: float = setting(0.0, "Warmup steps as a fraction of total steps (used when lr_warmup_steps <= 0).")
+    total_training_steps: int = setting(-1, "Set by the trainer from the data size and total_epochs.")
+    weight_decay: float = setting(0.01, "Decoupled weight decay.")
+    lr_warmup_steps: int = setting(-1, "Warmup steps; <= 0 = use lr_warmup_steps_ratio.")
+    betas: list[float] = setting([0.9, 0.999], "Adam betas.")
+    clip_grad: float = setting(1.0, "Gradient-norm clip (alias of the role's grad_clip).")
+    min_lr_ratio: float = setting(0.0, "Cosine schedule floor as a fraction of lr.")
+    num_cycles: float = setting(0.5, "Cosine schedule cycles.")
+    lr_scheduler_type: str = setting(
+        "constant", "LR schedule after warmup (older spelling: warmup_style).", choices=("constant", "cosine")
+    )
+    override_optimizer_config: dict | None = setting(None, "Extra optimizer constructor kwargs.")
+
+
+@dataclass
+class WrapPolicyConfig:
+    """FSDP wrapping policy."""
+
+    min_num_params: int = setting(0, "Wrap modules with at least this many parameters; 0 = per transformer layer.")
+
+
+@dataclass
+class FsdpConfig:
+    """FSDP engine settings of one role."""
+
+    wrap_policy: WrapPolicyConfig = section(WrapPolicyConfig, "FSDP wrapping policy.")
+    param_offload: bool = setting(False, "Keep parameters on CPU between phases.")
+    optimizer_offload: bool = setting(False, "Keep optimizer state on CPU between updates.")
+    offload_policy: bool = setting(False, "FSDP2 CPUOffloadPolicy during training.")
+    reshard_after_forward: bool = setting(True, "Free gathered parameters after forward.")
+    fsdp_size: int = setting(-1, "Shard group size; -1 = all ranks.")
+    forward_prefetch: bool = setting(False, "Prefetch the next all-gather during forward.")
+    model_dtype: str = setting("fp32", "Master weight dtype.")
+    use_orig_params: bool = setting(False, "FSDP1 use_orig_params.")
+    seed: int = setting(42, "Engine seed.")
+    full_determinism: bool = setting(False, "Deterministic kernels (slower).")
+    ulysses_sequence_parallel_size: int = setting(1, "Ulysses sequence-parallel size.")
+    entropy_from_logits_with_chunking: bool = setting(False, "Compute entropy in row chunks.")
+    use_torch_compile: bool = setting(True, "torch.compile the entropy/log-prob helpers.")
+    entropy_checkpointing: bool = setting(False, "Recompute entropy in backward.")
+    forward_only: bool = setting(False, "The role never trains (set for ref).")
+    strategy: str = setting("fsdp", "Engine strategy of this role (fsdp and fsdp2 both mean FSDP2 here).")
+    dtype: str = setting("bfloat16", "Compute (mixed precision parameter) dtype.")
+    mixed_precision: dict = setting({}, "Mixed precision overrides: param_dtype, reduce_dtype, buffer_dtype.")
+
+
+@dataclass
+class CheckpointConfig:
+    """What a checkpoint holds."""
+
+    save_contents: list[str] = setting(
+        ["model", "optimizer", "extra"], "Parts to save (add hf_model for a full HF model copy)."
+    )
+    load_contents: list[str] = setting(
+        ["model", "optimizer", "extra"], "Parts to load on resume.", ref="${.save_contents}"
+    )
+    async_save: bool = setting(False, "Save asynchronously (Megatron only in verl).")
+
+
+@dataclass
+class PolicyLossConfig:
+    """Policy-loss variant and its parameters."""
+
+    loss_mode: str = setting("vanilla", "Policy loss: vanilla (PPO dual-clip) or gspo.")
+    clip_cov_ratio: float = setting(0.0002, "clip_cov: fraction of tokens clipped.")
+    clip_cov_lb: float = setting(1.0, "clip_cov: covariance lower bound.")
+    clip_cov_ub: float = setting(5.0, "clip_cov: covariance upper bound.")
+    kl_cov_ratio: float = setting(0.0002, "kl_cov: fraction of tokens with the KL term.")
+    ppo_kl_coef: float = setting(0.1, "kl_cov: KL coefficient.")
+
+
+def forward_only_fsdp() -> FsdpConfig:
+    """FSDP settings of a role that never trains (ref)."""
+    return FsdpConfig(forward_only=True)
+

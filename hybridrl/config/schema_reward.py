@@ -1,0 +1,160 @@
+"""Schema of `critic.*`, `reward_model.*`, `reward_manager.*` and `custom_reward_function.*`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hybridrl.config.fields import section, setting
+from hybridrl.config.schema_actor import DEVICE_IDS_DOC
+from hybridrl.config.schema_model import CheckpointConfig, FsdpConfig, OptimConfig
+
+REMOTE_TYPE_DOC = "hybridrl: null = local model; vllm_api = remote endpoint at model.path=http://host:port."
+
+
+@dataclass
+class CriticModelConfig:
+    """The value model (a causal LM with a scalar head)."""
+
+    path: str = setting("~/models/deepseek-llm-7b-chat", "Local HF model directory of the critic.")
+    tokenizer_path: str = setting(
+        "~/models/deepseek-llm-7b-chat", "Tokenizer directory.", ref="${actor_rollout_ref.model.path}"
+    )
+    override_config: dict = setting({}, "Entries merged into the HF config.")
+    external_lib: str | None = setting(None, "Module imported before loading.")
+    trust_remote_code: bool = setting(False, "Allow model code from the model repo.")
+    use_shm: bool = setting(False, "Copy the model to /dev/shm before loading.")
+    enable_gradient_checkpointing: bool = setting(True, "Recompute activations in backward.")
+    enable_activation_offload: bool = setting(False, "Offload activations to CPU.")
+    use_remove_padding: bool = setting(False, "Pack sequences without padding.")
+    lora_rank: int = setting(0, "LoRA rank; 0 = full fine-tuning.")
+    lora_alpha: int = setting(16, "LoRA alpha.")
+    target_modules: str | list[str] = setting("all-linear", "Modules that get LoRA adapters.")
+    fsdp_config: FsdpConfig = section(FsdpConfig, "Critic FSDP settings.")
+
+
+@dataclass
+class CriticConfig:
+    """The value function (PPO/GAE). Batch sizes follow the actor's rules."""
+
+    enable: bool | None = setting(None, "null = auto: enabled iff algorithm.adv_estimator == gae.")
+    strategy: str = setting("fsdp", "Engine strategy (fsdp and fsdp2 both mean FSDP2 here).", choices=("fsdp", "fsdp2", "megatron"))
+    rollout_n: int = setting(1, "Responses per prompt.", ref="${actor_rollout_ref.rollout.n}")
+    optim: OptimConfig = section(lambda: OptimConfig(lr=1e-5), "Critic optimizer.")
+    model: CriticModelConfig = section(CriticModelConfig, "Critic model.")
+    ppo_mini_batch_size: int = setting(
+        256, "Prompts per critic optimizer step.", ref="${actor_rollout_ref.actor.ppo_mini_batch_size}"
+    )
+    ppo_micro_batch_size: int | None = setting(None, "Deprecated global micro batch (rows).")
+    ppo_micro_batch_size_per_gpu: int | None = setting(None, "Rows per critic forward/backward on each device.")
+    use_dynamic_bsz: bool = setting(False, "Pack by token count.", ref="${actor_rollout_ref.actor.use_dynamic_bsz}")
+    ppo_max_token_len_per_gpu: int = setting(32768, "Token budget per training micro batch.")
+    forward_max_token_len_per_gpu: int = setting(32768, "Token budget per value micro batch.", ref="${.ppo_max_token_len_per_gpu}")
+    forward_micro_batch_size: int | None = setting(None, "Deprecated global value micro batch.", ref="${.ppo_micro_batch_size}")
+    forward_micro_batch_size_per_gpu: int | None = setting(
+        None, "Rows per value forward on each device.", ref="${.ppo_micro_batch_size_per_gpu}"
+    )
+    ppo_epochs: int = setting(1, "Passes over each batch.", ref="${actor_rollout_ref.actor.ppo_epochs}")
+    shuffle: bool = setting(False, "Shuffle rows between mini batches.", ref="${actor_rollout_ref.actor.shuffle}")
+    data_loader_seed: int = setting(42, "Seed of the mini-batch shuffling.")
+    cliprange_value: float = setting(0.5, "Value clipping epsilon.")
+    loss_agg_mode: str = setting(
+        "token-mean",
+        "How token losses are averaged.",
+        ref="${actor_rollout_ref.actor.loss_agg_mode}",
+        choices=("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"),
+    )
+    ulysses_sequence_parallel_size: int = setting(1, "Ulysses sequence parallel.")
+    grad_clip: float = setting(1.0, "Gradient-norm clip.")
+    checkpoint: CheckpointConfig = section(CheckpointConfig, "Critic checkpoint contents.")
+    type: str | None = setting(None, REMOTE_TYPE_DOC, choices=(None, "vllm_api"))
+    device_ids: list[int] | None = setting(None, DEVICE_IDS_DOC)
+
+
+@dataclass
+class RewardModelModelConfig:
+    """The reward model."""
+
+    input_tokenizer: str = setting(
+        "~/models/deepseek-llm-7b-chat", "Tokenizer of the policy's text.", ref="${actor_rollout_ref.model.path}"
+    )
+    path: str = setting("~/models/FsfairX-LLaMA3-RM-v0.1", "Local HF reward model directory.")
+    external_lib: str | None = setting(None, "Module imported before loading.")
+    trust_remote_code: bool = setting(False, "Allow model code from the model repo.")
+    override_config: dict = setting({}, "Entries merged into the HF config.")
+    use_shm: bool = setting(False, "Copy the model to /dev/shm before loading.")
+    use_remove_padding: bool = setting(False, "Pack sequences without padding.")
+    use_fused_kernels: bool = setting(False, "Fused kernels (always chunked here).")
+    fsdp_config: FsdpConfig = section(FsdpConfig, "Reward model FSDP settings.")
+
+
+@dataclass
+class SandboxFusionConfig:
+    """Remote code-execution sandbox for code rewards."""
+
+    url: str | None = setting(None, "Sandbox URL; null = local scoring.")
+    max_concurrent: int = setting(64, "Concurrent sandbox requests.")
+    memory_limit_mb: int = setting(1024, "Memory limit per execution.")
+
+
+@dataclass
+class RewardModelConfig:
+    """Model-based reward and the reward function's runtime."""
+
+    enable: bool = setting(False, "Score with a reward model (arrives later in hybridrl).")
+    enable_resource_pool: bool = setting(False, "Give the reward model its own devices.")
+    n_gpus_per_node: int = setting(8, "Devices per node of the reward pool.")
+    nnodes: int = setting(0, "Nodes of the reward pool.")
+    strategy: str = setting("fsdp", "Engine strategy.", choices=("fsdp", "fsdp2", "megatron"))
+    model: RewardModelModelConfig = section(RewardModelModelConfig, "Reward model.")
+    micro_batch_size: int | None = setting(None, "Deprecated global micro batch (rows).")
+    micro_batch_size_per_gpu: int | None = setting(None, "Rows per reward forward on each device.")
+    max_length: int | None = setting(None, "Maximum reward model input length.")
+    use_dynamic_bsz: bool = setting(False, "Pack by token count.", ref="${critic.use_dynamic_bsz}")
+    forward_max_token_len_per_gpu: int = setting(
+        32768, "Token budget per micro batch.", ref="${critic.forward_max_token_len_per_gpu}"
+    )
+    reward_manager: str = setting("naive", "Deprecated spelling of reward_manager.name.")
+    reward_loop_source: str = setting("register", "Where the reward loop class comes from.")
+    reward_loop_module_path: str | None = setting(None, "File of a custom reward loop.")
+    reward_loop_class_name: str | None = setting(None, "Class of a custom reward loop.")
+    launch_reward_fn_async: bool = setting(False, "Score in the background while old log-probs are computed.")
+    sandbox_fusion: SandboxFusionConfig = section(SandboxFusionConfig, "Code sandbox.")
+    ulysses_sequence_parallel_size: int = setting(1, "Ulysses sequence parallel.")
+    use_reward_loop: bool = setting(True, "verl's reward-loop path (accepted; scoring runs after generation here).")
+    num_workers: int = setting(1, "Reward scoring workers.")
+    reward_kwargs: dict = setting({}, "Extra kwargs passed to the reward manager.", plus=True)
+    on_error: str = setting(
+        "raise",
+        "hybridrl: a reward function that raises stops the run (raise) or scores 0, counted in reward/num_errors (zero).",
+        choices=("raise", "zero"),
+    )
+    type: str | None = setting(None, REMOTE_TYPE_DOC, choices=(None, "vllm_api"))
+    device_ids: list[int] | None = setting(None, DEVICE_IDS_DOC)
+
+
+@dataclass
+class RewardManagerModule:
+    """A custom reward manager module."""
+
+    path: str | None = setting(None, "File of a custom reward manager.")
+    name: str = setting("custom_reward_manager", "Class name inside `path`.")
+
+
+@dataclass
+class RewardManagerConfig:
+    """Which reward manager turns responses into token-level scores."""
+
+    source: str = setting("register", "register = built-in by name; importlib = module.path.", choices=("register", "importlib"))
+    name: str = setting(
+        "naive", "Reward manager (naive|batch|dapo|prime).", ref="${oc.select:reward_model.reward_manager,naive}"
+    )
+    module: RewardManagerModule = section(RewardManagerModule, "Custom reward manager module.")
+
+
+@dataclass
+class CustomRewardFunctionConfig:
+    """A user reward function `fn(data_source, solution_str, ground_truth, extra_info=None, **kwargs)`."""
+
+    path: str | None = setting(None, "Python file defining the function; null = built-in scorers by data_source.")
+    name: str = setting("compute_score", "Function name inside `path`.")
+    reward_kwargs: dict = setting({}, "Extra kwargs passed to every call.", plus=True)

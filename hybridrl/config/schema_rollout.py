@@ -1,0 +1,151 @@
+"""Schema of `actor_rollout_ref.rollout.*` (verl HEAD defaults; hybridrl runs its own engine)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hybridrl.config.fields import section, setting
+from hybridrl.config.schema_actor import DEVICE_IDS_DOC
+
+ROLLOUT_NAMES = ("auto", "hybrid", "hf")
+
+
+@dataclass
+class ValKwargs:
+    """Sampling used for validation."""
+
+    top_k: int = setting(-1, "Top-k; -1 = off.")
+    top_p: float = setting(1.0, "Nucleus sampling threshold.")
+    temperature: float = setting(0.0, "Sampling temperature (must be > 0 when do_sample).")
+    n: int = setting(1, "Responses per validation prompt.")
+    do_sample: bool = setting(False, "Sample (true) or greedy (false).")
+
+
+@dataclass
+class MultiTurnConfig:
+    """Multi-turn / tool-calling rollout."""
+
+    enable: bool = setting(False, "Run the multi-turn agent loop.")
+    max_assistant_turns: int | None = setting(None, "Assistant turns per conversation; null = unlimited.")
+    tool_config_path: str | None = setting(None, "Tool schema file.")
+    max_user_turns: int | None = setting(None, "User turns per conversation; null = unlimited.")
+    max_parallel_calls: int = setting(1, "Tool calls per assistant turn.")
+    max_tool_response_length: int = setting(256, "Characters kept of a tool response.")
+    tool_response_truncate_side: str = setting("middle", "Where tool responses are cut.", choices=("left", "right", "middle"))
+    interaction_config_path: str | None = setting(None, "Interaction (simulated user) config file.")
+    use_inference_chat_template: bool = setting(False, "Render with the inference chat template.")
+    tokenization_sanity_check_mode: str = setting("strict", "Check of incremental tokenization.")
+    format: str = setting("hermes", "Tool-call format.")
+    num_repeat_rollouts: int | None = setting(None, "Repeats per multi-turn rollout.")
+
+
+@dataclass
+class CustomAsyncServer:
+    """A custom rollout server class."""
+
+    path: str | None = setting(None, "File or module that defines the server.")
+    name: str | None = setting(None, "Class name inside `path`.")
+
+
+@dataclass
+class AgentConfig:
+    """Agent-loop settings."""
+
+    num_workers: int = setting(8, "Agent-loop workers.")
+    default_agent_loop: str = setting("single_turn_agent", "Agent loop used when a row names none.")
+    agent_loop_config_path: str | None = setting(None, "File listing custom agent loops.")
+    custom_async_server: CustomAsyncServer = section(CustomAsyncServer, "A custom rollout server.")
+
+
+@dataclass
+class CheckpointEngineConfig:
+    """How weights move from the trainer to the rollout."""
+
+    backend: str = setting("naive", "Weight transfer backend (colocated: in-process copy).")
+    update_weights_bucket_megabytes: int = setting(2048, "Transfer bucket size in MB.")
+    engine_kwargs: dict = setting({}, "Backend-specific options.")
+
+
+@dataclass
+class TraceConfig:
+    """Rollout tracing."""
+
+    backend: str | None = setting(None, "Trace backend (mlflow|weave); null = off.")
+    token2text: bool = setting(False, "Decode tokens in traces.")
+    max_samples_per_step_per_worker: int | None = setting(None, "Trace at most this many samples.")
+
+
+@dataclass
+class PrometheusConfig:
+    """Rollout server metrics export."""
+
+    enable: bool = setting(False, "Export rollout metrics to Prometheus.")
+    port: int = setting(9090, "Prometheus port.")
+
+
+@dataclass
+class RolloutConfig:
+    """Generation (our paged-KV engine, or HF generate)."""
+
+    name: str = setting(
+        "auto",
+        "hybridrl: auto = hybrid (our engine) on GPU, hf on CPU; vllm/sglang/trtllm are not needed (own engine).",
+        choices=ROLLOUT_NAMES,
+    )
+    mode: str = setting(
+        "async", "async or v0.4's sync: both accepted, same behaviour (batched in-process generation).", choices=("async", "sync")
+    )
+    temperature: float = setting(1.0, "Sampling temperature.")
+    top_k: int = setting(-1, "Top-k; -1 = off.")
+    top_p: float = setting(1.0, "Nucleus sampling threshold.")
+    prompt_length: int = setting(512, "Prompt tokens (left-padded).", ref="${data.max_prompt_length}")
+    response_length: int = setting(512, "Maximum generated tokens.", ref="${data.max_response_length}")
+    dtype: str = setting("bfloat16", "Generation weight dtype.")
+    gpu_memory_utilization: float = setting(0.5, "Fraction of total device memory for weights + KV cache, in (0, 1].")
+    ignore_eos: bool = setting(False, "Keep generating after EOS.")
+    enforce_eager: bool = setting(False, "Disable CUDA graphs.")
+    cudagraph_capture_sizes: list[int] | None = setting(None, "Decode batch sizes captured as CUDA graphs; null = automatic.")
+    free_cache_engine: bool = setting(True, "Free the KV cache between generation phases.")
+    tensor_model_parallel_size: int = setting(1, "hybridrl default 1 (verl: 2): one device per engine replica.")
+    data_parallel_size: int = setting(1, "Engine-internal data parallelism.")
+    expert_parallel_size: int = setting(1, "Engine expert parallelism.")
+    pipeline_model_parallel_size: int = setting(1, "Engine pipeline parallelism.")
+    max_num_batched_tokens: int = setting(8192, "Tokens per prefill step.")
+    max_model_len: int | None = setting(None, "Maximum sequence length; null = prompt_length + response_length.")
+    max_num_seqs: int = setting(256, "Sequences decoded at once.")
+    enable_chunked_prefill: bool = setting(True, "Split long prefills into chunks.")
+    enable_prefix_caching: bool = setting(True, "Share KV blocks of identical prompt prefixes.")
+    logprobs_mode: str = setting("processed_logprobs", "Which log-probs the engine returns.")
+    scheduling_policy: str = setting("fcfs", "Request scheduling policy.")
+    load_format: str = setting("dummy", "Initial engine weights (dummy = filled by the first weight sync).")
+    log_prob_micro_batch_size: int | None = setting(None, "Deprecated global micro batch (rows) for old log-probs.")
+    log_prob_micro_batch_size_per_gpu: int | None = setting(None, "Rows per old-log-prob forward on each device.")
+    log_prob_use_dynamic_bsz: bool = setting(
+        False, "Pack by token count.", ref="${actor_rollout_ref.actor.use_dynamic_bsz}"
+    )
+    log_prob_max_token_len_per_gpu: int = setting(
+        16384, "Token budget per micro batch.", ref="${actor_rollout_ref.actor.ppo_max_token_len_per_gpu}"
+    )
+    disable_log_stats: bool = setting(True, "Silence engine statistics logs.")
+    do_sample: bool = setting(True, "Sample (true) or greedy (false) during training.")
+    n: int = setting(1, "Responses per prompt (the group size of GRPO/RLOO).")
+    over_sample_rate: float = setting(0.0, "Extra prompts generated and dropped to cut long tails.")
+    multi_stage_wake_up: bool = setting(False, "Restore weights and KV cache in stages.")
+    engine_kwargs: dict = setting({"vllm": {}, "sglang": {}, "trtllm": {}}, "Engine-specific options (open dict).")
+    val_kwargs: ValKwargs = section(ValKwargs, "Validation sampling.")
+    multi_turn: MultiTurnConfig = section(MultiTurnConfig, "Multi-turn rollout.")
+    calculate_log_probs: bool = setting(False, "Return the engine's log-probs (rollout_log_probs).")
+    agent: AgentConfig = section(AgentConfig, "Agent loop.")
+    checkpoint_engine: CheckpointEngineConfig = section(CheckpointEngineConfig, "Weight transfer to the engine.")
+    trace: TraceConfig = section(TraceConfig, "Rollout tracing.")
+    skip_rollout: bool = setting(False, "Reuse rollouts dumped to skip_dump_dir.")
+    skip_dump_dir: str = setting("/tmp/rollout_dump", "Where skipped rollouts are cached.")
+    skip_tokenizer_init: bool = setting(True, "Engine works on token ids only.")
+    enable_rollout_routing_replay: bool = setting(False, "Record MoE routing during rollout.")
+    prometheus: PrometheusConfig = section(PrometheusConfig, "Metrics export.")
+    quantization: str | None = setting(None, "Rollout weight quantization (fp8|torchao); null = off.")
+    quantization_config_file: str | None = setting(None, "Quantization config file.")
+    layered_summon: bool = setting(False, "Gather weights layer by layer for the sync.")
+    seed: int | None = setting(None, "hybridrl: sampling seed of the engine; null = derived from trainer.seed.")
+    block_size: int = setting(16, "hybridrl: tokens per KV-cache block of our engine.")
+    device_ids: list[int] | None = setting(None, DEVICE_IDS_DOC)

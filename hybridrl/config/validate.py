@@ -1,0 +1,172 @@
+"""validate_config: value rules across keys (batch sizes, algorithm needs, ranges, allowed values)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hybridrl.config.batch_rules import check_mini_batch, micro_batch_problems
+from hybridrl.config.errors import ConfigError
+from hybridrl.config.index import config_tree, get_in, schema_index
+from hybridrl.config.roles import critic_enabled, ref_enabled
+from hybridrl.config.schema import HybridRLConfig
+from hybridrl.config.schema_trainer import LOGGERS
+
+KL_ESTIMATORS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
+GROUP_ESTIMATORS = ("grpo", "grpo_vectorized", "rloo", "rloo_vectorized", "reinforce_plus_plus_baseline")
+
+
+def validate_config(cfg: HybridRLConfig, world_size: int = 1) -> None:
+    """Check every rule; raise one ConfigError listing all problems (`world_size` = devices training the actor)."""
+    if world_size < 1:
+        raise ConfigError(f"world_size ({world_size}) must be >= 1")
+    problems = (
+        _choice_problems(cfg)
+        + _actor_batch_problems(cfg, world_size)
+        + _log_prob_problems(cfg, world_size)
+        + _critic_problems(cfg, world_size)
+        + _algorithm_problems(cfg)
+        + _sampling_problems(cfg)
+        + _trainer_problems(cfg)
+    )
+    if problems:
+        raise ConfigError(f"{len(problems)} config problem(s):\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+def _choice_problems(cfg: HybridRLConfig) -> list[str]:
+    tree = config_tree(cfg)
+    problems = []
+    for spec in schema_index().values():
+        value = get_in(tree, spec.path)
+        if spec.choices is not None and value not in spec.choices:
+            allowed = "|".join("null" if c is None else str(c) for c in spec.choices)
+            problems.append(f"{spec.path}={value!r} is not one of {allowed}")
+    for key in ("actor_rollout_ref.actor.kl_loss_type", "algorithm.kl_penalty"):
+        value = get_in(tree, key)
+        if value.removesuffix("+") not in KL_ESTIMATORS:
+            problems.append(f"{key}={value!r} is not a KL estimator: use one of {'|'.join(KL_ESTIMATORS)} (+ suffix allowed)")
+    unknown_loggers = [name for name in cfg.trainer.logger if name not in LOGGERS]
+    if unknown_loggers:
+        problems.append(f"trainer.logger has unknown backend(s) {unknown_loggers}; known: {', '.join(LOGGERS)}")
+    return problems
+
+
+def _actor_batch_problems(cfg: HybridRLConfig, world_size: int) -> list[str]:
+    actor, n, train = cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout.n, cfg.data.train_batch_size
+    if train < 1:
+        return [f"data.train_batch_size ({train}) must be >= 1"]
+    if n < 1:
+        return [f"actor_rollout_ref.rollout.n ({n}) must be >= 1"]
+    problems = []
+    if (train * n) % world_size:
+        problems.append(
+            f"data.train_batch_size x actor_rollout_ref.rollout.n ({train} x {n} = {train * n} rows) must be divisible "
+            f"by the number of devices ({world_size}); change data.train_batch_size or the device count"
+        )
+    prefix = "actor_rollout_ref.actor.ppo_micro_batch_size"
+    micro, micro_problems = micro_batch_problems(
+        (actor.ppo_micro_batch_size, actor.ppo_micro_batch_size_per_gpu), world_size, prefix,
+        "actor_rollout_ref.actor.use_dynamic_bsz", actor.use_dynamic_bsz,
+    )  # fmt: skip
+    micro_key = None if actor.use_dynamic_bsz else prefix + "_per_gpu"
+    problems += micro_problems
+    problems += check_mini_batch(
+        train, actor.ppo_mini_batch_size, n, world_size, "actor_rollout_ref.actor.ppo_mini_batch_size", micro, micro_key
+    )
+    return problems
+
+
+def _log_prob_problems(cfg: HybridRLConfig, world_size: int) -> list[str]:
+    rollout, ref = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.ref
+    roles: list[tuple[str, Any]] = [("rollout", rollout)] + ([("ref", ref)] if ref_enabled(cfg) else [])
+    problems = []
+    for name, role in roles:
+        _, found = micro_batch_problems(
+            (role.log_prob_micro_batch_size, role.log_prob_micro_batch_size_per_gpu), world_size,
+            f"actor_rollout_ref.{name}.log_prob_micro_batch_size",
+            f"actor_rollout_ref.{name}.log_prob_use_dynamic_bsz", role.log_prob_use_dynamic_bsz,
+        )  # fmt: skip
+        problems += found
+    return problems
+
+
+def _critic_problems(cfg: HybridRLConfig, world_size: int) -> list[str]:
+    if not critic_enabled(cfg):
+        return []
+    critic = cfg.critic
+    micro, problems = micro_batch_problems(
+        (critic.ppo_micro_batch_size, critic.ppo_micro_batch_size_per_gpu), world_size,
+        "critic.ppo_micro_batch_size", "critic.use_dynamic_bsz", critic.use_dynamic_bsz,
+    )  # fmt: skip
+    if critic.forward_micro_batch_size is not None and critic.forward_micro_batch_size_per_gpu is not None:
+        problems.append(
+            f"critic.forward_micro_batch_size ({critic.forward_micro_batch_size}) and "
+            f"critic.forward_micro_batch_size_per_gpu ({critic.forward_micro_batch_size_per_gpu}) are both set; set only "
+            "critic.forward_micro_batch_size_per_gpu"
+        )
+    micro_key = None if critic.use_dynamic_bsz else "critic.ppo_micro_batch_size_per_gpu"
+    problems += check_mini_batch(
+        cfg.data.train_batch_size, critic.ppo_mini_batch_size, critic.rollout_n, world_size,
+        "critic.ppo_mini_batch_size", micro, micro_key,
+    )  # fmt: skip
+    if critic.optim.lr < 0:
+        problems.append(f"critic.optim.lr ({critic.optim.lr}) must be >= 0")
+    return problems
+
+
+def _algorithm_problems(cfg: HybridRLConfig) -> list[str]:
+    estimator, rollout = cfg.algorithm.adv_estimator, cfg.actor_rollout_ref.rollout
+    problems = []
+    if estimator in GROUP_ESTIMATORS and rollout.n < 2:
+        problems.append(
+            f"actor_rollout_ref.rollout.n ({rollout.n}) must be > 1 for algorithm.adv_estimator={estimator}: its "
+            "advantage compares the responses of one prompt; try actor_rollout_ref.rollout.n=5"
+        )
+    if estimator == "remax" and not rollout.do_sample:
+        problems.append(
+            "algorithm.adv_estimator=remax needs actor_rollout_ref.rollout.do_sample=true: its baseline is a greedy "
+            "response, so with greedy sampling every advantage is 0"
+        )
+    if cfg.actor_rollout_ref.actor.optim.lr < 0:
+        problems.append(f"actor_rollout_ref.actor.optim.lr ({cfg.actor_rollout_ref.actor.optim.lr}) must be >= 0")
+    if cfg.actor_rollout_ref.actor.clip_ratio_c <= 1:
+        problems.append(f"actor_rollout_ref.actor.clip_ratio_c ({cfg.actor_rollout_ref.actor.clip_ratio_c}) must be > 1")
+    return problems
+
+
+def _sampling_problems(cfg: HybridRLConfig) -> list[str]:
+    rollout = cfg.actor_rollout_ref.rollout
+    val = rollout.val_kwargs
+    problems = []
+    if val.do_sample and val.temperature <= 0:
+        problems.append(
+            f"actor_rollout_ref.rollout.val_kwargs.do_sample=true needs val_kwargs.temperature > 0 (got {val.temperature}); "
+            "set val_kwargs.temperature=1.0 or val_kwargs.do_sample=false"
+        )
+    if val.n < 1:
+        problems.append(f"actor_rollout_ref.rollout.val_kwargs.n ({val.n}) must be >= 1")
+    if not 0 < rollout.gpu_memory_utilization <= 1:
+        problems.append(f"actor_rollout_ref.rollout.gpu_memory_utilization ({rollout.gpu_memory_utilization}) must be in (0, 1]")
+    if rollout.temperature < 0:
+        problems.append(f"actor_rollout_ref.rollout.temperature ({rollout.temperature}) must be >= 0")
+    if not 0 < rollout.top_p <= 1:
+        problems.append(f"actor_rollout_ref.rollout.top_p ({rollout.top_p}) must be in (0, 1]")
+    return problems
+
+
+def _trainer_problems(cfg: HybridRLConfig) -> list[str]:
+    trainer = cfg.trainer
+    problems = []
+    if trainer.critic_warmup < 0:
+        problems.append(f"trainer.critic_warmup ({trainer.critic_warmup}) must be >= 0")
+    if trainer.resume_mode == "resume_path":
+        path = trainer.resume_from_path
+        if not path or "global_step_" not in path:
+            problems.append(
+                f"trainer.resume_mode=resume_path needs trainer.resume_from_path pointing at a checkpoint folder "
+                f"named global_step_N (got {path!r})"
+            )
+    if trainer.nnodes < 1:
+        problems.append(f"trainer.nnodes ({trainer.nnodes}) must be >= 1")
+    if trainer.n_gpus_per_node is not None and trainer.n_gpus_per_node < 1:
+        problems.append(f"trainer.n_gpus_per_node ({trainer.n_gpus_per_node}) must be >= 1 (or null = all visible)")
+    return problems

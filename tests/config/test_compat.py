@@ -1,0 +1,109 @@
+"""Older verl spellings, the NOT_IMPLEMENTED table and the replaced rollout engines."""
+
+from __future__ import annotations
+
+import pytest
+
+from hybridrl.config import ConfigError, load_config
+from hybridrl.config.compat import NOT_IMPLEMENTED
+from hybridrl.config.index import schema_index
+
+
+def test_warmup_style_becomes_lr_scheduler_type(tmp_path):
+    cfg = load_config(["actor_rollout_ref.actor.optim.warmup_style=cosine", "critic.optim.warmup_style=null"])
+    assert cfg.actor_rollout_ref.actor.optim.lr_scheduler_type == "cosine"
+    assert cfg.critic.optim.lr_scheduler_type == "constant"  # null meant "unset" in verl
+    with pytest.raises(ConfigError, match="two spellings of one key"):
+        load_config(["actor_rollout_ref.actor.optim.warmup_style=cosine",
+                     "actor_rollout_ref.actor.optim.lr_scheduler_type=constant"])  # fmt: skip
+
+
+def test_top_level_ray_init_moves_under_ray_kwargs(tmp_path):
+    cfg = load_config(["ray_init.num_cpus=4", "+ray_init.address=auto"])
+    assert cfg.ray_kwargs.ray_init == {"num_cpus": 4, "address": "auto"}
+    path = tmp_path / "old.yaml"
+    path.write_text("ray_init:\n  num_cpus: 2\n  timeline_json_file: /tmp/t.json\n")
+    cfg = load_config(config_file=str(path))
+    assert cfg.ray_kwargs.ray_init == {"num_cpus": 2} and cfg.ray_kwargs.timeline_json_file == "/tmp/t.json"
+
+
+def test_old_yaml_spelling_overridden_by_new_cli_spelling(tmp_path):
+    path = tmp_path / "old.yaml"
+    path.write_text("actor_rollout_ref:\n  actor:\n    optim:\n      warmup_style: cosine\n")
+    cfg = load_config(["actor_rollout_ref.actor.optim.lr_scheduler_type=constant"], config_file=str(path))
+    assert cfg.actor_rollout_ref.actor.optim.lr_scheduler_type == "constant"
+
+
+def test_ulysses_spellings_agree():
+    # Both spellings carry the same value; it is refused later only because SP is not implemented yet.
+    with pytest.raises(ConfigError) as err:
+        load_config(["actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"])
+    assert "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=2" in str(err.value)
+    with pytest.raises(ConfigError, match="two spellings of one setting"):
+        load_config(["actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
+                     "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=4"])  # fmt: skip
+
+
+def test_reward_manager_spellings():
+    assert load_config(["reward_model.reward_manager=dapo"]).reward_manager.name == "dapo"
+    cfg = load_config(["reward_manager.name=batch"])
+    assert cfg.reward_model.reward_manager == "batch" and cfg.reward_manager.name == "batch"
+    with pytest.raises(ConfigError, match="two spellings of one setting"):
+        load_config(["reward_model.reward_manager=dapo", "reward_manager.name=batch"])
+
+
+def test_remove_previous_ckpt_in_save_keeps_one():
+    cfg = load_config(["+trainer.remove_previous_ckpt_in_save=true"])
+    assert (cfg.trainer.max_actor_ckpt_to_keep, cfg.trainer.max_critic_ckpt_to_keep) == (1, 1)
+    with pytest.raises(ConfigError, match="max_actor_ckpt_to_keep=1"):
+        load_config(["trainer.remove_previous_ckpt_in_save=true", "trainer.max_actor_ckpt_to_keep=3"])
+
+
+def test_v04_sync_mode_and_fsdp_strategy_accepted():
+    cfg = load_config(["actor_rollout_ref.rollout.mode=sync", "actor_rollout_ref.actor.strategy=fsdp"])
+    assert cfg.actor_rollout_ref.rollout.mode == "sync" and cfg.actor_rollout_ref.actor.strategy == "fsdp"
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
+def test_external_engines_get_the_own_engine_message(engine):
+    with pytest.raises(ConfigError) as err:
+        load_config([f"actor_rollout_ref.rollout.name={engine}"])
+    assert f"actor_rollout_ref.rollout.name='{engine}'" in str(err.value)
+    assert "hybridrl ships its own rollout engine: use actor_rollout_ref.rollout.name=hybrid" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("override", "phrase"),
+    [
+        ("actor_rollout_ref.model.lora_rank=8", "LoRA arrives in a later hybridrl release"),
+        ("actor_rollout_ref.actor.strategy=megatron", "the Megatron engine is not implemented"),
+        ("algorithm.adv_estimator=opo", "this advantage estimator is not implemented"),
+        ("actor_rollout_ref.actor.policy_loss.loss_mode=clip_cov", "this policy loss is not implemented"),
+        ("reward_model.enable=true", "model-based reward models arrive in a later"),
+        ("+algorithm.filter_groups.enable=true", "filter_groups) is not implemented"),
+        ("critic.type=vllm_api", "remote (vllm_api) critic"),
+        ("actor_rollout_ref.rollout.tensor_model_parallel_size=2", "tensor-parallel rollout"),
+        ("trainer.esi_redundant_time=10", "ESI"),
+    ],
+)
+def test_not_implemented_values_are_refused(override, phrase):
+    with pytest.raises(ConfigError) as err:
+        load_config([override])
+    key, value = override.lstrip("+").split("=")
+    assert f"{key}=" in str(err.value) and phrase in str(err.value)
+
+
+def test_every_not_implemented_key_exists_and_its_default_is_accepted():
+    defaults = load_config()
+    for path, (accepted, _) in NOT_IMPLEMENTED.items():
+        assert path in schema_index(), path
+        node = defaults
+        for part in path.split("."):
+            node = getattr(node, part)
+        assert node in accepted, path
+
+
+def test_accepted_non_defaults_pass():
+    cfg = load_config(["actor_rollout_ref.model.use_fused_kernels=true", "algorithm.adv_estimator=rloo_vectorized",
+                       "actor_rollout_ref.actor.policy_loss.loss_mode=gspo", "actor_rollout_ref.rollout.name=hf"])  # fmt: skip
+    assert cfg.actor_rollout_ref.actor.use_fused_kernels is True  # follows model.use_fused_kernels

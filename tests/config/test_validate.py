@@ -1,0 +1,115 @@
+"""validate_config rules; every batch-size message carries both numbers."""
+
+from __future__ import annotations
+
+import pytest
+
+from hybridrl.config import ConfigError, load_config, resolve_micro_batch_size_per_gpu, validate_config
+
+GRPO = [
+    "algorithm.adv_estimator=grpo", "data.train_batch_size=256", "actor_rollout_ref.rollout.n=5",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=64", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16",
+]  # fmt: skip
+
+
+def problems(overrides: list[str], world_size: int = 1) -> str:
+    with pytest.raises(ConfigError) as err:
+        validate_config(load_config(GRPO + overrides), world_size)
+    return str(err.value)
+
+
+def test_valid_grpo_config_passes():
+    validate_config(load_config(GRPO), world_size=8)  # 64 x 5 / 8 = 40 rows per device, 40 % 8 == 0
+
+
+def test_mini_must_divide_train_with_suggestions():
+    assert "actor_rollout_ref.actor.ppo_mini_batch_size (96) must divide data.train_batch_size (256); try 64 or 128" in problems(
+        ["actor_rollout_ref.actor.ppo_mini_batch_size=96"]
+    )
+
+
+def test_mini_larger_than_train():
+    assert "ppo_mini_batch_size (512) must be <= data.train_batch_size (256); both count prompts; try 256" in problems(
+        ["actor_rollout_ref.actor.ppo_mini_batch_size=512"]
+    )
+
+
+def test_micro_must_divide_per_device_mini():
+    # 256 x 5 / 8 = 160 rows per device; 48 does not divide it, 40 and 80 do
+    message = problems(["actor_rollout_ref.actor.ppo_mini_batch_size=256", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=48"], 8)
+    assert "ppo_micro_batch_size_per_gpu (48) must divide the per-device mini batch" in message
+    assert "(256 x 5 / 8 = 160 rows); try 40 or 80" in message
+
+
+def test_dynamic_batching_skips_micro_rules():
+    validate_config(load_config(GRPO + ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=7",
+                                        "actor_rollout_ref.actor.use_dynamic_bsz=true"]), 1)  # fmt: skip
+
+
+def test_train_rows_divisible_by_devices():
+    message = problems(["data.train_batch_size=255", "actor_rollout_ref.actor.ppo_mini_batch_size=51"], 2)
+    assert "(255 x 5 = 1275 rows) must be divisible by the number of devices (2)" in message
+
+
+def test_micro_both_and_neither():
+    both = problems(["actor_rollout_ref.rollout.log_prob_micro_batch_size=64"])
+    assert "log_prob_micro_batch_size (64) and actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu (16) are both set" in both
+    neither = problems(["actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=null",
+                        "actor_rollout_ref.actor.use_kl_loss=true"])  # fmt: skip
+    assert "set actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu" in neither
+    assert "set actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu" in neither  # ref needed by use_kl_loss
+
+
+def test_resolve_micro_batch_size_per_gpu():
+    assert resolve_micro_batch_size_per_gpu(64, None, 8, "a.micro") == 8
+    assert resolve_micro_batch_size_per_gpu(None, 4, 8, "a.micro") == 4
+    assert resolve_micro_batch_size_per_gpu(None, None, 8, "a.micro") is None
+    with pytest.raises(ConfigError, match=r"a.micro \(64\) and a.micro_per_gpu \(4\) are both set"):
+        resolve_micro_batch_size_per_gpu(64, 4, 8, "a.micro")
+    with pytest.raises(ConfigError, match=r"a.micro \(4\) is a global row count split over 8 devices"):
+        resolve_micro_batch_size_per_gpu(4, None, 8, "a.micro")
+
+
+def test_critic_rules_only_when_enabled():
+    validate_config(load_config(GRPO), 1)  # grpo: critic auto-disabled, its micro batch is not needed
+    message = problems(["critic.enable=true"])
+    assert "set critic.ppo_micro_batch_size_per_gpu" in message
+    gae = ["algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=8", "critic.ppo_mini_batch_size=96"]
+    assert "critic.ppo_mini_batch_size (96) must divide data.train_batch_size (256)" in problems(gae)
+
+
+def test_group_estimators_need_several_responses():
+    message = problems(["actor_rollout_ref.rollout.n=1"])
+    assert "actor_rollout_ref.rollout.n (1) must be > 1 for algorithm.adv_estimator=grpo" in message
+    assert "algorithm.adv_estimator=rloo" in problems(["actor_rollout_ref.rollout.n=1", "algorithm.adv_estimator=rloo"])
+
+
+def test_value_rules():
+    message = problems([
+        "algorithm.adv_estimator=remax", "actor_rollout_ref.rollout.do_sample=false",
+        "actor_rollout_ref.rollout.val_kwargs.do_sample=true", "actor_rollout_ref.actor.kl_loss_type=k4",
+        "algorithm.kl_penalty=k3+", "actor_rollout_ref.actor.loss_agg_mode=mean", "data.truncation=cut",
+        "trainer.resume_mode=resume_path", "trainer.resume_from_path=/ckpt/step_3",
+        "actor_rollout_ref.rollout.gpu_memory_utilization=1.5", "trainer.critic_warmup=-1",
+        "actor_rollout_ref.actor.optim.lr=-1", "trainer.logger=[console,wandbb]",
+    ])  # fmt: skip
+    for expected in [
+        "remax needs actor_rollout_ref.rollout.do_sample=true",
+        "val_kwargs.do_sample=true needs val_kwargs.temperature > 0 (got 0.0)",
+        "actor_rollout_ref.actor.kl_loss_type='k4' is not a KL estimator",
+        "actor_rollout_ref.actor.loss_agg_mode='mean' is not one of token-mean|seq-mean-token-sum",
+        "data.truncation='cut' is not one of error|left|right|middle",
+        "trainer.resume_from_path pointing at a checkpoint folder named global_step_N (got '/ckpt/step_3')",
+        "gpu_memory_utilization (1.5) must be in (0, 1]",
+        "trainer.critic_warmup (-1) must be >= 0",
+        "actor_rollout_ref.actor.optim.lr (-1.0) must be >= 0",
+        "unknown backend(s) ['wandbb']",
+    ]:
+        assert expected in message, expected
+    assert "algorithm.kl_penalty" not in message  # k3+ is valid
+
+
+def test_validate_problems_are_all_listed():
+    message = problems(["actor_rollout_ref.actor.ppo_mini_batch_size=96", "data.truncation=cut"])
+    assert message.startswith("2 config problem(s):")
