@@ -23,6 +23,7 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: deque[Sequence] = deque()
         self.num_preempted = 0
+        self.num_cached_tokens = 0  # prefix-cache hits summed over admitted sequences
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -51,6 +52,7 @@ class Scheduler:
                 break
             self.block_manager.allocate(seq)
             assert seq.num_cached_tokens == num_cached
+            self.num_cached_tokens += num_cached
             num_tokens += new_tokens
             seq.status = SequenceStatus.RUNNING
             self.running.append(self.waiting.popleft())

@@ -1,0 +1,79 @@
+"""Pure-torch paged attention: the reference path (CPU) and the prefill path on every device.
+
+Cache layout: `k_cache`, `v_cache` are `(num_blocks, block_size, num_kv_heads, head_dim)`. A sequence's
+token at position p lives at slot `block_tables[b, p // block_size] * block_size + p % block_size`.
+Sliding window W (HF semantics): a query at position i sees keys at positions j with i - W < j <= i.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def store_kv_cache(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                   slot_mapping: torch.Tensor) -> None:
+    """Write new tokens' K/V (N, Hkv, D) at `slot_mapping` (int64 (N,), -1 = skip)."""
+    keep = slot_mapping >= 0
+    slots = slot_mapping[keep]
+    k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slots, k[keep].to(k_cache.dtype))
+    v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slots, v[keep].to(v_cache.dtype))
+
+
+def gather_context(cache: torch.Tensor, block_tables: torch.Tensor) -> torch.Tensor:
+    """(num_blocks, bs, Hkv, D) paged by (B, M) block tables -> (B, M * bs, Hkv, D) contiguous context."""
+    batch, num_blocks = block_tables.shape
+    return cache[block_tables.long()].reshape(batch, num_blocks * cache.shape[1], *cache.shape[2:])
+
+
+def key_mask(q_pos: torch.Tensor, context_lens: torch.Tensor, num_keys: int,
+             sliding_window: int | None) -> torch.Tensor:
+    """Which keys each query sees: q_pos (B, Q) absolute positions -> bool (B, Q, K)."""
+    k_pos = torch.arange(num_keys, device=q_pos.device)
+    mask = (k_pos <= q_pos[..., None]) & (k_pos < context_lens[:, None, None])
+    if sliding_window:
+        mask &= k_pos > q_pos[..., None] - sliding_window
+    return mask
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
+    """q (B, Q, Hq, D), k/v (B, K, Hkv, D), mask (B, Q, K) -> (B, Q, Hq, D); GQA without expanding K/V."""
+    out = F.scaled_dot_product_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask[:, None],
+        scale=scale, enable_gqa=q.shape[2] != k.shape[2])
+    return out.transpose(1, 2)
+
+
+def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                           block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float,
+                           sliding_window: int | None = None) -> torch.Tensor:
+    """One query per sequence, q (B, Hq, D) at position context_lens - 1 -> (B, Hq, D)."""
+    k = gather_context(k_cache, block_tables)
+    v = gather_context(v_cache, block_tables)
+    q_pos = (context_lens.long() - 1)[:, None]
+    mask = key_mask(q_pos, context_lens.long(), k.shape[1], sliding_window)
+    return attend(q[:, None], k.to(q.dtype), v.to(q.dtype), mask, scale)[:, 0]
+
+
+def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                            block_tables: torch.Tensor, context_lens: torch.Tensor,
+                            token_seq_idx: torch.Tensor, token_q_idx: torch.Tensor, max_seqlen_q: int,
+                            scale: float, sliding_window: int | None = None) -> torch.Tensor:
+    """Ragged prefill whose K/V (incl. prefix-cache context) are already stored in the cache.
+
+    q (N, Hq, D) flattened over sequences; token t is query number token_q_idx[t] of sequence
+    token_seq_idx[t]; each sequence's queries are its last tokens, ending at position context_lens - 1.
+    Queries are padded to (B, max_seqlen_q) for one batched SDPA call -> (N, Hq, D).
+    """
+    batch = block_tables.shape[0]
+    q_pad = q.new_zeros(batch, max_seqlen_q, *q.shape[1:])
+    q_pad[token_seq_idx, token_q_idx] = q
+    q_lens = torch.bincount(token_seq_idx, minlength=batch)
+    ctx = context_lens.long()
+    q_pos = (ctx - q_lens)[:, None] + torch.arange(max_seqlen_q, device=q.device)
+    k = gather_context(k_cache, block_tables)
+    v = gather_context(v_cache, block_tables)
+    mask = key_mask(q_pos, ctx, k.shape[1], sliding_window)
+    mask[:, :, 0] |= ~mask.any(-1)  # padded query rows: attend to something to avoid NaN, dropped below
+    out = attend(q_pad, k.to(q.dtype), v.to(q.dtype), mask, scale)
+    return out[token_seq_idx, token_q_idx]

@@ -1,0 +1,177 @@
+"""Layers shared by the engine's model files: norms, rotary embedding, fused linears, MLP, paged attention.
+
+Fused linears carry a `weight_loader(param, tensor, shard_id)` that copies one HF checkpoint tensor
+(e.g. `k_proj.weight`) into its slice of the fused parameter (`qkv_proj.weight`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from hybridrl.rollout.engine.attention import TORCH_BACKEND, AttentionBackend
+
+
+@dataclass
+class AttentionMetadata:
+    """Per-step inputs of every attention layer. N new tokens, B sequences, M blocks per sequence.
+
+    slot_mapping int64 (N,); block_tables int32 (B, M); context_lens int32 (B,) = tokens in the cache
+    after this step. Prefill only: token_seq_idx / token_q_idx int64 (N,) place each new token in a
+    padded (B, max_seqlen_q) query grid.
+    """
+
+    is_prefill: bool
+    slot_mapping: torch.Tensor
+    block_tables: torch.Tensor
+    context_lens: torch.Tensor
+    token_seq_idx: torch.Tensor | None = None
+    token_q_idx: torch.Tensor | None = None
+    max_seqlen_q: int = 1
+
+
+def default_weight_loader(param: torch.Tensor, loaded: torch.Tensor, shard_id: object = None) -> None:
+    if param.shape != loaded.shape:
+        raise ValueError(f"weight shape {tuple(loaded.shape)} does not match the engine's {tuple(param.shape)}")
+    param.data.copy_(loaded)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None
+                ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Normalise x (in fp32, like HF); with `residual`, add it first and also return the sum."""
+        if residual is not None:
+            x = x + residual
+            residual = x
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        out = self.weight * h.to(x.dtype)
+        return out if residual is None else (out, residual)
+
+
+class RotaryEmbedding(nn.Module):
+    """cos/sin table over positions from HF-style inverse frequencies; rotates the first rot_dim dims."""
+
+    def __init__(self, inv_freq: torch.Tensor, attention_scaling: float, max_positions: int) -> None:
+        super().__init__()
+        t = torch.arange(max_positions, dtype=torch.float32)
+        freqs = torch.outer(t, inv_freq.float())  # (P, rot_dim / 2)
+        emb = torch.cat([freqs, freqs], dim=-1)
+        self.rot_dim = emb.shape[-1]
+        self.register_buffer("cos", emb.cos() * attention_scaling, persistent=False)
+        self.register_buffer("sin", emb.sin() * attention_scaling, persistent=False)
+
+    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """q (N, Hq, D), k (N, Hkv, D) rotated at positions (N,). Math in the activation dtype, as HF."""
+        cos = self.cos[positions].to(q.dtype)[:, None]  # (N, 1, rot_dim)
+        sin = self.sin[positions].to(q.dtype)[:, None]
+        return self._rotate(q, cos, sin), self._rotate(k, cos, sin)
+
+    def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        x_rot, x_pass = x[..., :self.rot_dim], x[..., self.rot_dim:]
+        x1, x2 = x_rot.chunk(2, dim=-1)
+        rotated = x_rot * cos + torch.cat([-x2, x1], dim=-1) * sin
+        return torch.cat([rotated, x_pass], dim=-1) if x_pass.shape[-1] else rotated
+
+
+class MergedLinear(nn.Linear):
+    """Several HF linears sharing an input, fused along the output dim; shard ids name the parts."""
+
+    def __init__(self, in_features: int, shard_sizes: dict[object, int], bias: bool) -> None:
+        super().__init__(in_features, sum(shard_sizes.values()), bias=bias)
+        self.shard_offsets: dict[object, tuple[int, int]] = {}
+        offset = 0
+        for shard_id, size in shard_sizes.items():
+            self.shard_offsets[shard_id] = (offset, size)
+            offset += size
+        for param in self.parameters():
+            param.weight_loader = self.weight_loader
+
+    def weight_loader(self, param: torch.Tensor, loaded: torch.Tensor, shard_id: object = None) -> None:
+        if shard_id is None:  # the checkpoint already holds the fused tensor (Phi-3)
+            default_weight_loader(param, loaded)
+            return
+        offset, size = self.shard_offsets[shard_id]
+        default_weight_loader(param.data.narrow(0, offset, size), loaded)
+
+
+class SiluAndMulMLP(nn.Module):
+    """SwiGLU MLP: down(silu(gate(x)) * up(x)) with gate and up fused."""
+
+    def __init__(self, hidden_size: int, intermediate_size: int) -> None:
+        super().__init__()
+        self.gate_up_proj = MergedLinear(hidden_size, {0: intermediate_size, 1: intermediate_size}, bias=False)
+        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class PagedAttention(nn.Module):
+    """Stores new K/V into this layer's paged cache, then attends (ragged prefill or batched decode)."""
+
+    def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, sliding_window: int | None) -> None:
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
+        self.scale = head_dim ** -0.5
+        self.sliding_window = sliding_window
+        self.backend: AttentionBackend = TORCH_BACKEND
+        self.k_cache = self.v_cache = torch.empty(0)  # bound by the model runner
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        """q (N, Hq, D), k/v (N, Hkv, D) -> (N, Hq * D)."""
+        self.backend.store_kv_cache(k, v, self.k_cache, self.v_cache, meta.slot_mapping)
+        if meta.is_prefill:
+            out = self.backend.paged_prefill_attention(
+                q, self.k_cache, self.v_cache, meta.block_tables, meta.context_lens, meta.token_seq_idx,
+                meta.token_q_idx, meta.max_seqlen_q, self.scale, self.sliding_window)
+        else:
+            out = self.backend.paged_decode_attention(
+                q, self.k_cache, self.v_cache, meta.block_tables, meta.context_lens, self.scale,
+                self.sliding_window)
+        return out.reshape(q.shape[0], -1)
+
+
+def build_rotary(config: object, head_dim: int, max_positions: int) -> RotaryEmbedding:
+    """RoPE as the HF config sets it (`rope_parameters` / `rope_scaling`: default, linear, llama3, yarn, ...).
+
+    Inverse frequencies come from transformers' own RoPE initialisers, so every scaling type matches HF.
+    `dynamic` NTK is evaluated once at `max_positions` (as vLLM does) rather than per batch; `longrope`
+    uses its short factors (HF switches to the long ones past original_max_position_embeddings).
+    """
+    params = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    if rope_type == "default":
+        theta = params.get("rope_theta", getattr(config, "rope_theta", 10000.0))
+        rot_dim = int(head_dim * params.get("partial_rotary_factor", 1.0))
+        inv_freq = 1.0 / theta ** (torch.arange(0, rot_dim, 2, dtype=torch.int64).float() / rot_dim)
+        return RotaryEmbedding(inv_freq, 1.0, max_positions)
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    if rope_type not in ROPE_INIT_FUNCTIONS:
+        raise NotImplementedError(f"rope type {rope_type!r} is not supported by the hybrid engine; "
+                                  f"supported: default, {', '.join(ROPE_INIT_FUNCTIONS)}")
+    seq_len = None
+    if rope_type == "dynamic":
+        seq_len = max(max_positions, config.max_position_embeddings)
+    inv_freq, scaling = ROPE_INIT_FUNCTIONS[rope_type](config, "cpu", seq_len=seq_len)
+    return RotaryEmbedding(inv_freq, scaling, max_positions)
+
+
+def layer_sliding_window(config: object, layer_idx: int) -> int | None:
+    """The sliding window of layer `layer_idx` (HF: all layers, or those `layer_types` marks sliding)."""
+    window = getattr(config, "sliding_window", None)
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types is not None and layer_types[layer_idx] != "sliding_attention":
+        return None
+    return window or None

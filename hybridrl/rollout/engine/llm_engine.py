@@ -1,0 +1,157 @@
+"""`LLMEngine`: the `hybrid` rollout backend (paged KV cache, continuous batching, prefix sharing)."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Iterable
+
+import torch
+
+from hybridrl.rollout.base import RolloutOutput, SamplingParams
+from hybridrl.rollout.engine.block_manager import BlockManager
+from hybridrl.rollout.engine.loader import build_engine_model
+from hybridrl.rollout.engine.model_runner import ModelRunner
+from hybridrl.rollout.engine.models import load_weights
+from hybridrl.rollout.engine.sampler import row_key
+from hybridrl.rollout.engine.scheduler import Scheduler
+from hybridrl.rollout.engine.sequence import Sequence
+
+CPU_KV_CAP_BYTES = 1 << 30
+
+
+class LLMEngine:
+    """Generates rollouts from its own copy of the policy's weights (`update_weights` refreshes it)."""
+
+    def __init__(self, model: torch.nn.Module | str, *, tokenizer_eos_ids: Iterable[int] = (),
+                 dtype: torch.dtype | None = None, device: torch.device | str | None = None,
+                 gpu_memory_utilization: float = 0.5, block_size: int = 16, max_num_seqs: int = 256,
+                 max_num_batched_tokens: int = 8192, max_model_len: int | None = None,
+                 enforce_eager: bool = False, enable_prefix_caching: bool = True,
+                 num_kv_blocks: int | None = None, seed: int = 0) -> None:
+        if not 0 < gpu_memory_utilization <= 1:
+            raise ValueError(f"actor_rollout_ref.rollout.gpu_memory_utilization ({gpu_memory_utilization}) "
+                             "must be in (0, 1]; try 0.5")
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.model, self.config, self.max_model_len, eos = build_engine_model(
+            model, dtype, self.device, max_model_len)
+        self.eos_ids = frozenset(eos | set(tokenizer_eos_ids))
+        self.gpu_memory_utilization = gpu_memory_utilization
+        self.block_size, self.max_num_seqs = block_size, max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.enable_prefix_caching = enable_prefix_caching
+        self.seed, self.num_calls = seed, 0
+        self.runner = ModelRunner(self.model, self.device, block_size, max_num_seqs, self.max_model_len,
+                                  enforce_eager)
+        self.num_kv_blocks = num_kv_blocks or self._profile_num_kv_blocks()
+        if self.num_kv_blocks < 1:
+            raise ValueError("no memory left for the KV cache; raise actor_rollout_ref.rollout."
+                             f"gpu_memory_utilization ({gpu_memory_utilization})")
+        self.wake_up()
+
+    # --- memory ---------------------------------------------------------------------------------
+    @property
+    def kv_cache_bytes(self) -> int:
+        return self.num_kv_blocks * self.runner.block_bytes
+
+    def _profile_num_kv_blocks(self) -> int:
+        """CPU: room for max_num_seqs x max_model_len tokens, at most 1 GiB. CUDA: util x total memory
+        minus the engine's weights and the activation peak of a warm-up step (vLLM >= 0.7 semantics)."""
+        if self.device.type != "cuda":
+            tokens = self.max_num_seqs * self.max_model_len
+            return max(1, min(tokens * self.runner.block_bytes // self.block_size, CPU_KV_CAP_BYTES)
+                       // self.runner.block_bytes)
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(self.device)
+        self.runner.warmup(self.max_num_batched_tokens, self.max_model_len, self.max_num_seqs)
+        engine_bytes = torch.cuda.max_memory_allocated(self.device)  # weights + activation peak
+        free, total = torch.cuda.mem_get_info(self.device)
+        budget = min(self.gpu_memory_utilization * total - engine_bytes, free - (256 << 20))
+        return int(budget // self.runner.block_bytes)
+
+    def sleep(self) -> None:
+        """Free the KV cache and decode CUDA graphs; weights stay (`update_weights` works while asleep)."""
+        self.runner.free_kv_cache()
+        self.block_manager = None
+
+    def wake_up(self) -> None:
+        if self.runner.kv_cache is None:
+            self.runner.allocate_kv_cache(self.num_kv_blocks)
+        self._reset_prefix_cache()
+
+    def _reset_prefix_cache(self) -> None:
+        self.block_manager = BlockManager(self.num_kv_blocks, self.block_size, self.enable_prefix_caching)
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Copy HF-named tensors into the engine's parameters in place (dtype cast per tensor)."""
+        load_weights(self.model, named_tensors)
+        if self.block_manager is not None:
+            self._reset_prefix_cache()  # cached KV was computed by the old weights
+
+    # --- generation -----------------------------------------------------------------------------
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> RolloutOutput:
+        if self.block_manager is None:
+            raise RuntimeError("LLMEngine.generate called while asleep; call wake_up() first")
+        seqs = self._make_sequences(prompts, params)
+        scheduler = Scheduler(self.block_manager, self.max_num_seqs, self.max_num_batched_tokens)
+        for seq in seqs:
+            scheduler.add(seq)
+        metrics = self._run(scheduler, params)
+        return RolloutOutput([s.completion_token_ids for s in seqs], [s.output_logprobs for s in seqs], metrics)
+
+    def _make_sequences(self, prompts: list[list[int]], params: SamplingParams) -> list[Sequence]:
+        if params.n < 1 or params.max_new_tokens < 1:
+            raise ValueError(f"n ({params.n}) and max_new_tokens ({params.max_new_tokens}) must be >= 1")
+        longest = max((len(p) for p in prompts), default=0)
+        self._check_fits(longest, params.max_new_tokens)
+        seed = params.seed if params.seed is not None else self.seed + self.num_calls
+        self.num_calls += 1
+        stop_ids = frozenset() if params.ignore_eos else self.eos_ids | set(params.eos_token_ids)
+        return [Sequence(row, list(p), params.max_new_tokens, row_key(seed, row), stop_ids)
+                for row, p in enumerate(p for p in prompts for _ in range(params.n))]
+
+    def _check_fits(self, prompt_len: int, response_len: int) -> None:
+        total = prompt_len + response_len
+        if total > self.max_model_len:
+            raise ValueError(
+                f"prompt ({prompt_len} tokens) + actor_rollout_ref.rollout.response_length ({response_len}) "
+                f"exceeds the engine's max_model_len ({self.max_model_len}); lower the response length to "
+                f"{self.max_model_len - prompt_len} or data.max_prompt_length")
+        needed = math.ceil(total / self.block_size)
+        if needed <= self.num_kv_blocks:
+            return
+        capacity = self.num_kv_blocks * self.block_size
+        util = min(0.95, math.ceil(self.gpu_memory_utilization * needed / self.num_kv_blocks * 20) / 20)
+        raise ValueError(
+            f"one sequence ({prompt_len} prompt + {response_len} response tokens) needs {needed} KV blocks of "
+            f"{self.block_size} tokens, but the whole KV cache has {self.num_kv_blocks} blocks ({capacity} "
+            f"tokens, {self.kv_cache_bytes / 2**20:.1f} MiB). Try: actor_rollout_ref.rollout.response_length="
+            f"{max(capacity - prompt_len, 0)} (or less), or actor_rollout_ref.rollout.gpu_memory_utilization="
+            f"{util} (now {self.gpu_memory_utilization}), or actor_rollout_ref.rollout.max_num_seqs="
+            f"{max(1, self.max_num_seqs // 2)} (now {self.max_num_seqs}; fewer concurrent sequences leave "
+            "more memory to the KV cache)")
+
+    def _run(self, scheduler: Scheduler, params: SamplingParams) -> dict[str, float]:
+        prefill_s = decode_s = 0.0
+        num_decode_steps = 0
+        while not scheduler.is_finished():
+            seqs, is_prefill = scheduler.schedule()
+            if not seqs:
+                raise RuntimeError("the scheduler made no progress (a sequence cannot get KV blocks)")
+            start = time.perf_counter()
+            tokens, logprobs = self.runner.run(seqs, is_prefill, params)
+            elapsed = time.perf_counter() - start
+            if is_prefill:
+                prefill_s += elapsed
+            else:
+                decode_s += elapsed
+                num_decode_steps += 1
+            scheduler.postprocess(seqs, tokens, logprobs)
+        return {
+            "rollout/prefill_time_s": prefill_s,
+            "rollout/decode_time_s": decode_s,
+            "rollout/decode_steps": float(num_decode_steps),
+            "rollout/mean_decode_step_s": decode_s / max(num_decode_steps, 1),
+            "rollout/num_preempted": float(scheduler.num_preempted),
+            "rollout/prefix_cache_hit_tokens": float(scheduler.num_cached_tokens),
+        }

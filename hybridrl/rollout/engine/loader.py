@@ -1,0 +1,83 @@
+"""Building the engine's model from an in-memory HF model or an HF model directory (config + safetensors)."""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+from typing import Iterator
+
+import torch
+
+from hybridrl.rollout.engine.models import build_model, load_weights
+
+
+@contextlib.contextmanager
+def default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    """Create parameters directly in `dtype` (no full-precision copy of a large model on the way)."""
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(old)
+
+
+def iter_safetensors(path: str) -> Iterator[tuple[str, torch.Tensor]]:
+    from safetensors import safe_open
+
+    files = sorted(glob.glob(os.path.join(path, "*.safetensors")))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors files in model directory {path!r}; save the model with "
+                                "save_pretrained(..., safe_serialization=True)")
+    for file in files:
+        with safe_open(file, framework="pt", device="cpu") as f:
+            for name in f.keys():
+                yield name, f.get_tensor(name)
+
+
+def eos_ids_of(source: object, config: object) -> set[int]:
+    """EOS ids from the model's generation_config and config (int or list)."""
+    ids: set[int] = set()
+    gen_config = getattr(source, "generation_config", None)
+    if isinstance(source, str):
+        try:
+            from transformers import GenerationConfig
+
+            gen_config = GenerationConfig.from_pretrained(source)
+        except (OSError, ValueError):
+            gen_config = None
+    for holder in (gen_config, config):
+        value = getattr(holder, "eos_token_id", None)
+        if value is not None:
+            ids.update([value] if isinstance(value, int) else value)
+    return ids
+
+
+def build_engine_model(source: torch.nn.Module | str, dtype: torch.dtype | None, device: torch.device,
+                       max_model_len: int | None):
+    """The engine model on `device` in `dtype` (default: the source's dtype), weights copied from `source`.
+
+    Returns (model, config, max_model_len, eos ids).
+    """
+    if isinstance(source, str):
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(source)
+        dtype = dtype or getattr(config, "dtype", None) or torch.float32
+        if isinstance(dtype, str):
+            dtype = getattr(torch, dtype)
+        named = iter_safetensors(source)
+    else:
+        config = source.config
+        dtype = dtype or next(source.parameters()).dtype
+        named = source.named_parameters()
+    max_model_len = max_model_len or config.max_position_embeddings
+    with default_dtype(dtype), torch.device(device):
+        model = build_model(config, max_model_len)
+    loaded = load_weights(model, named)
+    missing = {name for name, _ in model.named_parameters()} - loaded
+    if missing:
+        raise ValueError(f"the checkpoint lacks weights for {sorted(missing)[:5]} "
+                         f"({len(missing)} engine parameters left uninitialised)")
+    return model.eval(), config, max_model_len, eos_ids_of(source, config)

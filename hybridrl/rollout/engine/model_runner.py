@@ -1,0 +1,153 @@
+"""Data plane: the paged KV cache, step inputs from scheduled sequences, model forward and sampling.
+
+Decode runs through `decode_fn(input_ids, positions, block_tables, context_lens, slot_mapping) -> logits`,
+a static-shape callable that a CUDA-graph runner (cuda_graph.py) replays on CUDA unless enforce_eager.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hybridrl.rollout.base import SamplingParams
+from hybridrl.rollout.engine.attention import select_backend
+from hybridrl.rollout.engine.layers import AttentionMetadata
+from hybridrl.rollout.engine.sampler import sample
+from hybridrl.rollout.engine.sequence import Sequence
+
+
+class ModelRunner:
+    def __init__(self, model: torch.nn.Module, device: torch.device, block_size: int, max_num_seqs: int,
+                 max_model_len: int, enforce_eager: bool) -> None:
+        self.model = model
+        self.device = device
+        self.block_size = block_size
+        self.max_blocks_per_seq = -(-max_model_len // block_size)
+        self.layers = model.attention_layers()
+        first = self.layers[0]
+        self.num_kv_heads, self.head_dim = first.num_kv_heads, first.head_dim
+        self.dtype = next(model.parameters()).dtype
+        backend = select_backend(device, self.head_dim)
+        for layer in self.layers:
+            layer.backend = backend
+        self.kv_cache: torch.Tensor | None = None
+        self.graph_runner = self._make_graph_runner(max_num_seqs, enforce_eager)
+
+    def _make_graph_runner(self, max_num_seqs: int, enforce_eager: bool):
+        if self.device.type != "cuda" or enforce_eager:
+            return None
+        try:
+            from hybridrl.rollout.engine.cuda_graph import CUDAGraphDecodeRunner
+        except ImportError:
+            return None
+        return CUDAGraphDecodeRunner(self.decode_fn, max_num_seqs, self.max_blocks_per_seq,
+                                     self.model.config.vocab_size, self.device)
+
+    # --- KV cache -------------------------------------------------------------------------------
+    @property
+    def block_bytes(self) -> int:
+        """Bytes of one KV block across all layers (K and V)."""
+        elem = torch.empty(0, dtype=self.dtype).element_size()
+        return 2 * len(self.layers) * self.block_size * self.num_kv_heads * self.head_dim * elem
+
+    def allocate_kv_cache(self, num_blocks: int) -> None:
+        # One tensor (2, L, num_blocks, block_size, Hkv, D), viewed per layer.
+        self.kv_cache = torch.zeros(2, len(self.layers), num_blocks, self.block_size, self.num_kv_heads,
+                                    self.head_dim, dtype=self.dtype, device=self.device)
+        for i, layer in enumerate(self.layers):
+            layer.k_cache, layer.v_cache = self.kv_cache[0, i], self.kv_cache[1, i]
+
+    def free_kv_cache(self) -> None:
+        if self.graph_runner is not None:
+            self.graph_runner.release()  # graphs hold the cache's addresses
+        for layer in self.layers:
+            layer.k_cache = layer.v_cache = torch.empty(0)
+        self.kv_cache = None
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    @torch.inference_mode()
+    def warmup(self, max_num_batched_tokens: int, max_model_len: int, max_num_seqs: int) -> None:
+        """The largest prefill step and the largest sampling batch, to measure the activation peak.
+
+        Dummy sequences all point at one scratch block: the gathered context has the real size.
+        """
+        seq_len = min(max_model_len, max_num_batched_tokens)
+        num_seqs = max(1, min(max_num_batched_tokens // seq_len, max_num_seqs))
+        seqs = [Sequence(i, [0] * seq_len, 1, seed=0) for i in range(num_seqs)]
+        for seq in seqs:
+            seq.block_table = [0] * seq.num_blocks(self.block_size)
+        self.allocate_kv_cache(1)
+        input_ids, positions, meta, last = self.prepare_prefill(seqs)
+        self.model.compute_logits(self.model(input_ids, positions, meta)[last])
+        logits = torch.zeros(max_num_seqs, self.model.config.vocab_size, device=self.device, dtype=self.dtype)
+        keys = torch.zeros(max_num_seqs, dtype=torch.int64, device=self.device)
+        sample(logits, 1.0, -1, 0.9, False, keys, keys)
+        del logits
+        self.free_kv_cache()
+
+    # --- step inputs ----------------------------------------------------------------------------
+    def _tensor(self, data: list, dtype: torch.dtype) -> torch.Tensor:
+        t = torch.tensor(data, dtype=dtype, pin_memory=self.device.type == "cuda")
+        return t.to(self.device, non_blocking=True)
+
+    def _block_tables(self, seqs: list[Sequence]) -> torch.Tensor:
+        width = max(len(s.block_table) for s in seqs)
+        return self._tensor([s.block_table + [0] * (width - len(s.block_table)) for s in seqs], torch.int32)
+
+    def _slots(self, seq: Sequence, start: int, cached: int) -> list[int]:
+        bs, table = self.block_size, seq.block_table
+        return [table[p // bs] * bs + p % bs if p >= cached else -1 for p in range(start, seq.num_tokens)]
+
+    def prepare_prefill(self, seqs: list[Sequence]):
+        """Flattened new tokens of all sequences (after their prefix-cache hits) and their metadata."""
+        input_ids, positions, slots, seq_idx, q_idx, last = [], [], [], [], [], []
+        for i, seq in enumerate(seqs):
+            # Fully cached prompt: recompute its last token for the logits, without re-storing its KV.
+            start = min(seq.num_cached_tokens, seq.num_tokens - 1)
+            input_ids += seq.token_ids[start:]
+            positions += range(start, seq.num_tokens)
+            slots += self._slots(seq, start, seq.num_cached_tokens)
+            seq_idx += [i] * (seq.num_tokens - start)
+            q_idx += range(seq.num_tokens - start)
+            last.append(len(input_ids) - 1)
+        meta = AttentionMetadata(
+            is_prefill=True, slot_mapping=self._tensor(slots, torch.int64),
+            block_tables=self._block_tables(seqs),
+            context_lens=self._tensor([s.num_tokens for s in seqs], torch.int32),
+            token_seq_idx=self._tensor(seq_idx, torch.int64), token_q_idx=self._tensor(q_idx, torch.int64),
+            max_seqlen_q=max(q_idx) + 1)
+        return (self._tensor(input_ids, torch.int64), self._tensor(positions, torch.int64), meta,
+                self._tensor(last, torch.int64))
+
+    def prepare_decode(self, seqs: list[Sequence]) -> tuple[torch.Tensor, ...]:
+        """Each sequence's newest token: (input_ids, positions, block_tables, context_lens, slot_mapping)."""
+        bs = self.block_size
+        positions = [s.num_tokens - 1 for s in seqs]
+        slots = [s.block_table[p // bs] * bs + p % bs for s, p in zip(seqs, positions)]
+        return (self._tensor([s.last_token for s in seqs], torch.int64), self._tensor(positions, torch.int64),
+                self._block_tables(seqs), self._tensor([s.num_tokens for s in seqs], torch.int32),
+                self._tensor(slots, torch.int64))
+
+    # --- forward --------------------------------------------------------------------------------
+    def decode_fn(self, input_ids: torch.Tensor, positions: torch.Tensor, block_tables: torch.Tensor,
+                  context_lens: torch.Tensor, slot_mapping: torch.Tensor) -> torch.Tensor:
+        """One decode token per row -> logits (B, V). Static shapes, no host sync: graph-capturable."""
+        meta = AttentionMetadata(False, slot_mapping, block_tables, context_lens)
+        return self.model.compute_logits(self.model(input_ids, positions, meta))
+
+    @torch.inference_mode()
+    def run(self, seqs: list[Sequence], is_prefill: bool, params: SamplingParams
+            ) -> tuple[list[int], list[float]]:
+        """One step for `seqs`: the next token of each and its log-prob."""
+        if is_prefill:
+            input_ids, positions, meta, last = self.prepare_prefill(seqs)
+            logits = self.model.compute_logits(self.model(input_ids, positions, meta)[last])
+        elif self.graph_runner is not None:
+            logits = self.graph_runner.run(*self.prepare_decode(seqs))
+        else:
+            logits = self.decode_fn(*self.prepare_decode(seqs))
+        keys = self._tensor([s.seed for s in seqs], torch.int64)
+        steps = self._tensor([s.num_completion_tokens for s in seqs], torch.int64)
+        tokens, logprobs = sample(logits, params.temperature, params.top_k, params.top_p, params.greedy,
+                                  keys, steps)
+        return tokens.tolist(), logprobs.tolist()

@@ -1,0 +1,108 @@
+"""Llama 2/3 for the engine (fused qkv and gate/up); the base the other decoder-only files specialise.
+
+Subclasses flip class attributes: `qkv_bias` (Qwen2), `qk_norm` (Qwen3); sliding windows and RoPE
+scaling come from the HF config. Names match HF, except q/k/v -> qkv_proj and gate/up -> gate_up_proj.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from hybridrl.rollout.engine.layers import (
+    AttentionMetadata, MergedLinear, PagedAttention, RMSNorm, RotaryEmbedding, SiluAndMulMLP,
+    build_rotary, layer_sliding_window,
+)
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, config, layer_idx: int, rotary: RotaryEmbedding, qkv_bias: bool, o_bias: bool,
+                 qk_norm: bool) -> None:
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.num_heads
+        q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        self.qkv_proj = MergedLinear(config.hidden_size, {"q": q_size, "k": kv_size, "v": kv_size}, bias=qkv_bias)
+        self.o_proj = nn.Linear(q_size, config.hidden_size, bias=o_bias)
+        self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps) if qk_norm else None
+        self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps) if qk_norm else None
+        self.rotary_emb = rotary
+        self.attn = PagedAttention(self.num_heads, self.num_kv_heads, self.head_dim,
+                                   layer_sliding_window(config, layer_idx))
+
+    def forward(self, positions: torch.Tensor, x: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        n = x.shape[0]
+        q, k, v = self.qkv_proj(x).split(
+            [self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim, self.num_kv_heads * self.head_dim], -1)
+        q = q.view(n, self.num_heads, self.head_dim)
+        k = k.view(n, self.num_kv_heads, self.head_dim)
+        v = v.view(n, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = self.rotary_emb(positions, q, k)
+        return self.o_proj(self.attn(q, k, v, meta))
+
+
+class LlamaDecoderLayer(nn.Module):
+    def __init__(self, config, layer_idx: int, rotary: RotaryEmbedding, qkv_bias: bool, o_bias: bool,
+                 qk_norm: bool) -> None:
+        super().__init__()
+        self.self_attn = LlamaAttention(config, layer_idx, rotary, qkv_bias, o_bias, qk_norm)
+        self.mlp = SiluAndMulMLP(config.hidden_size, config.intermediate_size)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(self, positions: torch.Tensor, x: torch.Tensor, residual: torch.Tensor | None,
+                meta: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor]:
+        if residual is None:
+            x, residual = self.input_layernorm(x), x
+        else:
+            x, residual = self.input_layernorm(x, residual)
+        x = self.self_attn(positions, x, meta)
+        x, residual = self.post_attention_layernorm(x, residual)
+        return self.mlp(x), residual
+
+
+class LlamaForCausalLM(nn.Module):
+    qkv_bias = False
+    qk_norm = False
+    # HF checkpoint module -> (engine module, shard id of the fused parameter)
+    packed_modules_mapping = {
+        "q_proj": ("qkv_proj", "q"), "k_proj": ("qkv_proj", "k"), "v_proj": ("qkv_proj", "v"),
+        "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1),
+    }
+
+    def __init__(self, config, max_positions: int) -> None:
+        super().__init__()
+        if getattr(config, "mlp_bias", False):
+            raise NotImplementedError(f"{type(self).__name__}: mlp_bias=True is not supported by the hybrid engine")
+        self.config = config
+        self.tie_word_embeddings = bool(getattr(config, "tie_word_embeddings", False))
+        qkv_bias = self.qkv_bias or bool(getattr(config, "attention_bias", False))
+        o_bias = bool(getattr(config, "attention_bias", False))
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        rotary = build_rotary(config, head_dim, max_positions)
+        self.model = nn.Module()
+        self.model.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.model.layers = nn.ModuleList(
+            LlamaDecoderLayer(config, i, rotary, qkv_bias, o_bias, self.qk_norm)
+            for i in range(config.num_hidden_layers))
+        self.model.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if self.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        """input_ids, positions (N,) -> final hidden states (N, hidden)."""
+        x, residual = self.model.embed_tokens(input_ids), None
+        for layer in self.model.layers:
+            x, residual = layer(positions, x, residual, meta)
+        x, _ = self.model.norm(x, residual)
+        return x
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden)
+
+    def attention_layers(self) -> list[PagedAttention]:
+        return [layer.self_attn.attn for layer in self.model.layers]

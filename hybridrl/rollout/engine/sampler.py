@@ -1,0 +1,68 @@
+"""Batched sampling with reproducible per-row noise: Gumbel-max over temperature/top-k/top-p logits.
+
+The Gumbel noise of (row key, step, token id) comes from a counter-based integer hash, so a row's
+tokens depend only on its seed key and position, never on the batch it shares or on preemption, and
+no per-sequence torch.Generator is needed. Log-probs are under logits / temperature (temperature 1 for
+greedy), before top-k/top-p truncation, as the trainer recomputes them.
+"""
+
+from __future__ import annotations
+
+import torch
+
+MASK32 = 0xFFFFFFFF
+# Odd multipliers below 2**31: products with 32-bit values stay below 2**63, exact in int64.
+MUL_A, MUL_B, MUL_C = 0x7FEB352D, 0x2C1B3C6D, 0x297A2D39
+
+
+def mix32(x):
+    """A 32-bit integer finaliser (xorshift-multiply) on ints or int64 tensors with values in [0, 2**32)."""
+    x = x ^ (x >> 16)
+    x = (x * MUL_A) & MASK32
+    x = x ^ (x >> 15)
+    x = (x * MUL_B) & MASK32
+    return x ^ (x >> 16)
+
+
+def row_key(seed: int, row: int) -> int:
+    """The 32-bit noise key of output row `row` under `seed` (host side, once per sequence)."""
+    return mix32(mix32(((seed * MUL_C) & MASK32) ^ mix32(row & MASK32)) ^ ((seed >> 32) & MASK32))
+
+
+def gumbel_noise(keys: torch.Tensor, steps: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
+    """Gumbel(0, 1) noise, float32 (B, K): keys, steps int64 (B,), token_ids int64 (B, K) or (K,)."""
+    h = mix32(keys ^ mix32((steps * MUL_C + 0x9E3779B9) & MASK32))[:, None]  # (B, 1)
+    u = mix32(h ^ token_ids)  # (B, K) in [0, 2**32)
+    u = ((u >> 8).float() + 0.5) * (1.0 / (1 << 24))  # 24 bits: exact in float32, in (0, 1)
+    return -torch.log(-torch.log(u))
+
+
+def apply_top_p(sorted_logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Mask (-inf) descending-sorted logits outside the smallest prefix whose probability reaches top_p."""
+    probs = sorted_logits.softmax(-1)
+    exclusive_cumsum = probs.cumsum(-1) - probs
+    return sorted_logits.masked_fill(exclusive_cumsum >= top_p, float("-inf"))
+
+
+def sample(logits: torch.Tensor, temperature: float, top_k: int, top_p: float, greedy: bool,
+           keys: torch.Tensor, steps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """logits (B, V) -> (token ids int64 (B,), log-probs float32 (B,)).
+
+    keys: per-row noise keys (int64 (B,), from `row_key`); steps: tokens generated so far (int64 (B,)).
+    """
+    logits = logits.float()
+    if greedy:
+        tokens = logits.argmax(-1)
+        return tokens, logits.log_softmax(-1).gather(-1, tokens[:, None])[:, 0]
+    logits = logits / temperature
+    vocab = logits.shape[-1]
+    if 0 < top_k < vocab or top_p < 1.0:
+        k = top_k if 0 < top_k < vocab else vocab
+        cand_logits, cand_ids = logits.topk(k, dim=-1)  # (B, k), sorted descending
+        if top_p < 1.0:
+            cand_logits = apply_top_p(cand_logits, top_p)
+    else:
+        cand_logits, cand_ids = logits, torch.arange(vocab, device=logits.device)
+    choice = (cand_logits + gumbel_noise(keys, steps, cand_ids)).argmax(-1)
+    tokens = cand_ids[choice] if cand_ids.dim() == 1 else cand_ids.gather(-1, choice[:, None])[:, 0]
+    return tokens, logits.log_softmax(-1).gather(-1, tokens[:, None])[:, 0]

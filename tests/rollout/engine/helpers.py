@@ -1,0 +1,49 @@
+"""Tiny HF models with weights scaled up so greedy outputs vary, and HF references to compare against."""
+
+import torch
+
+from hybridrl.models.tiny import build_tiny_model
+from hybridrl.rollout.engine.llm_engine import LLMEngine
+
+PROMPTS = [list(range(3, 15)), [7, 8, 9], [40, 41, 42, 43, 44, 45, 46, 47, 48]]
+
+
+def make_model(arch="qwen2", seed=1, **overrides):
+    """A tiny model whose random weights are large enough that it does not just echo its input."""
+    model = build_tiny_model(arch, seed=seed, **overrides)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=gen)
+            p.copy_(1 + 0.3 * noise if "norm" in name else 2 * noise / p.shape[-1] ** 0.5)
+    return model
+
+
+def make_engine(model, **kwargs):
+    kwargs = {"num_kv_blocks": 64, "block_size": 4, **kwargs}
+    return LLMEngine(model, **kwargs)
+
+
+def hf_generate_greedy(model, prompt, max_new_tokens):
+    """HF `generate` (greedy, stops at the model's EOS) without the prompt."""
+    ids = torch.tensor([prompt])
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                         max_new_tokens=max_new_tokens, pad_token_id=0)
+    return out[0, len(prompt):].tolist()
+
+
+@torch.no_grad()
+def hf_greedy_no_eos(model, prompt, max_new_tokens):
+    """Greedy by full HF forwards (no KV cache, no EOS stop)."""
+    ids = list(prompt)
+    for _ in range(max_new_tokens):
+        ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
+    return ids[len(prompt):]
+
+
+@torch.no_grad()
+def hf_logprobs(model, prompt, response, temperature):
+    """log_softmax(logits / temperature) of `response` tokens under one HF forward of prompt + response."""
+    ids = torch.tensor([prompt + response])
+    logits = model(ids).logits[0, len(prompt) - 1:-1].float() / temperature
+    return logits.log_softmax(-1).gather(-1, torch.tensor(response)[:, None])[:, 0]
