@@ -86,15 +86,27 @@ def test_decode_matches_reference(num_heads, num_kv_heads, head_dim, page):
 
 
 @interpreted
-@pytest.mark.parametrize("num_splits", [2, 3])
-@pytest.mark.parametrize("sliding_window", [None, 8, 40])
+@pytest.mark.parametrize("num_splits,sliding_window", [(2, None), (3, None), (3, 8), (2, 40)])
 def test_split_k_and_sliding_window(num_splits, sliding_window):
     from hybridrl.rollout.engine.attention.triton_decode import paged_decode_attention
 
-    # Width 22 blocks of 16 = 352 tokens: some splits are empty for short (or windowed) contexts.
-    case = make_case([1, 17, 100, 300], 14, 2, 64, 16, extra_blocks=3)
+    # Width 16 blocks of 16 = 256 tokens: some splits are empty for short (or windowed) contexts.
+    case = make_case([1, 17, 100, 200], 14, 2, 64, 16, extra_blocks=3)
     out = paged_decode_attention(*case, 0.125, sliding_window, num_splits=num_splits)
     torch.testing.assert_close(out, reference_decode(*case, 0.125, sliding_window), atol=1e-4, rtol=1e-4)
+
+
+@interpreted
+def test_default_split_plan_with_long_table(monkeypatch):
+    """Small batch, 40 blocks of 16 = 640 possible tokens: on an H200 the plan is 3 partitions of 256."""
+    from hybridrl.rollout.engine.attention import triton_decode
+    from hybridrl.rollout.engine.attention.triton_decode import paged_decode_attention
+
+    monkeypatch.setattr(triton_decode, "_num_sms", lambda device: 132)
+    assert triton_decode.plan_splits(3, 2, 640, 132) == (3, 256)
+    case = make_case([1, 300, 600], 4, 2, 64, 16, extra_blocks=2)
+    out = paged_decode_attention(*case, 0.125, 100)
+    torch.testing.assert_close(out, reference_decode(*case, 0.125, 100), atol=1e-4, rtol=1e-4)
 
 
 @interpreted
@@ -141,14 +153,15 @@ def test_store_then_decode_round_trip():
                                atol=1e-4, rtol=1e-4)
 
 
-def test_num_splits_heuristic():
+def test_split_plan():
     pytest.importorskip("triton")
-    from hybridrl.rollout.engine.attention.triton_decode import choose_num_splits
+    from hybridrl.rollout.engine.attention.triton_decode import plan_splits
 
-    assert choose_num_splits(batch=512, num_kv_heads=2, max_tokens=32768, num_sms=132) == 1  # enough programs
-    assert choose_num_splits(batch=1, num_kv_heads=2, max_tokens=256, num_sms=132) == 1  # context too short
-    assert choose_num_splits(batch=1, num_kv_heads=2, max_tokens=4096, num_sms=132) == 16  # capped by length
-    assert choose_num_splits(batch=1, num_kv_heads=2, max_tokens=32768, num_sms=132) == 64  # capped at MAX
+    assert plan_splits(batch=512, num_kv_heads=2, max_tokens=32768, num_sms=132) == (1, 32768)  # enough programs
+    assert plan_splits(batch=1, num_kv_heads=2, max_tokens=200, num_sms=132) == (1, 256)  # context too short
+    assert plan_splits(batch=16, num_kv_heads=2, max_tokens=4096, num_sms=132) == (16, 256)
+    assert plan_splits(batch=1, num_kv_heads=2, max_tokens=1000, num_sms=132) == (4, 256)  # last one partial
+    assert plan_splits(batch=1, num_kv_heads=2, max_tokens=65536, num_sms=132) == (128, 512)  # <= MAX_SPLITS
 
 
 def test_rejects_bad_inputs():

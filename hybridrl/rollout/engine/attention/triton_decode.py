@@ -15,10 +15,10 @@ import triton.language as tl
 # Tokens gathered per inner-loop iteration, independent of the page size: every token's address is
 # looked up through the block table, so 64-token tiles (4 pages of 16) keep several loads in flight.
 BLOCK_N = 64
-# Fewest tokens a split-K partition gets: below this the second (reduction) kernel costs more than the
-# parallelism buys.
+# Split-K partitions: at least this many tokens each (below it the reduction kernel costs more than the
+# parallelism buys), and at most MAX_SPLITS of them. Partitions are sized from static shapes only.
 MIN_SPLIT_TOKENS = 256
-MAX_SPLITS = 64
+MAX_SPLITS = 128
 LOG2E = 1.4426950408889634
 
 
@@ -80,10 +80,12 @@ def _decode_kernel(
     has_tokens = l_i > 0  # false for splits that start past the context (or past the window)
     out = acc / tl.where(has_tokens, l_i, 1.0)[:, None]
     out_ptrs = out_ptr + seq * stride_ob + heads[:, None] * stride_oh + split * stride_os + dims[None, :]
-    tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=row_mask[:, None])
-    if SPLIT:
+    if SPLIT:  # empty partitions store only lse = -inf; the reduction never reads their partials
+        tl.store(out_ptrs, out, mask=row_mask[:, None] & has_tokens[:, None])
         lse = tl.where(has_tokens, m_i + tl.log2(tl.where(has_tokens, l_i, 1.0)), float("-inf"))
         tl.store(lse_ptr + seq * stride_lb + heads * stride_lh + split, lse, mask=row_mask)
+    else:
+        tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=row_mask[:, None])
 
 
 @triton.jit
@@ -93,7 +95,7 @@ def _reduce_kernel(
     HEAD_DIM: tl.constexpr, SPLITS_PAD: tl.constexpr,
 ):
     # One program per (sequence, query head): merge the per-split softmax-normalised partials, weighted
-    # by exp2(lse_split - max lse). Split 0 ... the split holding the last token is never empty.
+    # by exp2(lse_split - max lse). The split holding the last token is never empty, so max lse is finite.
     seq = tl.program_id(0)
     head = tl.program_id(1)
     splits = tl.arange(0, SPLITS_PAD)
@@ -102,8 +104,9 @@ def _reduce_kernel(
     lse = tl.load(lse_ptr + seq * stride_lb + head * stride_lh + splits, mask=split_mask,
                   other=float("-inf"))
     weights = tl.exp2(lse - tl.max(lse, 0))  # (SPLITS_PAD,), 0 for empty splits
+    filled = lse > float("-inf")  # empty splits' partials were never written
     part = tl.load(part_ptr + seq * stride_pb + head * stride_ph + splits[:, None] * stride_ps
-                   + dims[None, :], mask=split_mask[:, None], other=0.0)  # (SPLITS_PAD, HEAD_DIM)
+                   + dims[None, :], mask=filled[:, None], other=0.0)  # (SPLITS_PAD, HEAD_DIM)
     out = tl.sum(part * weights[:, None], 0) / tl.sum(weights, 0)
     tl.store(out_ptr + seq * stride_ob + head * stride_oh + dims, out.to(out_ptr.dtype.element_ty))
 
@@ -115,17 +118,21 @@ def _num_sms(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def choose_num_splits(batch: int, num_kv_heads: int, max_tokens: int, num_sms: int) -> int:
-    """Split-K partitions from static shapes only (no device sync, so CUDA-graph safe).
+def plan_splits(batch: int, num_kv_heads: int, max_tokens: int, num_sms: int) -> tuple[int, int]:
+    """(num_splits, tokens per split) from static shapes only: no device sync, so CUDA-graph safe.
 
-    Split when (sequence, KV head) programs alone would leave SMs idle (< 2 waves) and the longest
-    possible context is long enough to give every partition >= MIN_SPLIT_TOKENS tokens.
+    Split when the (sequence, KV head) programs alone would fill < 2 waves of SMs. The actual context
+    lengths are unknown here, so partitions are short (MIN_SPLIT_TOKENS) and cover `max_tokens`;
+    partitions past a sequence's context exit at once and only cost a launch slot.
     """
-    programs = batch * num_kv_heads
-    if programs >= 2 * num_sms:
-        return 1
-    wanted = triton.cdiv(2 * num_sms, programs)
-    return max(1, min(wanted, max_tokens // MIN_SPLIT_TOKENS, MAX_SPLITS))
+    if batch * num_kv_heads >= 2 * num_sms or max_tokens <= MIN_SPLIT_TOKENS:
+        return 1, _round_up(max_tokens, BLOCK_N)
+    split_len = _round_up(max(MIN_SPLIT_TOKENS, triton.cdiv(max_tokens, MAX_SPLITS)), BLOCK_N)
+    return triton.cdiv(max_tokens, split_len), split_len
+
+
+def _round_up(x: int, multiple: int) -> int:
+    return triton.cdiv(x, multiple) * multiple
 
 
 def _check_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -162,8 +169,9 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     group = num_heads // num_kv_heads
     max_tokens = block_tables.shape[1] * page_size
     if num_splits is None:
-        num_splits = choose_num_splits(batch, num_kv_heads, max_tokens, _num_sms(q.device))
-    split_len = triton.cdiv(triton.cdiv(max_tokens, num_splits), BLOCK_N) * BLOCK_N
+        num_splits, split_len = plan_splits(batch, num_kv_heads, max_tokens, _num_sms(q.device))
+    else:
+        split_len = _round_up(triton.cdiv(max_tokens, num_splits), BLOCK_N)
     out = torch.empty_like(q)
     if num_splits > 1:  # (B, Hq, S, D) fp32 partials and (B, Hq, S) log2-sum-exp, reduced below
         part = torch.empty(batch, num_heads, num_splits, head_dim, device=q.device, dtype=torch.float32)
