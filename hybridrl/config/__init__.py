@@ -4,7 +4,7 @@ from hybridrl.config.batch_rules import resolve_micro_batch_size_per_gpu
 from hybridrl.config.errors import ConfigError
 from hybridrl.config.load import config_to_dict, config_to_yaml, load_config, parse_cli_args
 from hybridrl.config.placement import validate_placement
-from hybridrl.config.roles import critic_enabled, ref_enabled
+from hybridrl.config.roles import critic_enabled, ref_enabled, rollout_backend_name
 from hybridrl.config.schema import HybridRLConfig
 from hybridrl.config.validate import validate_config
 
@@ -18,6 +18,7 @@ __all__ = [
     "parse_cli_args",
     "ref_enabled",
     "resolve_micro_batch_size_per_gpu",
+    "rollout_backend_name",
     "validate_config",
     "validate_placement",
 ]

@@ -6,7 +6,7 @@ import dataclasses
 import typing
 from typing import Any
 
-from hybridrl.config.index import type_arms
+from hybridrl.config.index import union_members
 from hybridrl.config.values import parse_scalar
 
 _TYPE_NAMES = {int: "int", float: "float", bool: "bool", str: "string", list: "list", dict: "dict", type(None): "null"}
@@ -19,7 +19,7 @@ class CoercionError(ValueError):
 def type_name(hint: Any) -> str:
     """`int | None` -> 'int or null', `list[int]` -> 'list of int'."""
     names = []
-    for arm in typing.get_args(hint) if type_arms(hint) != (hint,) and len(type_arms(hint)) > 1 else (hint,):
+    for arm in union_members(hint):
         origin = typing.get_origin(arm) or arm
         args = typing.get_args(arm)
         name = _TYPE_NAMES.get(origin, getattr(origin, "__name__", str(origin)))
@@ -83,7 +83,7 @@ def coerce(value: Any, hint: Any) -> Any:
     """`value` converted to `hint` (a scalar type, list[...], dict, Any or a union); CoercionError if it cannot be."""
     if hint is Any:
         return value
-    arms = typing.get_args(hint) if len(type_arms(hint)) > 1 else (hint,)
+    arms = union_members(hint)
     if value is None:
         if type(None) in arms:
             return None

@@ -32,11 +32,16 @@ class KeySpec:
         return dict in type_arms(self.hint)
 
 
-def type_arms(hint: Any) -> tuple[Any, ...]:
-    """The alternatives of a union type (`int | None` -> (int, NoneType)); a plain type is its own arm."""
+def union_members(hint: Any) -> tuple[Any, ...]:
+    """The alternatives of a union (`list[int] | None` -> (list[int], NoneType)); a plain type is its own."""
     if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
-        return tuple(typing.get_origin(arm) or arm for arm in typing.get_args(hint))
-    return (typing.get_origin(hint) or hint,)
+        return typing.get_args(hint)
+    return (hint,)
+
+
+def type_arms(hint: Any) -> tuple[Any, ...]:
+    """The runtime classes of a type's alternatives (`list[int] | None` -> (list, NoneType))."""
+    return tuple(typing.get_origin(arm) or arm for arm in union_members(hint))
 
 
 def _walk(cls: type, prefix: str, out: dict[str, KeySpec]) -> None:

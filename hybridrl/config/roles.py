@@ -15,3 +15,11 @@ def critic_enabled(cfg: HybridRLConfig) -> bool:
 def ref_enabled(cfg: HybridRLConfig) -> bool:
     """The reference policy is needed by the KL loss or the KL-in-reward penalty."""
     return cfg.actor_rollout_ref.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
+
+
+def rollout_backend_name(cfg: HybridRLConfig, device_type: str) -> str:
+    """`actor_rollout_ref.rollout.name` with `auto` made concrete: hybrid (our engine) on cuda, hf elsewhere."""
+    name = cfg.actor_rollout_ref.rollout.name
+    if name != "auto":
+        return name
+    return "hybrid" if device_type == "cuda" else "hf"
