@@ -38,7 +38,7 @@ def truncate_prompt_ids(ids: list[int], max_length: int, mode: str) -> list[int]
 
 
 class RLDataset:
-    """Prompts from verl-schema files; item `i` is a dict with `input_ids` (unpadded 1-D LongTensor) and the row's fields."""
+    """Prompts from verl-schema files; item `i` is the row's fields plus `input_ids` (unpadded 1-D LongTensor)."""
 
     def __init__(self, files: str | Path | list[str | Path], tokenizer: Any, *, max_prompt_length: int = 512,
                  prompt_key: str = "prompt", reward_fn_key: str = "data_source", truncation: str = "error",
@@ -174,7 +174,7 @@ def _object_array(values: list[Any]) -> np.ndarray:
 
 
 def collate(rows: list[dict[str, Any]], pad_token_id: int, max_prompt_length: int) -> Batch:
-    """Left-pad rows' `input_ids` to (B, P=max_prompt_length) with attention_mask and position_ids; the rest → non-tensors.
+    """Left-pad rows' `input_ids` to (B, P=max_prompt_length) + attention_mask, position_ids; the rest → non-tensors.
 
     position_ids = clip(cumsum(attention_mask) - 1, 0), so the first real token is at position 0. A field
     missing from some rows is None there.

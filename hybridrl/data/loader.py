@@ -18,7 +18,7 @@ logger = logging.getLogger("hybridrl.data")
 
 
 class StatefulLoader:
-    """Yields `collate_fn(rows)` batches of `batch_size` rows; `for batch in loader` runs the rest of the current epoch."""
+    """Batches `collate_fn(rows)` of `batch_size` rows; `for batch in loader` runs the rest of the current epoch."""
 
     def __init__(self, dataset: Sequence[Any], batch_size: int, *, shuffle: bool = True, seed: int = 0,
                  drop_last: bool = True, collate_fn: Callable[[list[Any]], Batch]) -> None:

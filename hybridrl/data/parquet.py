@@ -19,7 +19,7 @@ def write_parquet(rows: list[dict[str, Any]], path: str | Path) -> Path:
 
     path = Path(path).expanduser()
     if not rows:
-        raise ValueError(f"refusing to write {path}: no rows were given (an empty dataset is almost always a bug upstream)")
+        raise ValueError(f"refusing to write {path}: no rows were given (an empty dataset is a bug upstream)")
     try:
         table = pa.Table.from_pylist(rows)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
@@ -61,4 +61,5 @@ def _parse_json_line(path: Path, line_number: int, line: str) -> Any:
     try:
         return json.loads(line)
     except json.JSONDecodeError as error:
-        raise ValueError(f"{path}: line {line_number} is not valid JSON ({error.msg}); fix or remove that line") from error
+        raise ValueError(f"{path}: line {line_number} is not valid JSON ({error.msg}); fix or remove that line") \
+            from error

@@ -7,6 +7,7 @@ counts it (`reward/num_errors`); a result that is not a finite number always sto
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from dataclasses import dataclass, field
@@ -31,7 +32,8 @@ class ScoredBatch:
 
 def function_name(fn: Callable) -> str:
     """`module:qualname` of `fn`, looking through functools.partial."""
-    target = getattr(fn, "func", fn) if not hasattr(fn, "__qualname__") else fn
+    # A bare partial has no __qualname__ (a wrapped one, as load_custom_reward_fn returns, does).
+    target = fn.func if isinstance(fn, functools.partial) and not hasattr(fn, "__qualname__") else fn
     module = getattr(target, "__module__", None) or "?"
     return f"{module}:{getattr(target, '__qualname__', repr(target))}"
 

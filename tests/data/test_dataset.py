@@ -144,7 +144,8 @@ def test_apply_chat_template_kwargs_reach_the_template(tmp_path):
 
 def test_collate_left_pads_with_hand_computed_positions():
     rows = [{"input_ids": torch.tensor([5, 6]), "data_source": "a", "extra_info": {"index": 0}},
-            {"input_ids": torch.tensor([7, 8, 9]), "data_source": "b", "raw_prompt": [{"role": "user", "content": "x"}]},
+            {"input_ids": torch.tensor([7, 8, 9]), "data_source": "b",
+             "raw_prompt": [{"role": "user", "content": "x"}]},
             {"input_ids": torch.tensor([], dtype=torch.long), "data_source": "c"}]
     batch = collate(rows, pad_token_id=0, max_prompt_length=4)
     assert batch["input_ids"].tolist() == [[0, 0, 5, 6], [0, 7, 8, 9], [0, 0, 0, 0]]

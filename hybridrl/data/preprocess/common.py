@@ -63,10 +63,22 @@ def download_splits(hf_name: str, hf_config: str | None) -> RawSplits:
     return {split: [(f"{hf_name}[{split}]", loaded[split].to_list())] for split in SPLITS if split in loaded}
 
 
+def convert_splits(raw_splits: RawSplits, convert_rows: Callable[..., list[dict]]) -> dict[str, list[dict]]:
+    """Per split, every file's rows through `convert_rows(raw_rows, split, source, first_index=...)`;
+    `extra_info.index` counts on across a split's shards."""
+    converted = {}
+    for split, sources in raw_splits.items():
+        rows: list[dict] = []
+        for source, raw_rows in sources:
+            rows.extend(convert_rows(raw_rows, split, source, first_index=len(rows)))
+        converted[split] = rows
+    return converted
+
+
 def build_parser(description: str, default_save_dir: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--local_dataset_path", default=None,
-                        help="folder or file with the raw dataset (jsonl or parquet); without it, download via datasets")
+                        help="folder or file of the raw dataset (jsonl or parquet); without it, download via datasets")
     parser.add_argument("--local_save_dir", "--local_dir", dest="local_save_dir", default=default_save_dir,
                         help="where train.parquet and test.parquet are written (--local_dir is the older name)")
     parser.add_argument("--hdfs_dir", default=None, help="not supported: copy the written files yourself")

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from hybridrl.data.preprocess.common import RawSplits, build_parser, download_splits, read_local_splits, run_cli, \
+from hybridrl.data.preprocess.common import build_parser, convert_splits, download_splits, read_local_splits, run_cli, \
     write_splits
 
 DATA_SOURCE = "openai/gsm8k"
@@ -49,21 +49,10 @@ def convert_rows(raw_rows: list[dict], split: str, source: str, first_index: int
     return rows
 
 
-def convert_splits(raw_splits: RawSplits) -> dict[str, list[dict[str, Any]]]:
-    """Per split, all files' rows converted; `extra_info.index` counts across a split's shards."""
-    converted = {}
-    for split, sources in raw_splits.items():
-        rows: list[dict] = []
-        for source, raw_rows in sources:
-            rows.extend(convert_rows(raw_rows, split, source, first_index=len(rows)))
-        converted[split] = rows
-    return converted
-
-
 def preprocess(local_dataset_path: str | Path | None, local_save_dir: str | Path) -> dict[str, Path]:
     """Read GSM8K (local files, else the HF hub), write `{save_dir}/{train,test}.parquet`; returns the paths."""
     raw = read_local_splits(local_dataset_path) if local_dataset_path else download_splits(DATA_SOURCE, "main")
-    return write_splits(convert_splits(raw), local_save_dir)
+    return write_splits(convert_splits(raw, convert_rows), local_save_dir)
 
 
 def _run(args: argparse.Namespace) -> None:
