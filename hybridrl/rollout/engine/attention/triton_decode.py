@@ -154,14 +154,24 @@ def _check_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                         f"{context_lens.dtype}")
 
 
+def _split_buffers(out: torch.Tensor, num_splits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where the decode kernel writes: `out` itself, or (B, Hq, S, D) fp32 partials + (B, Hq, S) lse."""
+    if num_splits == 1:
+        return out, out  # lse unused when SPLIT is false
+    batch, num_heads, head_dim = out.shape
+    part = torch.empty(batch, num_heads, num_splits, head_dim, device=out.device, dtype=torch.float32)
+    return part, torch.empty(batch, num_heads, num_splits, device=out.device, dtype=torch.float32)
+
+
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float,
-                           sliding_window: int | None = None, *, num_splits: int | None = None
-                           ) -> torch.Tensor:
+                           sliding_window: int | None = None, *, num_splits: int | None = None,
+                           block_n: int = BLOCK_N, num_warps: int = 4, num_stages: int = 2) -> torch.Tensor:
     """One decode token per sequence attends to its paged context: q (B, Hq, D) -> (B, Hq, D).
 
     block_tables int32 (B, max_blocks); context_lens int32 (B,) counts the cached tokens including the
     current one. `num_splits` overrides the split-K heuristic (tests); it must not depend on data.
+    `block_n` (tokens per tile), `num_warps`, `num_stages`: tuning knobs (benchmarks/rollout_bench.py sweeps them).
     """
     _check_inputs(q, k_cache, v_cache, block_tables, context_lens)
     batch, num_heads, head_dim = q.shape
@@ -171,15 +181,12 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     if num_splits is None:
         num_splits, split_len = plan_splits(batch, num_kv_heads, max_tokens, _num_sms(q.device))
     else:
-        split_len = _round_up(triton.cdiv(max_tokens, num_splits), BLOCK_N)
+        split_len = triton.cdiv(max_tokens, num_splits)
+    split_len = _round_up(split_len, block_n)  # whole tiles per partition (correct either way)
     out = torch.empty_like(q)
-    if num_splits > 1:  # (B, Hq, S, D) fp32 partials and (B, Hq, S) log2-sum-exp, reduced below
-        part = torch.empty(batch, num_heads, num_splits, head_dim, device=q.device, dtype=torch.float32)
-        lse = torch.empty(batch, num_heads, num_splits, device=q.device, dtype=torch.float32)
-        dst, dst_strides, lse_strides = part, part.stride()[:3], lse.stride()[:2]
-    else:
-        dst, lse = out, out  # lse unused when SPLIT is false
-        dst_strides, lse_strides = (*out.stride()[:2], 0), (0, 0)
+    dst, lse = _split_buffers(out, num_splits)
+    dst_strides = dst.stride()[:3] if num_splits > 1 else (*out.stride()[:2], 0)
+    lse_strides = lse.stride()[:2] if num_splits > 1 else (0, 0)
     window = sliding_window if sliding_window is not None and sliding_window > 0 else max_tokens + 1
     _decode_kernel[(batch, num_kv_heads, num_splits)](
         q, k_cache, v_cache, dst, lse, block_tables, context_lens,
@@ -188,13 +195,13 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         *k_cache.stride()[:3], *v_cache.stride()[:3],
         *dst_strides, *lse_strides, block_tables.stride(0),
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
-        PAGE_SIZE=page_size, BLOCK=BLOCK_N, SPLIT=num_splits > 1,
+        PAGE_SIZE=page_size, BLOCK=block_n, SPLIT=num_splits > 1,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        num_warps=4, num_stages=2,
+        num_warps=num_warps, num_stages=num_stages,
     )
     if num_splits > 1:
         _reduce_kernel[(batch, num_heads)](
-            part, lse, out, num_splits, *part.stride()[:3], *lse.stride()[:2], *out.stride()[:2],
+            dst, lse, out, num_splits, *dst.stride()[:3], *lse.stride()[:2], *out.stride()[:2],
             HEAD_DIM=head_dim, SPLITS_PAD=max(2, triton.next_power_of_2(num_splits)), num_warps=4,
         )
     return out
