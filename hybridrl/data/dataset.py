@@ -38,7 +38,12 @@ def truncate_prompt_ids(ids: list[int], max_length: int, mode: str) -> list[int]
 
 
 class RLDataset:
-    """Prompts from verl-schema files; item `i` is the row's fields plus `input_ids` (unpadded 1-D LongTensor)."""
+    """Prompts from verl-schema files; item `i` is the row's fields plus `input_ids` (unpadded 1-D LongTensor).
+
+    Item keys besides the row's columns (the prompt column itself is replaced): `data_source` (the row's
+    `reward_fn_key` column), `index` (extra_info.index, else the row number in its file), `raw_prompt`
+    (the messages, with return_raw_chat). `truncation="error"` raises when an over-long item is read.
+    """
 
     def __init__(self, files: str | Path | list[str | Path], tokenizer: Any, *, max_prompt_length: int = 512,
                  prompt_key: str = "prompt", reward_fn_key: str = "data_source", truncation: str = "error",
