@@ -1,0 +1,110 @@
+"""LLMEngine behaviour: seeds, preemption, prefix cache across calls, sleep/wake, sizing errors."""
+
+import pytest
+import torch
+
+from hybridrl.rollout.base import SamplingParams
+from hybridrl.rollout.engine.sampler import row_key, sample
+from tests.rollout.engine.helpers import PROMPTS, make_engine, make_model
+
+SAMPLED = dict(temperature=0.8, top_k=30, top_p=0.95, max_new_tokens=12, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return make_model("qwen2", seed=4)
+
+
+def test_same_seed_same_tokens_different_seed_different(model):
+    engine = make_engine(model)
+    a = engine.generate(PROMPTS, SamplingParams(n=2, seed=7, **SAMPLED))
+    b = make_engine(model).generate(PROMPTS, SamplingParams(n=2, seed=7, **SAMPLED))
+    c = engine.generate(PROMPTS, SamplingParams(n=2, seed=8, **SAMPLED))
+    assert a.token_ids == b.token_ids and a.log_probs == b.log_probs
+    assert a.token_ids != c.token_ids
+
+
+def test_unseeded_calls_use_engine_seed_plus_call_counter(model):
+    first, second = make_engine(model, seed=5), make_engine(model, seed=5)
+    params = SamplingParams(**SAMPLED)
+    x1, x2 = first.generate(PROMPTS, params), first.generate(PROMPTS, params)
+    assert x1.token_ids != x2.token_ids
+    assert second.generate(PROMPTS, params).token_ids == x1.token_ids
+
+
+def test_tokens_do_not_depend_on_batch_composition(model):
+    params = SamplingParams(n=2, seed=11, **SAMPLED)
+    together = make_engine(model).generate(PROMPTS, params)
+    one_at_a_time = make_engine(model, max_num_seqs=1).generate(PROMPTS, params)
+    alone = make_engine(model).generate(PROMPTS[:1], params)
+    assert one_at_a_time.token_ids == together.token_ids
+    assert alone.token_ids == together.token_ids[:2]
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_preemption_gives_identical_outputs(model, greedy):
+    params = SamplingParams(do_sample=not greedy, n=3, seed=2, **{**SAMPLED, "max_new_tokens": 16})
+    free = make_engine(model).generate(PROMPTS, params)
+    tight = make_engine(model, num_kv_blocks=10).generate(PROMPTS, params)
+    assert free.metrics["rollout/num_preempted"] == 0
+    assert tight.metrics["rollout/num_preempted"] > 0
+    assert tight.token_ids == free.token_ids
+    torch.testing.assert_close(torch.tensor(tight.log_probs), torch.tensor(free.log_probs), atol=1e-4, rtol=0)
+
+
+def test_repeated_prompts_hit_the_prefix_cache_across_calls(model):
+    engine = make_engine(model)
+    params = SamplingParams(do_sample=False, max_new_tokens=4, ignore_eos=True)
+    first = engine.generate(PROMPTS[:1], params)
+    second = engine.generate(PROMPTS[:1], params)
+    assert first.metrics["rollout/prefix_cache_hit_tokens"] == 0
+    assert second.metrics["rollout/prefix_cache_hit_tokens"] == 12  # the 3 full prompt blocks
+    assert second.token_ids == first.token_ids
+    engine.update_weights(model.named_parameters())  # new weights invalidate cached KV
+    assert engine.generate(PROMPTS[:1], params).metrics["rollout/prefix_cache_hit_tokens"] == 0
+
+
+def test_sleep_frees_kv_and_wake_up_restores(model):
+    engine = make_engine(model)
+    params = SamplingParams(do_sample=False, max_new_tokens=6, ignore_eos=True)
+    before = engine.generate(PROMPTS, params)
+    engine.sleep()
+    assert engine.runner.kv_cache is None
+    with pytest.raises(RuntimeError, match="wake_up"):
+        engine.generate(PROMPTS, params)
+    engine.wake_up()
+    assert engine.runner.kv_cache.numel() * engine.runner.kv_cache.element_size() == engine.kv_cache_bytes
+    assert engine.generate(PROMPTS, params).token_ids == before.token_ids
+
+
+def test_request_that_can_never_fit_names_the_knobs(model):
+    engine = make_engine(model, num_kv_blocks=3, block_size=4)  # 12 tokens of KV in total
+    with pytest.raises(ValueError) as err:
+        engine.generate([[5] * 6], SamplingParams(max_new_tokens=16))
+    msg = str(err.value)
+    assert "needs 6 KV blocks" in msg and "has 3 blocks" in msg
+    assert "actor_rollout_ref.rollout.response_length=6" in msg
+    assert "actor_rollout_ref.rollout.gpu_memory_utilization=1.0" not in msg
+    assert "actor_rollout_ref.rollout.gpu_memory_utilization=0.95" in msg
+    assert "actor_rollout_ref.rollout.max_num_seqs=128" in msg
+
+
+def test_cpu_default_kv_budget_and_bf16_engine(model):
+    engine = make_engine(model, num_kv_blocks=None, dtype=torch.bfloat16, max_num_seqs=4, max_model_len=64)
+    assert engine.num_kv_blocks == 4 * 64 // 4 and engine.runner.kv_cache.dtype == torch.bfloat16
+    assert next(model.parameters()).dtype == torch.float32  # the source model is untouched
+    out = engine.generate(PROMPTS, SamplingParams(do_sample=False, max_new_tokens=4, ignore_eos=True))
+    assert all(len(t) == 4 for t in out.token_ids)
+
+
+def test_sampler_respects_top_k_and_is_keyed_per_row():
+    logits = torch.randn(4, 50)
+    keys = torch.tensor([row_key(0, r) for r in range(4)])
+    steps = torch.zeros(4, dtype=torch.int64)
+    top3 = logits.topk(3).indices
+    for step in range(20):
+        tokens, _ = sample(logits, 1.0, 3, 1.0, False, keys, steps + step)
+        assert all(t in row for t, row in zip(tokens.tolist(), top3.tolist()))
+    solo, _ = sample(logits[2:3], 1.0, -1, 1.0, False, keys[2:3], steps[2:3])
+    batched, _ = sample(logits, 1.0, -1, 1.0, False, keys, steps)
+    assert solo.item() == batched[2].item()
