@@ -1,0 +1,111 @@
+"""Loopback servers for the remote-scoring tests: the real pooling server, a scripted stub, verl batches."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import torch
+
+from hybridrl.models.hf import load_value_model
+from hybridrl.models.tiny import save_tiny_model_dir
+from hybridrl.utils.batch import Batch
+
+LOOPBACK = "127.0.0.1"
+
+
+def save_value_model_dir(path: str, seed: int = 0) -> str:
+    """A tiny value model directory whose score head is fixed (saved), so every load is identical."""
+    save_tiny_model_dir(path, arch="qwen2", seed=seed)
+    torch.manual_seed(seed)
+    load_value_model(path).save_pretrained(path)
+    return path
+
+
+@contextlib.contextmanager
+def running(server: ThreadingHTTPServer) -> Iterator[str]:
+    """Serve in a background thread; yields the base URL; shuts down and closes on exit."""
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        host, port = server.server_address[:2]
+        yield f"http://{host}:{port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+class StubServer(ThreadingHTTPServer):
+    """Answers POST /pooling with `respond(request_number, body) -> (status, bytes)`; counts requests."""
+    daemon_threads = True
+
+    def __init__(self, respond: Callable[[int, dict], tuple[int, bytes]], hold_until_in_flight: int = 0):
+        super().__init__((LOOPBACK, 0), _StubHandler)
+        self.respond = respond
+        self.hold_until_in_flight = hold_until_in_flight
+        self.num_requests = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.cond = threading.Condition()
+
+
+class _StubHandler(BaseHTTPRequestHandler):
+    def log_message(self, format: str, *args) -> None:  # noqa: A002
+        return  # keep test output clean; the tests assert on counters instead
+
+    def do_POST(self) -> None:  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        stub: StubServer = self.server  # type: ignore[assignment]
+        with stub.cond:
+            number = stub.num_requests
+            stub.num_requests += 1
+            stub.in_flight += 1
+            stub.max_in_flight = max(stub.max_in_flight, stub.in_flight)
+            stub.cond.notify_all()
+            # Hold requests until enough are in flight (bounded wait) so the concurrency peak is reached.
+            stub.cond.wait_for(lambda: stub.in_flight >= stub.hold_until_in_flight, timeout=1.0)
+        try:
+            status, payload = stub.respond(number, body)
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up on purpose (timeout tests); it retries on a new connection
+        finally:
+            with stub.cond:
+                stub.in_flight -= 1
+
+
+def ok_response(body: dict, value: float = 0.5) -> tuple[int, bytes]:
+    """A well-formed pooling answer: `value` at every token of every input."""
+    data = [{"index": i, "object": "pooling", "data": [[value]] * len(row)} for i, row in enumerate(body["input"])]
+    return 200, json.dumps({"object": "list", "data": data}).encode()
+
+
+def slow(seconds: float, respond: Callable[[int, dict], tuple[int, bytes]]) -> Callable[[int, dict], tuple[int, bytes]]:
+    def delayed(number: int, body: dict) -> tuple[int, bytes]:
+        time.sleep(seconds)
+        return respond(number, body)
+    return delayed
+
+
+def verl_batch(prompts: list[list[int]], responses: list[list[int]], pad_id: int = 0) -> Batch:
+    """input_ids (B, P+R) = left-padded prompts + right-padded responses, with masks and position ids."""
+    width_p, width_r = max(map(len, prompts)), max(map(len, responses))
+    rows, masks, resp, resp_mask = [], [], [], []
+    for prompt, response in zip(prompts, responses):
+        left, right = width_p - len(prompt), width_r - len(response)
+        rows.append([pad_id] * left + prompt + response + [pad_id] * right)
+        masks.append([0] * left + [1] * (len(prompt) + len(response)) + [0] * right)
+        resp.append(response + [pad_id] * right)
+        resp_mask.append([1] * len(response) + [0] * right)
+    mask = torch.tensor(masks)
+    return Batch({"input_ids": torch.tensor(rows), "attention_mask": mask,
+                  "position_ids": (mask.cumsum(-1) - 1).clamp(min=0), "responses": torch.tensor(resp),
+                  "response_mask": torch.tensor(resp_mask)})

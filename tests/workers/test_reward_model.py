@@ -1,0 +1,92 @@
+"""RewardModelWorker: in-process vs remote parity, score placement, chat-template switch, combine_scores."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hybridrl.models.hf import load_tokenizer
+from hybridrl.models.tiny import DEFAULT_CHARS, build_char_tokenizer
+from hybridrl.serving.scorer import pad_right
+from hybridrl.serving.server import TOKEN_ENV, serve
+from hybridrl.workers.reward_model import RewardModelWorker, combine_scores
+from tests.serving.helpers import LOOPBACK, running, save_value_model_dir, verl_batch
+
+PROMPTS = [[5, 6, 7], [8, 9, 10, 11, 12], [13]]
+RESPONSES = [[20, 21, 22, 23], [24], [25, 26]]
+
+
+@pytest.fixture(scope="module")
+def rm_dir(tmp_path_factory) -> str:
+    return save_value_model_dir(str(tmp_path_factory.mktemp("rm")), seed=3)
+
+
+@pytest.fixture
+def rm_url(rm_dir, monkeypatch):
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    with running(serve(rm_dir, LOOPBACK, 0, "reward", max_batch=2)) as url:
+        yield url
+
+
+def test_remote_scores_equal_in_process_and_sit_on_last_response_token(rm_dir, rm_url):
+    batch = verl_batch(PROMPTS, RESPONSES)
+    tokenizer = load_tokenizer(rm_dir)
+    local = RewardModelWorker(rm_dir, tokenizer=tokenizer, micro_batch_size=2).compute_rm_score(batch)["rm_scores"]
+    remote_worker = RewardModelWorker(rm_url, tokenizer=tokenizer, remote=True, client_kwargs={"batch_size": 2})
+    remote = remote_worker.compute_rm_score(batch)["rm_scores"]
+    assert remote.shape == local.shape == (3, 4) and torch.allclose(remote, local, atol=1e-5)
+    last = [len(r) - 1 for r in RESPONSES]
+    off_last = torch.ones_like(local, dtype=torch.bool)
+    off_last[torch.arange(3), last] = False
+    assert (local[off_last] == 0).all() and (local[torch.arange(3), last] != 0).all()
+    assert remote_worker.describe() == f"reward model: remote at {rm_url}"
+
+
+def test_chat_template_switch_rerenders_with_the_rm_tokenizer(rm_dir, rm_url):
+    rm_tokenizer = load_tokenizer(rm_dir)
+    actor_tokenizer = build_char_tokenizer(DEFAULT_CHARS[::-1])  # other ids for the same characters
+    raw_prompts = [[{"role": "user", "content": "1+2="}], [{"role": "user", "content": "7*6="}]]
+    prompts = [actor_tokenizer(actor_tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False),
+                               add_special_tokens=False)["input_ids"] for chat in raw_prompts]
+    responses = [actor_tokenizer("3")["input_ids"] + [actor_tokenizer.eos_token_id], actor_tokenizer("42")["input_ids"]]
+    batch = verl_batch(prompts, responses)
+    batch["raw_prompt"] = raw_prompts
+    worker = RewardModelWorker(rm_dir, tokenizer=rm_tokenizer, input_tokenizer=actor_tokenizer)
+    assert worker.switch_template
+    got = worker.compute_rm_score(batch)["rm_scores"]
+    # Expected: the RM scores its own rendering of chat + assistant answer (EOS text stripped, as verl does).
+    texts = [rm_tokenizer.apply_chat_template(chat + [{"role": "assistant", "content": answer}], tokenize=False)
+             for chat, answer in zip(raw_prompts, ["3", "42"])]
+    rows = [rm_tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+    plain = RewardModelWorker(rm_dir, tokenizer=rm_tokenizer)
+    want = plain._local_scores(*pad_right(rows, 0))
+    assert torch.allclose(got[torch.arange(2), [1, 1]], want, atol=1e-5)
+    remote = RewardModelWorker(rm_url, tokenizer=rm_tokenizer, input_tokenizer=actor_tokenizer, remote=True)
+    assert torch.allclose(remote.compute_rm_score(batch)["rm_scores"], got, atol=1e-5)
+
+
+def test_same_tokenizer_means_no_switch(rm_dir):
+    tokenizer = load_tokenizer(rm_dir)
+    assert not RewardModelWorker(rm_dir, tokenizer=tokenizer, input_tokenizer=build_char_tokenizer()).switch_template
+
+
+def test_max_length_is_enforced_not_truncated(rm_dir):
+    rm_tokenizer = load_tokenizer(rm_dir)
+    actor_tokenizer = build_char_tokenizer(DEFAULT_CHARS[::-1])
+    batch = verl_batch([actor_tokenizer("12345")["input_ids"]], [actor_tokenizer("678")["input_ids"]])
+    worker = RewardModelWorker(rm_dir, tokenizer=rm_tokenizer, input_tokenizer=actor_tokenizer, max_length=4)
+    with pytest.raises(ValueError, match="reward_model.max_length=4"):
+        worker.compute_rm_score(batch)
+
+
+def test_combine_scores_prefers_rm_scores_like_verl_naive_manager():
+    rule, rm = torch.tensor([[0.0, 1.0]]), torch.tensor([[0.0, 0.3]])
+    assert combine_scores(rule, rm) is rm
+    assert combine_scores(rule, None) is rule
+    with pytest.raises(ValueError, match="no reward"):
+        combine_scores(None, None)
+
+
+def test_client_kwargs_only_for_remote(rm_dir):
+    with pytest.raises(ValueError, match="remote=True"):
+        RewardModelWorker(rm_dir, tokenizer=load_tokenizer(rm_dir), client_kwargs={"timeout_s": 1.0})
