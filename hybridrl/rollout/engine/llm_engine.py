@@ -62,11 +62,15 @@ class LLMEngine:
             return max(1, min(tokens * self.runner.block_bytes // self.block_size, CPU_KV_CAP_BYTES)
                        // self.runner.block_bytes)
         torch.cuda.empty_cache()
+        before = torch.cuda.memory_allocated(self.device)
         torch.cuda.reset_peak_memory_stats(self.device)
         self.runner.warmup(self.max_num_batched_tokens, self.max_model_len, self.max_num_seqs)
-        engine_bytes = torch.cuda.max_memory_allocated(self.device)  # weights + activation peak
+        activation_bytes = torch.cuda.max_memory_allocated(self.device) - before
+        weight_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        # Deltas, not totals: a trainer sharing this process and GPU is not the engine's share.
         free, total = torch.cuda.mem_get_info(self.device)
-        budget = min(self.gpu_memory_utilization * total - engine_bytes, free - (256 << 20))
+        budget = self.gpu_memory_utilization * total - weight_bytes - activation_bytes
+        budget = min(budget, free - (512 << 20))  # never plan past what is actually free
         return int(budget // self.runner.block_bytes)
 
     def sleep(self) -> None:

@@ -6,6 +6,7 @@ a static-shape callable that a CUDA-graph runner (cuda_graph.py) replays on CUDA
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from hybridrl.rollout.base import SamplingParams
@@ -13,6 +14,35 @@ from hybridrl.rollout.engine.attention import select_backend
 from hybridrl.rollout.engine.layers import AttentionMetadata
 from hybridrl.rollout.engine.sampler import sample
 from hybridrl.rollout.engine.sequence import Sequence
+
+
+class HostBlockTables:
+    """Host-side block tables indexed by sequence row: prefill writes whole rows, decode only new blocks.
+
+    Saves rebuilding a (B, M) table from Python lists every decode step (a block is added per 16 tokens).
+    """
+
+    def __init__(self, max_blocks_per_seq: int) -> None:
+        self.table = np.zeros((0, max_blocks_per_seq), dtype=np.int32)
+        self.num_synced = np.zeros(0, dtype=np.int64)
+
+    def _write(self, seq: Sequence, start: int) -> None:
+        if seq.row >= len(self.table):
+            rows = max(2 * len(self.table), seq.row + 1)
+            self.table = np.resize(self.table, (rows, self.table.shape[1]))
+            self.num_synced = np.resize(self.num_synced, rows)
+        self.table[seq.row, start:len(seq.block_table)] = seq.block_table[start:]
+        self.num_synced[seq.row] = len(seq.block_table)
+
+    def gather(self, seqs: list[Sequence], full: bool) -> np.ndarray:
+        """(B, max blocks in the batch) int32; `full` rewrites every row (after (re)allocation)."""
+        for seq in seqs:
+            if full or seq.row >= len(self.table):
+                self._write(seq, 0)
+            elif len(seq.block_table) > self.num_synced[seq.row]:
+                self._write(seq, int(self.num_synced[seq.row]))
+        rows = np.fromiter((s.row for s in seqs), dtype=np.int64, count=len(seqs))
+        return self.table[rows, :int(self.num_synced[rows].max())]
 
 
 class ModelRunner:
@@ -30,6 +60,10 @@ class ModelRunner:
         for layer in self.layers:
             layer.backend = backend
         self.kv_cache: torch.Tensor | None = None
+        self.host_block_tables = HostBlockTables(self.max_blocks_per_seq)
+        # Eager, the per-token noise hash is ~17 kernels over (B, V); compiled it fuses into a couple.
+        compiled = device.type == "cuda" and not enforce_eager
+        self.sample = torch.compile(sample, dynamic=True) if compiled else sample
         self.graph_runner = self._make_graph_runner(max_num_seqs, enforce_eager)
 
     def _make_graph_runner(self, max_num_seqs: int, enforce_eager: bool):
@@ -81,7 +115,7 @@ class ModelRunner:
         self.model.compute_logits(self.model(input_ids, positions, meta)[last])
         logits = torch.zeros(max_num_seqs, self.model.config.vocab_size, device=self.device, dtype=self.dtype)
         keys = torch.zeros(max_num_seqs, dtype=torch.int64, device=self.device)
-        sample(logits, 1.0, -1, 0.9, False, keys, keys)
+        self.sample(logits, 1.0, -1, 0.9, False, keys, keys)
         del logits
         self.free_kv_cache()
 
@@ -90,9 +124,8 @@ class ModelRunner:
         t = torch.tensor(data, dtype=dtype, pin_memory=self.device.type == "cuda")
         return t.to(self.device, non_blocking=True)
 
-    def _block_tables(self, seqs: list[Sequence]) -> torch.Tensor:
-        width = max(len(s.block_table) for s in seqs)
-        return self._tensor([s.block_table + [0] * (width - len(s.block_table)) for s in seqs], torch.int32)
+    def _from_numpy(self, array: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(array).to(self.device, non_blocking=True)
 
     def _slots(self, seq: Sequence, start: int, cached: int) -> list[int]:
         bs, table = self.block_size, seq.block_table
@@ -112,7 +145,7 @@ class ModelRunner:
             last.append(len(input_ids) - 1)
         meta = AttentionMetadata(
             is_prefill=True, slot_mapping=self._tensor(slots, torch.int64),
-            block_tables=self._block_tables(seqs),
+            block_tables=self._from_numpy(self.host_block_tables.gather(seqs, full=True)),
             context_lens=self._tensor([s.num_tokens for s in seqs], torch.int32),
             token_seq_idx=self._tensor(seq_idx, torch.int64), token_q_idx=self._tensor(q_idx, torch.int64),
             max_seqlen_q=max(q_idx) + 1)
@@ -121,12 +154,14 @@ class ModelRunner:
 
     def prepare_decode(self, seqs: list[Sequence]) -> tuple[torch.Tensor, ...]:
         """Each sequence's newest token: (input_ids, positions, block_tables, context_lens, slot_mapping)."""
-        bs = self.block_size
-        positions = [s.num_tokens - 1 for s in seqs]
-        slots = [s.block_table[p // bs] * bs + p % bs for s, p in zip(seqs, positions)]
-        return (self._tensor([s.last_token for s in seqs], torch.int64), self._tensor(positions, torch.int64),
-                self._block_tables(seqs), self._tensor([s.num_tokens for s in seqs], torch.int32),
-                self._tensor(slots, torch.int64))
+        tables = self.host_block_tables.gather(seqs, full=False)
+        context_lens = np.fromiter((s.num_tokens for s in seqs), dtype=np.int64, count=len(seqs))
+        positions = context_lens - 1
+        slots = tables[np.arange(len(seqs)), positions // self.block_size] * self.block_size
+        slots += positions % self.block_size
+        input_ids = np.fromiter((s.last_token for s in seqs), dtype=np.int64, count=len(seqs))
+        return (self._from_numpy(input_ids), self._from_numpy(positions), self._from_numpy(tables),
+                self._from_numpy(context_lens.astype(np.int32)), self._from_numpy(slots.astype(np.int64)))
 
     # --- forward --------------------------------------------------------------------------------
     def decode_fn(self, input_ids: torch.Tensor, positions: torch.Tensor, block_tables: torch.Tensor,
@@ -148,6 +183,6 @@ class ModelRunner:
             logits = self.decode_fn(*self.prepare_decode(seqs))
         keys = self._tensor([s.seed for s in seqs], torch.int64)
         steps = self._tensor([s.num_completion_tokens for s in seqs], torch.int64)
-        tokens, logprobs = sample(logits, params.temperature, params.top_k, params.top_p, params.greedy,
+        tokens, logprobs = self.sample(logits, params.temperature, params.top_k, params.top_p, params.greedy,
                                   keys, steps)
         return tokens.tolist(), logprobs.tolist()

@@ -60,6 +60,11 @@ class Scheduler:
         return scheduled
 
     def _schedule_decode(self) -> list[Sequence]:
+        bm = self.block_manager
+        if len(self.running) <= min(self.max_num_seqs, bm.num_free_blocks):  # common case: no preemption
+            for seq in self.running:
+                bm.may_append(seq)
+            return list(self.running)
         scheduled: list[Sequence] = []
         while self.running and len(scheduled) < self.max_num_seqs:
             seq = self.running.popleft()

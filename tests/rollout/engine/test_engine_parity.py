@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from hybridrl.rollout.base import SamplingParams
-from tests.rollout.engine.helpers import PROMPTS, hf_generate_greedy, hf_greedy_no_eos, hf_logprobs, make_engine, make_model
+from tests.rollout.engine.helpers import (
+    PROMPTS, hf_generate_greedy, hf_greedy_no_eos, hf_logprobs, make_engine, make_model,
+)
 
 ARCHS = {
     "qwen2": ("qwen2", {}),

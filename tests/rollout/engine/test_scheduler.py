@@ -61,3 +61,17 @@ def test_budgets_respected_and_stop_tokens_end_sequences():
 def test_long_prompt_runs_alone_over_the_token_budget():
     outs, _ = simulate([list(range(40)), [1, 2]], max_tokens=16, num_blocks=32)
     assert [len(o) for o in outs] == [12, 12]
+
+
+def test_control_plane_does_not_import_torch():
+    import ast
+    from pathlib import Path
+
+    import hybridrl.rollout.engine as engine
+
+    root = Path(engine.__file__).parent
+    for name in ("sequence.py", "block_manager.py", "scheduler.py"):
+        tree = ast.parse((root / name).read_text())
+        modules = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        modules |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        assert not any(m.split(".")[0] in {"torch", "numpy"} for m in modules), name
