@@ -15,7 +15,11 @@ REMOTE_TYPE_DOC = "hybridrl: null = local model; vllm_api = remote endpoint at m
 class CriticModelConfig:
     """The value model (a causal LM with a scalar head)."""
 
-    path: str = setting("~/models/deepseek-llm-7b-chat", "Local HF model directory of the critic.")
+    path: str = setting(
+        "~/models/deepseek-llm-7b-chat",
+        "Local HF model directory of the critic; follows the actor's model.path unless set (verl: a fixed path).",
+        ref="${actor_rollout_ref.model.path}",
+    )
     tokenizer_path: str = setting(
         "~/models/deepseek-llm-7b-chat", "Tokenizer directory.", ref="${actor_rollout_ref.model.path}"
     )

@@ -1,0 +1,66 @@
+"""Export a checkpoint to a plain HF model directory (safetensors, config, tokenizer, generation config).
+
+verl users know this as the model merger; `hybridrl export <global_step_dir> <out_dir>`.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
+
+from hybridrl.checkpoint.manager import CheckpointError
+
+HF_SUBDIR = "huggingface"
+
+
+def save_hf_metadata(model, tokenizer, role_dir: str) -> str:
+    """config, generation config and tokenizer (always saved, as verl does), without the weights."""
+    out = os.path.join(role_dir, HF_SUBDIR)
+    os.makedirs(out, exist_ok=True)
+    model.config.save_pretrained(out)
+    if getattr(model, "generation_config", None) is not None:
+        model.generation_config.save_pretrained(out)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(out)
+    return out
+
+
+def save_hf_model(model, tokenizer, out_dir: str) -> str:
+    os.makedirs(out_dir, exist_ok=True)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(out_dir)
+    return out_dir
+
+
+def _role_dir(step_dir: str, role: str) -> str:
+    role_dir = step_dir if os.path.exists(os.path.join(step_dir, "model.pt")) else os.path.join(step_dir, role)
+    if not os.path.exists(os.path.join(role_dir, "model.pt")):
+        raise CheckpointError(f"no model.pt under {step_dir!r} (looked in {role_dir!r}); pass a global_step_N "
+                              f"directory (or its actor/ or critic/ folder) saved with 'model' in save_contents")
+    return role_dir
+
+
+def export_checkpoint(step_dir: str, out_dir: str, role: str = "actor", is_value_model: bool = False) -> str:
+    """Rebuild the model from `<role>/huggingface/config.json`, load `model.pt`, write an HF directory."""
+    role_dir = _role_dir(step_dir, role)
+    meta = os.path.join(role_dir, HF_SUBDIR)
+    if not os.path.exists(os.path.join(meta, "config.json")):
+        raise CheckpointError(f"{meta}/config.json is missing; the checkpoint was not written by hybridrl")
+    config = AutoConfig.from_pretrained(meta)
+    model_cls = AutoModelForTokenClassification if is_value_model else AutoModelForCausalLM
+    with torch.device("meta"):
+        model = model_cls.from_config(config)
+    state = torch.load(os.path.join(role_dir, "model.pt"), map_location="cpu", weights_only=True)
+    model.load_state_dict(state, strict=True, assign=True)
+    if model.config.tie_word_embeddings and hasattr(model, "tie_weights"):
+        model.tie_weights()
+    tokenizer = AutoTokenizer.from_pretrained(meta) if os.path.exists(os.path.join(meta, "tokenizer_config.json")) \
+        else None
+    if os.path.exists(os.path.join(meta, "generation_config.json")):
+        from transformers import GenerationConfig
+
+        model.generation_config = GenerationConfig.from_pretrained(meta)
+    return save_hf_model(model, tokenizer, out_dir)

@@ -1,0 +1,89 @@
+"""`hybridrl <command>`: train, print-config, preprocess, export, plot, sft, quickstart."""
+
+from __future__ import annotations
+
+import sys
+
+USAGE = """usage: hybridrl <command> [args...]
+
+commands:
+  train [--config FILE] [key=value ...]   run PPO/GRPO training with verl-style overrides
+                                          (same as: python -m hybridrl.trainer.main_ppo ...)
+  print-config [key=value ...]            print the fully resolved config as YAML (--docs: with key docs)
+  preprocess {gsm8k,math} [flags]         write verl-format train/test parquet files
+  export <global_step_dir> <out_dir>      write a plain HF model (safetensors) from a checkpoint
+  plot <metrics.jsonl> [--keys ...] [-o curves.png]
+  sft [key=value ...]                     small supervised fine-tuning run (warm start)
+  quickstart [--out DIR]                  the embedded demo: tiny model, arithmetic task, SFT then GRPO
+"""
+
+
+def _train(argv: list[str]) -> int:
+    from hybridrl.trainer.main_ppo import main
+
+    return main(argv)
+
+
+def _print_config(argv: list[str]) -> int:
+    from hybridrl.config.cli import main_print_config
+
+    return main_print_config(argv)
+
+
+def _preprocess(argv: list[str]) -> int:
+    import importlib
+
+    from hybridrl.data.preprocess import PREPROCESSORS
+
+    if not argv or argv[0] not in PREPROCESSORS:
+        print(f"usage: hybridrl preprocess {{{','.join(PREPROCESSORS)}}} [flags]", file=sys.stderr)
+        return 2
+    return importlib.import_module(PREPROCESSORS[argv[0]]).main(argv[1:])
+
+
+def _export(argv: list[str]) -> int:
+    from hybridrl.checkpoint.export_cli import main
+
+    return main(argv)
+
+
+def _plot(argv: list[str]) -> int:
+    from hybridrl.logging.plot import main_plot
+
+    return main_plot(argv)
+
+
+def _sft(argv: list[str]) -> int:
+    from hybridrl.trainer.sft import main
+
+    return main(argv)
+
+
+def _quickstart(argv: list[str]) -> int:
+    from hybridrl.quickstart import main
+
+    return main(argv)
+
+
+COMMANDS = {"train": _train, "print-config": _print_config, "preprocess": _preprocess, "export": _export,
+            "plot": _plot, "sft": _sft, "quickstart": _quickstart}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0
+    command = argv[0]
+    if command not in COMMANDS:
+        import difflib
+
+        close = difflib.get_close_matches(command, COMMANDS, n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        print(f"hybridrl: unknown command {command!r}{hint}\n\n{USAGE}", file=sys.stderr)
+        return 2
+    return COMMANDS[command](argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""Loading HF causal LMs, value models and tokenizers from `model.path` (a local directory or hub id)."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer,
+                          PreTrainedModel, PreTrainedTokenizerBase)
+
+DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
+          "fp16": torch.float16, "float16": torch.float16}
+
+
+def _quiet_transformers() -> None:
+    """Per-file progress bars from transformers flood logs of a training run; keep its warnings."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+
+class ModelLoadError(RuntimeError):
+    """A model or tokenizer could not be loaded from the configured path."""
+
+
+def resolve_dtype(name: str | torch.dtype) -> torch.dtype:
+    if isinstance(name, torch.dtype):
+        return name
+    if name not in DTYPES:
+        raise ValueError(f"unknown dtype {name!r}; use one of {sorted(DTYPES)}")
+    return DTYPES[name]
+
+
+def expand_path(path: str) -> str:
+    return os.path.expanduser(os.path.expandvars(path))
+
+
+def _load_error(kind: str, path: str, key: str, err: Exception) -> ModelLoadError:
+    hint = ("the directory exists but is not a complete HF model directory (config.json, weights, tokenizer)"
+            if os.path.isdir(path) else
+            "no such local directory; hub ids need network access or a populated HF cache")
+    return ModelLoadError(f"could not load the {kind} from {key}={path!r}: {hint}. "
+                          f"Point {key} at a local HF model directory. (cause: {type(err).__name__}: {err})")
+
+
+def load_tokenizer(path: str, *, trust_remote_code: bool = False,
+                   key: str = "actor_rollout_ref.model.tokenizer_path") -> PreTrainedTokenizerBase:
+    """Tokenizer with a pad token (falls back to EOS, as verl does) and left padding for prompts."""
+    path = expand_path(path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as err:
+        raise _load_error("tokenizer", path, key, err) from err
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
+def load_causal_lm(path: str, *, dtype: torch.dtype = torch.float32, override_config: dict | None = None,
+                   trust_remote_code: bool = False, attn_implementation: str = "sdpa",
+                   key: str = "actor_rollout_ref.model.path") -> PreTrainedModel:
+    path = expand_path(path)
+    _quiet_transformers()
+    try:
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code, **(override_config or {}))
+        return AutoModelForCausalLM.from_pretrained(path, config=config, dtype=dtype,
+                                                    trust_remote_code=trust_remote_code,
+                                                    attn_implementation=attn_implementation)
+    except (OSError, ValueError) as err:
+        raise _load_error("causal LM", path, key, err) from err
+
+
+def load_value_model(path: str, *, dtype: torch.dtype = torch.float32, override_config: dict | None = None,
+                     trust_remote_code: bool = False, key: str = "critic.model.path") -> PreTrainedModel:
+    """A token-classification model with one label: the value head on an HF backbone (verl's critic).
+
+    The score head is freshly initialised when loading a causal-LM checkpoint (expected for a critic).
+    """
+    path = expand_path(path)
+    _quiet_transformers()
+    try:
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code, **(override_config or {}))
+        config.num_labels = 1
+        config.classifier_dropout = 0.0
+        return AutoModelForTokenClassification.from_pretrained(path, config=config, dtype=dtype,
+                                                               trust_remote_code=trust_remote_code,
+                                                               attn_implementation="sdpa")
+    except (OSError, ValueError) as err:
+        raise _load_error("value model", path, key, err) from err
+
+
+def decoder_of(model: PreTrainedModel) -> torch.nn.Module:
+    """The transformer body (without the LM head) of an HF model."""
+    body = getattr(model, model.base_model_prefix, None)
+    if body is None:
+        raise ValueError(f"{type(model).__name__} has no base model attribute {model.base_model_prefix!r}")
+    return body

@@ -1,0 +1,76 @@
+"""Step metrics with verl's names: data statistics, timing per phase and per token, throughput."""
+
+from __future__ import annotations
+
+import torch
+
+from hybridrl.utils.batch import Batch
+
+
+def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
+    values = values.float()
+    if values.numel() == 0:
+        return {}
+    return {f"{prefix}/mean": values.mean().item(), f"{prefix}/max": values.max().item(),
+            f"{prefix}/min": values.min().item()}
+
+
+def _masked_values(tensor: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return tensor[mask.bool()]
+
+
+def compute_data_metrics(batch: Batch, use_critic: bool, max_response_length: int) -> dict[str, float]:
+    """verl's `compute_data_metrics`: scores, rewards, advantages, returns, values, lengths."""
+    mask = batch["response_mask"]
+    response_length = mask.sum(-1).float()
+    prompt_length = batch["attention_mask"][:, : batch["prompts"].shape[1]].sum(-1).float()
+    metrics = {}
+    metrics.update(_stats("critic/score", batch["token_level_scores"].sum(-1)))
+    metrics.update(_stats("critic/rewards", batch["token_level_rewards"].sum(-1)))
+    metrics.update(_stats("critic/advantages", _masked_values(batch["advantages"], mask)))
+    metrics.update(_stats("critic/returns", _masked_values(batch["returns"], mask)))
+    if use_critic:
+        values = _masked_values(batch["values"], mask)
+        returns = _masked_values(batch["returns"], mask)
+        metrics.update(_stats("critic/values", values))
+        metrics["critic/vf_explained_var"] = (1.0 - (returns - values).var() / (returns.var() + 1e-5)).item()
+    metrics.update(_stats("response_length", response_length))
+    metrics["response_length/clip_ratio"] = (response_length == max_response_length).float().mean().item()
+    metrics.update(_stats("prompt_length", prompt_length))
+    metrics["prompt_length/clip_ratio"] = (prompt_length == batch["prompts"].shape[1]).float().mean().item()
+    metrics["response/aborted_ratio"] = (response_length == 0).float().mean().item()
+    return metrics
+
+
+# Phases whose per-token time is divided by generated tokens; the others by all tokens (verl).
+_PER_RESPONSE_TOKEN = ("gen",)
+_PER_ALL_TOKENS = ("ref", "values", "adv", "update_critic", "update_actor", "old_log_prob", "reward")
+
+
+def compute_timing_metrics(batch: Batch, timings: dict[str, float]) -> dict[str, float]:
+    num_response_tokens = batch["response_mask"].sum().item()
+    num_tokens = batch["attention_mask"].sum().item()
+    metrics = {f"timing_s/{name}": seconds for name, seconds in timings.items()}
+    for name in _PER_RESPONSE_TOKEN + _PER_ALL_TOKENS:
+        if name in timings:
+            count = num_response_tokens if name in _PER_RESPONSE_TOKEN else num_tokens
+            metrics[f"timing_per_token_ms/{name}"] = 1000.0 * timings[name] / max(count, 1)
+    return metrics
+
+
+def compute_throughput_metrics(batch: Batch, step_seconds: float, num_devices: int) -> dict[str, float]:
+    """perf/throughput = (prompt + response tokens) / step time / devices, as verl and HybridFlow."""
+    total = batch["attention_mask"].sum().item()
+    return {"perf/total_num_tokens": float(total), "perf/time_per_step": step_seconds,
+            "perf/throughput": total / max(step_seconds, 1e-9) / max(num_devices, 1)}
+
+
+def memory_metrics(device: torch.device) -> dict[str, float]:
+    """Peak device memory; on CPU the process's peak resident set (the training device is host RAM)."""
+    if device.type != "cuda":
+        import resource
+
+        peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return {"perf/max_memory_allocated_gb": peak_kb / 2**20, "perf/cpu_memory_used_gb": peak_kb / 2**20}
+    return {"perf/max_memory_allocated_gb": torch.cuda.max_memory_allocated(device) / 2**30,
+            "perf/max_memory_reserved_gb": torch.cuda.max_memory_reserved(device) / 2**30}

@@ -1,0 +1,227 @@
+"""The single controller: `fit()` loops over steps; `run_step()` is a short list of named, timed phases.
+
+gen → (gen_max) → reward → old_log_prob → (ref) → (values) → adv → (update_critic) → update_actor →
+update_weights, then testing / save_checkpoint. Which optional phases run is data (`RoleNeeds`), never
+a test of the algorithm's name.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hybridrl.algorithms import agg_loss, apply_kl_penalty, compute_advantage, get_kl_controller
+from hybridrl.logging.log import get_logger
+from hybridrl.trainer import checkpointing
+from hybridrl.trainer.metrics import (compute_data_metrics, compute_throughput_metrics, compute_timing_metrics,
+                                      memory_metrics)
+from hybridrl.trainer.roles import Roles, build_roles
+from hybridrl.trainer.setup import (build_dataset, build_loader, build_tokenizer, resolve_device, role_needs,
+                                    seed_everything, total_training_steps)
+from hybridrl.trainer.validation import validation_metrics
+from hybridrl.utils.batch import Batch
+from hybridrl.utils.metrics import timed
+from hybridrl.workers.rollout import sampling_params
+
+log = get_logger("hybridrl.trainer")
+
+
+class PPOTrainer:
+    def __init__(self, cfg, num_devices: int = 1):
+        from hybridrl.config import validate_config
+        from hybridrl.logging.tracker import check_trackers_available
+
+        validate_config(cfg, world_size=num_devices)
+        check_trackers_available(cfg.trainer.logger)
+        self.cfg = cfg
+        self.num_devices = num_devices
+        self.device = resolve_device(cfg.trainer.device)
+        seed_everything(cfg.trainer.seed)
+        self.needs = role_needs(cfg)
+        self.tokenizer = build_tokenizer(cfg)
+        self.train_loader = build_loader(cfg, build_dataset(cfg, self.tokenizer, "train"), self.tokenizer, "train")
+        self.val_loader = (build_loader(cfg, build_dataset(cfg, self.tokenizer, "val"), self.tokenizer, "val")
+                           if cfg.data.val_files else None)
+        self.total_steps = total_training_steps(cfg, len(self.train_loader))
+        self.roles: Roles = build_roles(cfg, self.needs, self.tokenizer, self.device, self.total_steps)
+        kl = cfg.algorithm.kl_ctrl
+        self.kl_ctrl = get_kl_controller(kl.type, kl.kl_coef, kl.target_kl, kl.horizon)
+        self.global_step = 0
+
+    # ================================================================= loop
+    def fit(self) -> dict[str, float]:
+        from hybridrl.logging.progress import StepProgress
+        from hybridrl.logging.tracker import build_trackers
+
+        checkpointing.maybe_resume(self)
+        trackers = build_trackers(self.cfg.trainer.logger, project_name=self.cfg.trainer.project_name,
+                                  experiment_name=self.cfg.trainer.experiment_name,
+                                  local_dir=checkpointing.root_dir(self.cfg), config_dict=_config_dict(self.cfg))
+        if self.val_loader is not None and self.cfg.trainer.val_before_train and self.global_step == 0:
+            trackers.log(self.validate(), step=0)
+        progress = StepProgress(self.total_steps, initial_step=self.global_step)
+        metrics: dict[str, float] = {}
+        while self.global_step < self.total_steps:
+            prompts, epoch = self.train_loader.next_batch()
+            self.global_step += 1
+            metrics = self.run_step(prompts)
+            metrics.update({"training/global_step": self.global_step, "training/epoch": epoch})
+            self._after_step(metrics)
+            trackers.log(metrics, step=self.global_step)
+            progress.update(self.global_step, metrics)
+        progress.close()
+        trackers.finish()
+        return metrics
+
+    def _after_step(self, metrics: dict[str, float]) -> None:
+        """Validation and checkpointing at their frequencies (and always at the last step, as verl)."""
+        trainer, step = self.cfg.trainer, self.global_step
+        last = step >= self.total_steps
+        timings: dict[str, float] = {}
+        if self.val_loader is not None and trainer.test_freq > 0 and (last or step % trainer.test_freq == 0):
+            with timed("testing", timings):
+                metrics.update(self.validate())
+        if trainer.save_freq > 0 and (last or step % trainer.save_freq == 0):
+            with timed("save_checkpoint", timings):
+                checkpointing.save(self)
+        metrics.update({f"timing_s/{k}": v for k, v in timings.items()})
+
+    # ================================================================= step
+    def run_step(self, prompts: Batch) -> dict[str, float]:
+        metrics: dict[str, float] = {}
+        timings: dict[str, float] = {}
+        prompts["uid"] = _uids(f"{self.global_step}", len(prompts))
+        with timed("step", timings):
+            with timed("gen", timings):
+                batch = self.generate(prompts, metrics)
+            if self.needs.greedy_baseline:
+                with timed("gen_max", timings):
+                    batch["reward_baselines"] = self.greedy_baseline(prompts)
+            with timed("reward", timings):
+                batch = self.score(batch, metrics)
+            with timed("old_log_prob", timings):
+                batch = self.old_log_prob(batch, metrics)
+            if self.needs.reference:
+                with timed("ref", timings):
+                    batch = batch.union(self.roles.reference.compute_ref_log_prob(batch))
+            if self.needs.critic:
+                with timed("values", timings):
+                    batch = batch.union(self.roles.critic.compute_values(batch))
+            with timed("adv", timings):
+                batch = self.advantages(batch, metrics)
+            self.update(batch, metrics, timings)
+        self._dump_rollouts(batch)
+        metrics.update(compute_data_metrics(batch, self.needs.critic, self.cfg.actor_rollout_ref.rollout.response_length))
+        metrics.update(compute_timing_metrics(batch, timings))
+        metrics.update(compute_throughput_metrics(batch, timings["step"], self.num_devices))
+        metrics.update(memory_metrics(self.device))
+        return metrics
+
+    # =============================================================== phases
+    def generate(self, prompts: Batch, metrics: dict[str, float]) -> Batch:
+        rollout_cfg = self.cfg.actor_rollout_ref.rollout
+        params = sampling_params(rollout_cfg, validate=False, seed=self._rollout_seed())
+        batch, gen_metrics = self.roles.rollout.generate_sequences(prompts, params)
+        metrics.update({f"rollout/{k}": v for k, v in gen_metrics.items()})
+        return batch
+
+    def greedy_baseline(self, prompts: Batch) -> torch.Tensor:
+        """ReMax: the score of one greedy response per prompt, repeated for the prompt's n samples."""
+        params = sampling_params(self.cfg.actor_rollout_ref.rollout, validate=False, greedy=True)
+        greedy, _ = self.roles.rollout.generate_sequences(prompts, params)
+        scores, _, _ = self.roles.reward.compute_scores(greedy)
+        return scores["token_level_scores"].sum(-1).repeat_interleave(self.cfg.actor_rollout_ref.rollout.n)
+
+    def score(self, batch: Batch, metrics: dict[str, float]) -> Batch:
+        scores, extra, reward_metrics = self.roles.reward.compute_scores(batch)
+        metrics.update(reward_metrics)
+        self._last_reward_extra = extra
+        return batch.union(scores)
+
+    def old_log_prob(self, batch: Batch, metrics: dict[str, float]) -> Batch:
+        batch = batch.union(self.roles.actor.compute_log_prob(batch))
+        entropys = batch.pop("entropys")
+        mask = batch["response_mask"]
+        loss_agg_mode = self.cfg.actor_rollout_ref.actor.loss_agg_mode
+        metrics["actor/entropy"] = agg_loss(entropys, mask, loss_agg_mode).item()
+        metrics.update(_rollout_probs_diff(batch["rollout_log_probs"], batch["old_log_probs"], mask))
+        return batch
+
+    def advantages(self, batch: Batch, metrics: dict[str, float]) -> Batch:
+        algo = self.cfg.algorithm
+        rewards = batch["token_level_scores"]
+        if algo.use_kl_in_reward:
+            rewards, current_kl, kl_metrics = apply_kl_penalty(
+                rewards, batch["old_log_probs"], batch["ref_log_prob"], batch["response_mask"],
+                self.kl_ctrl.value, algo.kl_penalty)
+            self.kl_ctrl.update(current_kl, n_steps=len(batch))
+            metrics.update(kl_metrics)
+        batch["token_level_rewards"] = rewards
+        advantages, returns = compute_advantage(
+            algo.adv_estimator, token_level_rewards=rewards, response_mask=batch["response_mask"],
+            index=batch["uid"], values=batch.get("values"), reward_baselines=batch.get("reward_baselines"),
+            gamma=algo.gamma, lam=algo.lam, norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo)
+        batch["advantages"], batch["returns"] = advantages, returns
+        return batch
+
+    def update(self, batch: Batch, metrics: dict[str, float], timings: dict[str, float]) -> None:
+        if self.needs.critic:
+            with timed("update_critic", timings):
+                metrics.update(self.roles.critic.update_critic(batch))
+        if self.cfg.trainer.critic_warmup <= self.global_step:
+            with timed("update_actor", timings):
+                metrics.update(self.roles.actor.update_actor(batch))
+            with timed("update_weights", timings):
+                self.roles.rollout.sync_weights(self.roles.actor.named_weights())
+
+    # =========================================================== validation
+    def validate(self) -> dict[str, float]:
+        rollout_cfg = self.cfg.actor_rollout_ref.rollout
+        sources, uids, scores, extra = [], [], [], {}
+        for chunk_index, prompts in enumerate(self.val_loader):
+            prompts["uid"] = _uids(f"val{chunk_index}", len(prompts))
+            params = sampling_params(rollout_cfg, validate=True, seed=self.cfg.trainer.seed)
+            batch, _ = self.roles.rollout.generate_sequences(prompts, params)
+            scored, chunk_extra, _ = self.roles.reward.compute_scores(batch)
+            sources += list(batch[self.cfg.data.reward_fn_key])
+            uids += list(batch["uid"])
+            scores += scored["token_level_scores"].sum(-1).tolist()
+            for key, values in chunk_extra.items():
+                extra.setdefault(key, []).extend(values)
+        return validation_metrics(sources, uids, scores, extra, rollout_cfg.val_kwargs.n)
+
+    # ============================================================== helpers
+    def _rollout_seed(self) -> int:
+        base = self.cfg.actor_rollout_ref.rollout.seed
+        return (base if base is not None else self.cfg.trainer.seed) * 1_000_003 + self.global_step
+
+    def _dump_rollouts(self, batch: Batch) -> None:
+        out_dir = self.cfg.trainer.rollout_data_dir
+        if not out_dir:
+            return
+        from hybridrl.logging.rollout_dump import dump_rollout_jsonl
+        from hybridrl.workers.reward import decode_responses
+
+        prompts = self.tokenizer.batch_decode(batch["prompts"], skip_special_tokens=True)
+        dump_rollout_jsonl(out_dir, self.global_step, prompts, decode_responses(self.tokenizer, batch),
+                           batch["token_level_scores"].sum(-1).tolist(), self._last_reward_extra or None)
+
+
+def _uids(prefix: str, count: int) -> list[str]:
+    """Deterministic group ids (a prompt's n samples share one), so runs are reproducible."""
+    return [f"{prefix}-{i}" for i in range(count)]
+
+
+def _rollout_probs_diff(rollout_log_probs: torch.Tensor, old_log_probs: torch.Tensor,
+                        mask: torch.Tensor) -> dict[str, float]:
+    """Agreement of the rollout backend with the trainer (verl's `training/rollout_probs_diff_*`)."""
+    valid = mask.bool()
+    if not valid.any():
+        return {}
+    diff = (rollout_log_probs.exp() - old_log_probs.exp()).abs()[valid]
+    return {"training/rollout_probs_diff_mean": diff.mean().item(), "training/rollout_probs_diff_max": diff.max().item()}
+
+
+def _config_dict(cfg) -> dict:
+    from hybridrl.config import config_to_dict
+
+    return config_to_dict(cfg)

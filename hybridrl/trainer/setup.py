@@ -1,0 +1,94 @@
+"""Building what the trainer needs from the config: device, seeds, tokenizer, data, roles."""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from hybridrl.algorithms import ADVANTAGE_ESTIMATORS
+from hybridrl.data.dataset import RLDataset, collate
+from hybridrl.data.loader import StatefulLoader
+from hybridrl.models.hf import expand_path, load_tokenizer
+
+
+@dataclass(frozen=True)
+class RoleNeeds:
+    """Which roles and extra phases this run needs — data, so the loop never tests algorithm names."""
+
+    critic: bool
+    reference: bool
+    greedy_baseline: bool
+
+
+def role_needs(cfg) -> RoleNeeds:
+    spec = ADVANTAGE_ESTIMATORS[cfg.algorithm.adv_estimator]
+    critic = cfg.critic.enable if cfg.critic.enable is not None else spec.needs_critic
+    reference = cfg.actor_rollout_ref.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
+    return RoleNeeds(critic=bool(critic), reference=bool(reference), greedy_baseline=spec.needs_greedy_baseline)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("trainer.device=cuda but no CUDA device is visible; set trainer.device=cpu (or auto)")
+    return torch.device(name)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def build_tokenizer(cfg):
+    model_cfg = cfg.actor_rollout_ref.model
+    path = model_cfg.tokenizer_path or model_cfg.path
+    return load_tokenizer(path, trust_remote_code=model_cfg.trust_remote_code)
+
+
+def _files(value) -> list[str]:
+    files = [value] if isinstance(value, str) else list(value)
+    return [expand_path(f) for f in files]
+
+
+def build_dataset(cfg, tokenizer, split: str) -> RLDataset:
+    data = cfg.data
+    files = data.train_files if split == "train" else data.val_files
+    max_samples = data.train_max_samples if split == "train" else data.val_max_samples
+    return RLDataset(_files(files), tokenizer, max_prompt_length=data.max_prompt_length, prompt_key=data.prompt_key,
+                     reward_fn_key=data.reward_fn_key, truncation=data.truncation,
+                     filter_overlong_prompts=data.filter_overlong_prompts, max_samples=max_samples,
+                     return_raw_chat=data.return_raw_chat, apply_chat_template_kwargs=data.apply_chat_template_kwargs,
+                     seed=data.seed if data.seed is not None else cfg.trainer.seed)
+
+
+def build_loader(cfg, dataset: RLDataset, tokenizer, split: str) -> StatefulLoader:
+    data = cfg.data
+
+    def collate_fn(rows):
+        return collate(rows, pad_token_id=tokenizer.pad_token_id, max_prompt_length=data.max_prompt_length)
+
+    if split == "train":
+        seed = data.seed if data.seed is not None else cfg.trainer.seed
+        return StatefulLoader(dataset, data.gen_batch_size or data.train_batch_size, shuffle=data.shuffle,
+                              seed=seed, drop_last=True, collate_fn=collate_fn)
+    batch_size = data.val_batch_size or len(dataset)
+    return StatefulLoader(dataset, min(batch_size, len(dataset)), shuffle=False, seed=0, drop_last=False,
+                          collate_fn=collate_fn)
+
+
+def total_training_steps(cfg, num_batches_per_epoch: int) -> int:
+    """`trainer.total_training_steps` when set, else epochs × batches per epoch (verl)."""
+    total = num_batches_per_epoch * cfg.trainer.total_epochs
+    if cfg.trainer.total_training_steps:
+        total = cfg.trainer.total_training_steps
+    return total
+
+
+def default_local_dir(cfg) -> str:
+    return os.path.abspath(expand_path(cfg.trainer.default_local_dir))

@@ -1,0 +1,116 @@
+"""The actor role: the policy, its optimizer and LR schedule; log-probs and the PPO update."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import torch
+
+from hybridrl.algorithms import POLICY_LOSSES, agg_loss, kl_penalty
+from hybridrl.models.hf import load_causal_lm, resolve_dtype
+from hybridrl.utils.batch import Batch
+from hybridrl.utils.metrics import to_float
+from hybridrl.workers.forward import batched_log_probs, response_log_probs
+from hybridrl.workers.optim import build_lr_scheduler, build_optimizer
+from hybridrl.workers.sizes import BatchSizes
+
+UPDATE_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask",
+               "old_log_probs", "advantages")
+
+
+class ActorWorker:
+    def __init__(self, cfg, sizes: BatchSizes, device: torch.device, total_training_steps: int):
+        self.cfg = cfg
+        self.actor_cfg = cfg.actor_rollout_ref.actor
+        self.sizes = sizes
+        self.device = device
+        model_cfg = cfg.actor_rollout_ref.model
+        self.model = load_causal_lm(model_cfg.path, dtype=resolve_dtype(self.actor_cfg.fsdp_config.model_dtype),
+                                    override_config=model_cfg.override_config,
+                                    trust_remote_code=model_cfg.trust_remote_code).to(device)
+        if model_cfg.enable_gradient_checkpointing:
+            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.optimizer = build_optimizer(self.model.parameters(), self.actor_cfg.optim)
+        self.lr_scheduler = build_lr_scheduler(self.optimizer, self.actor_cfg.optim, total_training_steps)
+        self.policy_loss_fn = POLICY_LOSSES[self.actor_cfg.policy_loss.loss_mode]
+
+    # ------------------------------------------------------------ log-probs
+    def compute_log_prob(self, batch: Batch) -> Batch:
+        """old_log_probs (B, R) and entropys (B, R) with the current policy."""
+        self.model.eval()
+        log_probs, entropy = batched_log_probs(self.model, batch.to(self.device), self.sizes.log_prob_micro,
+                                               batch.meta["temperature"], compute_entropy=True)
+        return Batch({"old_log_probs": log_probs.cpu(), "entropys": entropy.cpu()})
+
+    # --------------------------------------------------------------- update
+    def update_actor(self, batch: Batch) -> dict[str, float]:
+        """ppo_epochs × mini-batches of `ppo_mini_batch_size × n` rows, one optimizer step per mini-batch."""
+        self.model.train()
+        keys = UPDATE_KEYS + (("ref_log_prob",) if self.actor_cfg.use_kl_loss else ())
+        data = batch.select(keys).to(self.device)
+        metrics: dict[str, list[float]] = defaultdict(list)
+        for epoch in range(self.actor_cfg.ppo_epochs):
+            for mini in self._mini_batches(data, epoch):
+                self._update_mini_batch(mini, metrics)
+        self.lr_scheduler.step()
+        out = {k: sum(v) / len(v) for k, v in metrics.items()}
+        out["actor/lr"] = self.optimizer.param_groups[0]["lr"]
+        return out
+
+    def _mini_batches(self, data: Batch, epoch: int) -> list[Batch]:
+        if self.actor_cfg.shuffle:
+            gen = torch.Generator().manual_seed(self.actor_cfg.data_loader_seed + epoch)
+            data = data.index(torch.randperm(len(data), generator=gen))
+        return data.split(self.sizes.ppo_mini)
+
+    def _update_mini_batch(self, mini: Batch, metrics: dict[str, list[float]]) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        for micro in mini.split(self.sizes.ppo_micro):
+            loss, micro_metrics = self._micro_loss(micro)
+            (loss * (len(micro) / len(mini))).backward()  # verl: loss / gradient_accumulation
+            for key, value in micro_metrics.items():
+                metrics[key].append(value)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.actor_cfg.grad_clip)
+        if torch.isfinite(grad_norm):
+            self.optimizer.step()
+        else:
+            metrics["actor/num_skipped_steps"].append(1.0)
+        metrics["actor/grad_norm"].append(to_float(grad_norm))
+
+    def _micro_loss(self, micro: Batch) -> tuple[torch.Tensor, dict[str, float]]:
+        cfg = self.actor_cfg
+        mask = micro["response_mask"]
+        need_entropy = cfg.entropy_coeff != 0
+        log_prob, entropy = response_log_probs(self.model, micro, micro.meta["temperature"], need_entropy)
+        pg_loss, pg_metrics = self.policy_loss_fn(
+            micro["old_log_probs"], log_prob, micro["advantages"], mask,
+            clip_ratio_low=cfg.clip_ratio_low if cfg.clip_ratio_low is not None else cfg.clip_ratio,
+            clip_ratio_high=cfg.clip_ratio_high if cfg.clip_ratio_high is not None else cfg.clip_ratio,
+            clip_ratio_c=cfg.clip_ratio_c, loss_agg_mode=cfg.loss_agg_mode)
+        loss = pg_loss
+        metrics = {"actor/pg_loss": to_float(pg_loss)}
+        metrics.update({f"actor/{k}": to_float(v) for k, v in pg_metrics.items()})
+        if need_entropy:
+            entropy_agg = agg_loss(entropy, mask, cfg.loss_agg_mode)
+            loss = loss - cfg.entropy_coeff * entropy_agg
+            metrics["actor/entropy_loss"] = to_float(entropy_agg)
+        if cfg.use_kl_loss:
+            kld = kl_penalty(log_prob, micro["ref_log_prob"], cfg.kl_loss_type)
+            kl_loss = agg_loss(kld, mask, cfg.loss_agg_mode)
+            loss = loss + cfg.kl_loss_coef * kl_loss
+            metrics.update({"actor/kl_loss": to_float(kl_loss), "actor/kl_coef": cfg.kl_loss_coef})
+        return loss, metrics
+
+    # ------------------------------------------------------- state & weights
+    def named_weights(self):
+        """(HF name, tensor) pairs for the rollout engine's weight sync."""
+        return self.model.state_dict().items()
+
+    def state_dict(self) -> dict:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "lr_scheduler": self.lr_scheduler.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.lr_scheduler.load_state_dict(state["lr_scheduler"])

@@ -1,0 +1,80 @@
+"""The critic role: a value head on an HF backbone (`critic.model.path`), its optimizer and update."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import torch
+
+from hybridrl.algorithms import compute_value_loss, masked_mean
+from hybridrl.models.hf import load_value_model, resolve_dtype
+from hybridrl.utils.batch import Batch
+from hybridrl.utils.metrics import to_float
+from hybridrl.workers.forward import response_values
+from hybridrl.workers.optim import build_lr_scheduler, build_optimizer
+from hybridrl.workers.sizes import BatchSizes
+
+UPDATE_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask", "values", "returns")
+
+
+class CriticWorker:
+    def __init__(self, cfg, sizes: BatchSizes, device: torch.device, total_training_steps: int):
+        self.cfg = cfg.critic
+        self.sizes = sizes
+        self.device = device
+        model_cfg = self.cfg.model
+        path = model_cfg.path or cfg.actor_rollout_ref.model.path
+        self.model = load_value_model(path, dtype=resolve_dtype(model_cfg.fsdp_config.model_dtype),
+                                      override_config=model_cfg.override_config,
+                                      trust_remote_code=model_cfg.trust_remote_code).to(device)
+        if model_cfg.enable_gradient_checkpointing:
+            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.optimizer = build_optimizer(self.model.parameters(), self.cfg.optim)
+        self.lr_scheduler = build_lr_scheduler(self.optimizer, self.cfg.optim, total_training_steps)
+
+    @torch.no_grad()
+    def compute_values(self, batch: Batch) -> Batch:
+        self.model.eval()
+        data = batch.to(self.device)
+        values = [response_values(self.model, micro) for micro in data.split(self.sizes.critic_forward_micro)]
+        return Batch({"values": torch.cat(values).cpu()})
+
+    def update_critic(self, batch: Batch) -> dict[str, float]:
+        self.model.train()
+        data = batch.select(UPDATE_KEYS).to(self.device)
+        metrics: dict[str, list[float]] = defaultdict(list)
+        for epoch in range(self.cfg.ppo_epochs):
+            if self.cfg.shuffle:
+                gen = torch.Generator().manual_seed(self.cfg.data_loader_seed + epoch)
+                data = data.index(torch.randperm(len(data), generator=gen))
+            for mini in data.split(self.sizes.critic_mini):
+                self._update_mini_batch(mini, metrics)
+        self.lr_scheduler.step()
+        out = {k: sum(v) / len(v) for k, v in metrics.items()}
+        out["critic/lr"] = self.optimizer.param_groups[0]["lr"]
+        return out
+
+    def _update_mini_batch(self, mini: Batch, metrics: dict[str, list[float]]) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        for micro in mini.split(self.sizes.critic_micro):
+            mask = micro["response_mask"]
+            vpreds = response_values(self.model, micro)
+            vf_loss, vf_clipfrac = compute_value_loss(vpreds, micro["returns"], micro["values"], mask,
+                                                      self.cfg.cliprange_value, self.cfg.loss_agg_mode)
+            (vf_loss * (len(micro) / len(mini))).backward()
+            metrics["critic/vf_loss"].append(to_float(vf_loss))
+            metrics["critic/vf_clipfrac"].append(to_float(vf_clipfrac))
+            metrics["critic/vpred_mean"].append(to_float(masked_mean(vpreds, mask)))
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+        if torch.isfinite(grad_norm):
+            self.optimizer.step()
+        metrics["critic/grad_norm"].append(to_float(grad_norm))
+
+    def state_dict(self) -> dict:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "lr_scheduler": self.lr_scheduler.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.lr_scheduler.load_state_dict(state["lr_scheduler"])

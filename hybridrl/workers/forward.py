@@ -1,0 +1,64 @@
+"""Forward passes shared by the actor, reference and critic workers.
+
+Log-probs are computed on response positions only: the body's hidden states at positions
+`P-1 .. P+R-2` predict response tokens `0 .. R-1` (verl's `[:, -R-1:-1]` shift), logits are divided by
+the rollout temperature, and the LM head is applied chunk by chunk so the fp32 logits of a whole
+micro-batch (B·R × vocab) are never materialised at once.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hybridrl.algorithms import logprobs_and_entropy_from_hidden
+from hybridrl.models.hf import decoder_of
+from hybridrl.utils.batch import Batch
+
+LOGPROB_CHUNK_ROWS = 1024
+
+
+def _body_hidden(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
+    body = decoder_of(model)
+    out = body(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+               position_ids=batch["position_ids"], use_cache=False)
+    return out.last_hidden_state
+
+
+def response_log_probs(model: torch.nn.Module, batch: Batch, temperature: float,
+                       compute_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(log_probs (B, R), entropy (B, R) or None) of `batch["responses"]` under `model`."""
+    responses = batch["responses"]
+    num_rows, response_len = responses.shape
+    hidden = _body_hidden(model, batch)
+    prompt_len = hidden.shape[1] - response_len
+    hidden = hidden[:, prompt_len - 1: prompt_len - 1 + response_len]
+    head = model.get_output_embeddings()
+    log_probs, entropy = logprobs_and_entropy_from_hidden(
+        hidden.reshape(num_rows * response_len, -1), head.weight, responses.reshape(-1),
+        temperature=temperature, chunk_size=LOGPROB_CHUNK_ROWS, compute_entropy=compute_entropy,
+        lm_head_bias=getattr(head, "bias", None))
+    entropy = entropy.view(num_rows, response_len) if entropy is not None else None
+    return log_probs.view(num_rows, response_len), entropy
+
+
+def response_values(critic: torch.nn.Module, batch: Batch) -> torch.Tensor:
+    """Values (B, R) of a token-classification critic, taken with the same shift as log-probs."""
+    response_len = batch["responses"].shape[1]
+    out = critic(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                 position_ids=batch["position_ids"], use_cache=False)
+    values = out.logits.squeeze(-1).float()
+    prompt_len = values.shape[1] - response_len
+    return values[:, prompt_len - 1: prompt_len - 1 + response_len] * batch["response_mask"]
+
+
+@torch.no_grad()
+def batched_log_probs(model: torch.nn.Module, batch: Batch, micro_batch_size: int, temperature: float,
+                      compute_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`response_log_probs` over micro-batches of `micro_batch_size` rows, concatenated."""
+    log_probs, entropies = [], []
+    for micro in batch.split(micro_batch_size):
+        lp, ent = response_log_probs(model, micro, temperature, compute_entropy)
+        log_probs.append(lp.float())
+        if ent is not None:
+            entropies.append(ent.float())
+    return torch.cat(log_probs), (torch.cat(entropies) if compute_entropy else None)

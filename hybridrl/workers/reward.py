@@ -1,0 +1,51 @@
+"""The reward role: decode responses and score them with rule rewards or a custom function.
+
+Scores are placed on the last valid response token (`token_level_scores`), as verl's naive manager.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from hybridrl.rewards import default_compute_score
+from hybridrl.rewards.custom import load_custom_reward_fn
+from hybridrl.rewards.manager import place_scores, score_batch
+from hybridrl.utils.batch import Batch
+
+
+def build_compute_score(cfg) -> Callable:
+    """`custom_reward_function.path/name` when set (with reward_kwargs), else the built-in table."""
+    custom = cfg.custom_reward_function
+    if custom.path:
+        kwargs = dict(getattr(custom, "reward_kwargs", None) or {})
+        kwargs.update(getattr(cfg.reward_model, "reward_kwargs", None) or {})
+        return load_custom_reward_fn(custom.path, custom.name or "compute_score", kwargs)
+    return default_compute_score
+
+
+def decode_responses(tokenizer, batch: Batch) -> list[str]:
+    lengths = batch["response_mask"].sum(-1).tolist()
+    rows = [ids[:n].tolist() for ids, n in zip(batch["responses"], lengths)]
+    return tokenizer.batch_decode(rows, skip_special_tokens=True)
+
+
+class RewardWorker:
+    def __init__(self, cfg, tokenizer):
+        self.tokenizer = tokenizer
+        self.reward_fn_key = cfg.data.reward_fn_key
+        self.on_error = cfg.reward_model.on_error
+        self.compute_score = build_compute_score(cfg)
+
+    def compute_scores(self, batch: Batch) -> tuple[Batch, dict[str, list], dict[str, float]]:
+        """token_level_scores (B, R), per-row extra info from dict-valued rewards, and metrics."""
+        texts = decode_responses(self.tokenizer, batch)
+        reward_info = list(batch["reward_model"])
+        scored = score_batch(texts, list(batch[self.reward_fn_key]), [r.get("ground_truth") for r in reward_info],
+                             list(batch.get("extra_info", [None] * len(batch))), self.compute_score,
+                             on_error=self.on_error)
+        lengths = batch["response_mask"].sum(-1)
+        scores = place_scores(scored.scores, lengths, batch["responses"].shape[1])
+        metrics = {"reward/num_errors": float(scored.num_errors)}
+        return Batch({"token_level_scores": scores.to(torch.float32)}), scored.extra, metrics

@@ -1,0 +1,80 @@
+"""The rollout role: turn a batch of prompts into prompt+response rows with verl's batch keys."""
+
+from __future__ import annotations
+
+import torch
+
+from hybridrl.rollout import SamplingParams, build_rollout_backend
+from hybridrl.utils.batch import Batch
+
+
+def sampling_params(rollout_cfg, *, validate: bool, greedy: bool = False, seed: int | None = None,
+                    eos_token_ids=()) -> SamplingParams:
+    """Sampling settings from `rollout.*` (training) or `rollout.val_kwargs.*` (validation)."""
+    src = rollout_cfg.val_kwargs if validate else rollout_cfg
+    do_sample = False if greedy else src.do_sample
+    return SamplingParams(
+        temperature=src.temperature, top_k=src.top_k, top_p=src.top_p, do_sample=do_sample,
+        n=1 if greedy else src.n, max_new_tokens=rollout_cfg.response_length,
+        ignore_eos=rollout_cfg.ignore_eos, eos_token_ids=tuple(eos_token_ids), seed=seed)
+
+
+def _right_pad(rows: list[list], width: int, value, dtype) -> torch.Tensor:
+    out = torch.full((len(rows), width), value, dtype=dtype)
+    for i, row in enumerate(rows):
+        out[i, :len(row)] = torch.tensor(row, dtype=dtype)
+    return out
+
+
+def assemble(prompts: Batch, token_ids: list[list[int]], log_probs: list[list[float]], n: int,
+             response_length: int, pad_token_id: int) -> Batch:
+    """Repeat prompt rows n times (interleaved) and add responses, masks, positions, rollout log-probs."""
+    batch = prompts.repeat(n, interleave=True)
+    responses = _right_pad(token_ids, response_length, pad_token_id, torch.long)
+    response_mask = _right_pad([[1] * len(t) for t in token_ids], response_length, 0, torch.long)
+    prompt_positions = batch["position_ids"]
+    steps = torch.arange(1, response_length + 1).unsqueeze(0)
+    batch["prompts"] = batch["input_ids"]
+    batch["responses"] = responses
+    batch["response_mask"] = response_mask
+    batch["rollout_log_probs"] = _right_pad(log_probs, response_length, 0.0, torch.float32)
+    batch["input_ids"] = torch.cat([batch["input_ids"], responses], dim=1)
+    batch["attention_mask"] = torch.cat([batch["attention_mask"], response_mask], dim=1)
+    batch["position_ids"] = torch.cat([prompt_positions, prompt_positions[:, -1:] + steps], dim=1)
+    return batch
+
+
+class RolloutWorker:
+    def __init__(self, cfg, model, tokenizer, device_type: str):
+        self.cfg = cfg.actor_rollout_ref.rollout
+        self.pad_token_id = tokenizer.pad_token_id
+        self.eos_token_ids = _eos_ids(tokenizer, model)
+        self.backend = build_rollout_backend(self.cfg.name, model, pad_token_id=self.pad_token_id,
+                                             eos_token_ids=self.eos_token_ids, rollout_cfg=self.cfg,
+                                             device_type=device_type)
+
+    def generate_sequences(self, prompts: Batch, params: SamplingParams) -> tuple[Batch, dict[str, float]]:
+        prompt_ids = [ids[mask.bool()].tolist() for ids, mask in zip(prompts["input_ids"], prompts["attention_mask"])]
+        out = self.backend.generate(prompt_ids, params)
+        batch = assemble(prompts, out.token_ids, out.log_probs, params.n, self.cfg.response_length,
+                         self.pad_token_id)
+        batch.meta["temperature"] = params.temperature if not params.greedy else 1.0
+        return batch, dict(out.metrics)
+
+    def sync_weights(self, named_tensors) -> None:
+        self.backend.update_weights(named_tensors)
+
+    def sleep(self) -> None:
+        self.backend.sleep()
+
+    def wake_up(self) -> None:
+        self.backend.wake_up()
+
+
+def _eos_ids(tokenizer, model) -> tuple[int, ...]:
+    """EOS ids from the tokenizer and every id in the model's generation config."""
+    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if gen_eos is not None:
+        ids |= set(gen_eos if isinstance(gen_eos, (list, tuple)) else [gen_eos])
+    return tuple(sorted(ids))
