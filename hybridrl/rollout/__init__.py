@@ -1,1 +1,44 @@
-"""hybridrl.rollout."""
+"""Rollout backends behind one interface (`rollout.name`): `hf` (reference) and `hybrid` (our engine)."""
+
+from __future__ import annotations
+
+from hybridrl.rollout.base import RolloutBackend, RolloutOutput, SamplingParams
+
+BACKEND_NAMES = ("hf", "hybrid")
+
+__all__ = ["BACKEND_NAMES", "RolloutBackend", "RolloutOutput", "SamplingParams", "build_rollout_backend",
+           "resolve_backend_name"]
+
+
+def resolve_backend_name(name: str, device_type: str) -> str:
+    """`auto` → `hybrid` on GPU, `hf` on CPU (the engine's speed comes from GPU kernels)."""
+    if name == "auto":
+        return "hybrid" if device_type == "cuda" else "hf"
+    if name not in BACKEND_NAMES:
+        raise ValueError(f"actor_rollout_ref.rollout.name={name!r} is not a hybridrl backend; use one of "
+                         f"{('auto',) + BACKEND_NAMES}")
+    return name
+
+
+def build_rollout_backend(name: str, model, *, pad_token_id: int, eos_token_ids, rollout_cfg,
+                          device_type: str) -> RolloutBackend:
+    name = resolve_backend_name(name, device_type)
+    if name == "hf":
+        from hybridrl.rollout.hf_backend import HFRolloutBackend
+
+        return HFRolloutBackend(model, pad_token_id=pad_token_id, eos_token_ids=eos_token_ids)
+    from hybridrl.rollout.engine.llm_engine import LLMEngine
+
+    return LLMEngine(
+        model, tokenizer_eos_ids=tuple(eos_token_ids), dtype=_engine_dtype(rollout_cfg.dtype),
+        gpu_memory_utilization=rollout_cfg.gpu_memory_utilization, block_size=rollout_cfg.block_size,
+        max_num_seqs=rollout_cfg.max_num_seqs, max_num_batched_tokens=rollout_cfg.max_num_batched_tokens,
+        max_model_len=rollout_cfg.max_model_len, enforce_eager=rollout_cfg.enforce_eager,
+        enable_prefix_caching=rollout_cfg.enable_prefix_caching,
+        seed=rollout_cfg.seed if rollout_cfg.seed is not None else 0)
+
+
+def _engine_dtype(name: str):
+    from hybridrl.models.hf import resolve_dtype
+
+    return resolve_dtype(name)
