@@ -63,7 +63,7 @@ class RotaryEmbedding(nn.Module):
     def __init__(self, inv_freq: torch.Tensor, attention_scaling: float, max_positions: int) -> None:
         super().__init__()
         t = torch.arange(max_positions, dtype=torch.float32)
-        freqs = torch.outer(t, inv_freq.float())  # (P, rot_dim / 2)
+        freqs = torch.outer(t, inv_freq.to(t.device, torch.float32))  # (P, rot_dim / 2)
         emb = torch.cat([freqs, freqs], dim=-1)
         self.rot_dim = emb.shape[-1]
         self.register_buffer("cos", emb.cos() * attention_scaling, persistent=False)

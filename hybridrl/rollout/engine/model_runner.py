@@ -12,7 +12,7 @@ import torch
 from hybridrl.rollout.base import SamplingParams
 from hybridrl.rollout.engine.attention import select_backend
 from hybridrl.rollout.engine.layers import AttentionMetadata
-from hybridrl.rollout.engine.sampler import sample
+from hybridrl.rollout.engine.sampler import gumbel_argmax, sample
 from hybridrl.rollout.engine.sequence import Sequence
 
 
@@ -61,9 +61,9 @@ class ModelRunner:
             layer.backend = backend
         self.kv_cache: torch.Tensor | None = None
         self.host_block_tables = HostBlockTables(self.max_blocks_per_seq)
-        # Eager, the per-token noise hash is ~17 kernels over (B, V); compiled it fuses into a couple.
+        # Eager, the noise hash is ~17 kernels over (B, V); compiled, noise + argmax fuse into one.
         compiled = device.type == "cuda" and not enforce_eager
-        self.sample = torch.compile(sample, dynamic=True) if compiled else sample
+        self.gumbel_argmax = torch.compile(gumbel_argmax, dynamic=True) if compiled else gumbel_argmax
         self.graph_runner = self._make_graph_runner(max_num_seqs, enforce_eager)
 
     def _make_graph_runner(self, max_num_seqs: int, enforce_eager: bool):
@@ -115,7 +115,7 @@ class ModelRunner:
         self.model.compute_logits(self.model(input_ids, positions, meta)[last])
         logits = torch.zeros(max_num_seqs, self.model.config.vocab_size, device=self.device, dtype=self.dtype)
         keys = torch.zeros(max_num_seqs, dtype=torch.int64, device=self.device)
-        self.sample(logits, 1.0, -1, 0.9, False, keys, keys)
+        sample(logits, 1.0, -1, 0.9, False, keys, keys, self.gumbel_argmax)
         del logits
         self.free_kv_cache()
 
@@ -183,6 +183,6 @@ class ModelRunner:
             logits = self.decode_fn(*self.prepare_decode(seqs))
         keys = self._tensor([s.seed for s in seqs], torch.int64)
         steps = self._tensor([s.num_completion_tokens for s in seqs], torch.int64)
-        tokens, logprobs = self.sample(logits, params.temperature, params.top_k, params.top_p, params.greedy,
-                                  keys, steps)
+        tokens, logprobs = sample(logits, params.temperature, params.top_k, params.top_p, params.greedy,
+                                  keys, steps, self.gumbel_argmax)
         return tokens.tolist(), logprobs.tolist()

@@ -8,6 +8,8 @@ greedy), before top-k/top-p truncation, as the trainer recomputes them.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 MASK32 = 0xFFFFFFFF
@@ -37,6 +39,12 @@ def gumbel_noise(keys: torch.Tensor, steps: torch.Tensor, token_ids: torch.Tenso
     return -torch.log(-torch.log(u))
 
 
+def gumbel_argmax(cand_logits: torch.Tensor, keys: torch.Tensor, steps: torch.Tensor,
+                  cand_ids: torch.Tensor) -> torch.Tensor:
+    """Index (B,) of the max of logits + Gumbel noise; the hot loop worth `torch.compile` on GPU."""
+    return (cand_logits + gumbel_noise(keys, steps, cand_ids)).argmax(-1)
+
+
 def apply_top_p(sorted_logits: torch.Tensor, top_p: float) -> torch.Tensor:
     """Mask (-inf) descending-sorted logits outside the smallest prefix whose probability reaches top_p."""
     probs = sorted_logits.softmax(-1)
@@ -45,10 +53,12 @@ def apply_top_p(sorted_logits: torch.Tensor, top_p: float) -> torch.Tensor:
 
 
 def sample(logits: torch.Tensor, temperature: float, top_k: int, top_p: float, greedy: bool,
-           keys: torch.Tensor, steps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+           keys: torch.Tensor, steps: torch.Tensor, argmax_fn: Callable = gumbel_argmax
+           ) -> tuple[torch.Tensor, torch.Tensor]:
     """logits (B, V) -> (token ids int64 (B,), log-probs float32 (B,)).
 
     keys: per-row noise keys (int64 (B,), from `row_key`); steps: tokens generated so far (int64 (B,)).
+    argmax_fn: `gumbel_argmax` or a compiled version of it.
     """
     logits = logits.float()
     if greedy:
@@ -63,6 +73,6 @@ def sample(logits: torch.Tensor, temperature: float, top_k: int, top_p: float, g
             cand_logits = apply_top_p(cand_logits, top_p)
     else:
         cand_logits, cand_ids = logits, torch.arange(vocab, device=logits.device)
-    choice = (cand_logits + gumbel_noise(keys, steps, cand_ids)).argmax(-1)
+    choice = argmax_fn(cand_logits, keys, steps, cand_ids)
     tokens = cand_ids[choice] if cand_ids.dim() == 1 else cand_ids.gather(-1, choice[:, None])[:, 0]
     return tokens, logits.log_softmax(-1).gather(-1, tokens[:, None])[:, 0]

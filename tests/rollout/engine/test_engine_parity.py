@@ -23,6 +23,8 @@ ARCHS = {
                                                "high_freq_factor": 4.0, "original_max_position_embeddings": 16}}),
     "yarn_rope": ("qwen2", {"rope_scaling": {"rope_type": "yarn", "factor": 4.0,
                                              "original_max_position_embeddings": 128}}),
+    "linear_rope": ("llama", {"rope_scaling": {"rope_type": "linear", "factor": 2.0}}),
+    "dynamic_rope": ("llama", {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}),
 }
 
 
