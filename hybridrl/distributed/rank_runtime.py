@@ -1,0 +1,63 @@
+"""What runs inside one rank: torch.distributed set-up, the worker's construction and method calls.
+
+Shared by the local (multiprocessing) and the Ray launcher so both run workers the same way.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import traceback
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+
+def setup_torch_distributed(*, rank: int, world_size: int, master_addr: str, master_port: int, backend: str,
+                            device: str | None, env: dict[str, str] | None = None) -> None:
+    """Set the torchrun-style environment, pin the GPU and join the process group.
+
+    `device` is the physical GPU id (a string, as CUDA_VISIBLE_DEVICES spells it) or None for CPU;
+    on a GPU the worker sees exactly that device, as `cuda:0`.
+    """
+    os.environ.update(env or {})
+    os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port), RANK=str(rank),
+                      WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size))
+    if device is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = device
+        os.environ["LOCAL_RANK"] = "0"  # the one visible device
+        torch.cuda.set_device(0)
+    dist.init_process_group(backend=backend, rank=rank, world_size=world_size)
+
+
+def teardown_torch_distributed() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def build_worker(factory: Callable[..., Any], init_kwargs: dict[str, Any]) -> Any:
+    return factory(**init_kwargs)
+
+
+def call_method(worker: Any, method: str, args: tuple, kwargs: dict[str, Any]) -> tuple[str, Any]:
+    """Run `worker.method(*args, **kwargs)`: ("ok", result) or ("error", the formatted traceback)."""
+    fn = getattr(worker, method, None)
+    if fn is None or not callable(fn):
+        public = sorted(name for name in dir(worker) if not name.startswith("_") and callable(getattr(worker, name)))
+        return "error", (f"AttributeError: {type(worker).__name__} has no method {method!r}; "
+                         f"its public methods are {public}\n")
+    try:
+        return "ok", fn(*args, **kwargs)
+    except BaseException:  # reported to the controller, which re-raises it as WorkerError
+        return "error", traceback.format_exc()
+
+
+def dumps_reply(reply: tuple[str, Any]) -> bytes:
+    """Pickle a reply; an unpicklable result becomes an error reply naming the problem."""
+    try:
+        return pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        note = ("the method's return value could not be pickled to send it to the controller; return plain "
+                "Python values, CPU tensors or a Batch\n")
+        return pickle.dumps(("error", traceback.format_exc() + note), protocol=pickle.HIGHEST_PROTOCOL)

@@ -1,0 +1,45 @@
+"""An FSDP2 training worker for the distributed tests (importable, so spawned ranks can unpickle it)."""
+
+from __future__ import annotations
+
+import torch
+
+from hybridrl.distributed.fsdp import apply_fsdp2, clip_grad_norm_, full_state_dict, iter_full_params, \
+    load_full_state_dict
+from hybridrl.models.tiny import build_tiny_model
+from hybridrl.utils.batch import Batch
+
+LR = 0.5
+MAX_NORM = 1.0
+
+
+def sgd_step(model: torch.nn.Module, input_ids: torch.Tensor, clip=torch.nn.utils.clip_grad_norm_) -> float:
+    """One SGD step on the mean next-token loss, gradients clipped to MAX_NORM; returns the grad norm."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    loss = model(input_ids=input_ids, labels=input_ids).loss
+    loss.backward()
+    grad_norm = float(clip(model, MAX_NORM) if clip is clip_grad_norm_ else clip(model.parameters(), MAX_NORM))
+    optimizer.step()
+    optimizer.zero_grad()
+    return grad_norm
+
+
+class FSDPWorker:
+    def __init__(self, seed: int = 0) -> None:
+        self.model = apply_fsdp2(build_tiny_model(seed=seed))
+
+    def train_step(self, batch: Batch) -> dict:
+        return {"grad_norm": sgd_step(self.model, batch["input_ids"], clip=clip_grad_norm_)}
+
+    def state(self) -> dict:
+        return full_state_dict(self.model)
+
+    def full_params(self) -> dict:
+        return {name: tensor.clone() for name, tensor in iter_full_params(self.model)}
+
+    def load_from_rank0(self, state: dict) -> None:
+        """Only rank 0 passes the state; the others receive it by broadcast."""
+        load_full_state_dict(self.model, state if torch.distributed.get_rank() == 0 else {}, from_rank0=True)
+
+    def num_local_elements(self) -> int:
+        return sum(p.to_local().numel() for p in self.model.parameters())

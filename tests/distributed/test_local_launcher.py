@@ -1,0 +1,112 @@
+"""LocalWorkerGroup with real spawned processes and real gloo: dispatch, SPMD, worker errors and deaths."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+import torch
+
+from hybridrl.distributed.errors import GroupClosedError, WorkerDiedError, WorkerError
+from hybridrl.distributed.local_launcher import LocalWorkerGroup
+from hybridrl.utils.batch import Batch
+from tests.distributed.toy_workers import ToyWorker
+
+
+@pytest.fixture(scope="module")
+def group():
+    with LocalWorkerGroup(ToyWorker, {"scale": 2.0}, world_size=2, role="actor", env={"TOY_FLAG": "on"}) as g:
+        yield g
+
+
+def five_rows() -> Batch:
+    return Batch(tensors={"x": torch.arange(5, dtype=torch.float32)}, non_tensors={"uid": list("abcde")})
+
+
+def test_call_all_reaches_every_rank_with_its_environment(group):
+    infos = group.call_all("rank_info")
+    assert [i["rank"] for i in infos] == [0, 1]
+    assert {i["RANK"] for i in infos} == {"0", "1"} and {i["WORLD_SIZE"] for i in infos} == {"2"}
+    assert {i["MASTER_PORT"] for i in infos} == {str(group.master_port)}
+    assert all(i["MASTER_ADDR"] == "127.0.0.1" and i["TOY_FLAG"] == "on" for i in infos)
+    assert group.call_rank0("rank_info")["rank"] == 0
+
+
+def test_call_sharded_pads_splits_in_rank_order_and_unpads(group):
+    out = group.call_sharded("double", five_rows())
+    assert out["y"].tolist() == [0.0, 2.0, 4.0, 6.0, 8.0]
+    assert list(out["uid"]) == list("abcde")
+    assert out["rank"].tolist() == [0, 0, 0, 1, 1]  # 5 rows padded to 6 -> 3 per rank, the pad row dropped
+
+
+def test_call_sharded_rejects_outputs_that_change_the_row_count(group):
+    with pytest.raises(ValueError, match="returned 1 rows for a shard of 3"):
+        group.call_sharded("wrong_rows", five_rows())
+
+
+def test_call_sharded_metrics_reduces_by_name(group):
+    metrics = group.call_sharded_metrics("metrics", five_rows())
+    # shards: rank 0 gets x=[0,1,2] (mean 1), rank 1 gets [3,4,0] (pad row copies row 0; mean 7/3)
+    assert metrics["loss"] == pytest.approx((1.0 + 7.0 / 3.0) / 2)
+    assert metrics["grad_norm/max"] == 1.0
+    assert metrics["ratio/min"] == 0.0
+
+
+def test_train_step_all_reduces_across_the_group(group):
+    batch = Batch(tensors={"x": torch.arange(4, dtype=torch.float32)})
+    assert group.call_all("train_step", batch) == [18.0, 18.0]  # 6 * 1 from rank 0 + 6 * 2 from rank 1
+
+
+def test_worker_exception_is_reraised_with_its_traceback_and_the_group_survives(group):
+    with pytest.raises(WorkerError) as info:
+        group.call_all("fail", "kaboom")
+    err = info.value
+    assert (err.role, err.rank, err.method) == ("actor", 0, "fail")
+    assert "actor worker rank 0 failed in fail()" in str(err)
+    assert "ValueError: kaboom on rank 0" in str(err) and "toy_workers.py" in str(err)
+    with pytest.raises(WorkerError, match="has no method 'nope'"):
+        group.call_rank0("nope")
+    assert [i["rank"] for i in group.call_all("rank_info")] == [0, 1]
+
+
+def test_killed_worker_raises_worker_died_error_promptly_and_stops_the_group(group):
+    critic = LocalWorkerGroup(ToyWorker, {}, world_size=2, role="critic")
+    try:
+        assert critic.master_port != group.master_port  # two process groups side by side
+        batch = Batch(tensors={"x": torch.ones(2)})
+        assert critic.call_all("train_step", batch) == [6.0, 6.0]
+        assert group.call_all("train_step", batch) == [6.0, 6.0]
+        pids = critic.call_all("getpid")
+        threading.Timer(1.0, os.kill, (pids[1], signal.SIGKILL)).start()
+        start = time.monotonic()
+        with pytest.raises(WorkerDiedError) as info:
+            critic.call_all("sleep", 60)
+        assert time.monotonic() - start < 10
+        message = str(info.value)
+        assert "critic worker rank 1 died during sleep()" in message and "SIGKILL" in message
+        assert "rank 1 about to sleep 60s" in message  # the tail of its stderr
+        assert not any(p.is_alive() for p in critic._procs)  # rank 0 was shut down too
+        with pytest.raises(GroupClosedError, match="rank 1 died"):
+            critic.call_all("getpid")
+    finally:
+        critic.shutdown()
+
+
+def test_factory_failure_is_reported_at_start_up():
+    with pytest.raises(WorkerError, match=r"failed in __init__\(\)") as info:
+        LocalWorkerGroup(ToyWorker, {"no_such_arg": 1}, world_size=1, role="reward")
+    assert "no_such_arg" in str(info.value)
+
+
+def test_one_rank_failing_while_the_other_waits_in_a_collective_shuts_the_group_down(group):
+    # last test of the module: it closes the shared group
+    group.error_grace_s = 1.0
+    with pytest.raises(WorkerError, match="rank 1 gives up") as info:
+        group.call_all("fail_on_rank1_else_all_reduce")
+    assert info.value.rank == 1 and "did not answer" in str(info.value)
+    assert not any(p.is_alive() for p in group._procs)
+    with pytest.raises(GroupClosedError):
+        group.call_rank0("getpid")

@@ -1,0 +1,58 @@
+"""Toy workers for the distributed tests: importable top-level classes, so spawned processes can unpickle them."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+from hybridrl.utils.batch import Batch
+
+
+class ToyWorker:
+    """Records its rank; `train_step` all-reduces, proving the ranks form one SPMD process group."""
+
+    def __init__(self, scale: float = 1.0) -> None:
+        self.scale = scale
+        self.rank = dist.get_rank()
+        self.world_size = dist.get_world_size()
+
+    def getpid(self) -> int:
+        return os.getpid()
+
+    def rank_info(self) -> dict:
+        keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TOY_FLAG")
+        return {"rank": self.rank, "world_size": self.world_size, **{k: os.environ.get(k) for k in keys}}
+
+    def double(self, batch: Batch) -> Batch:
+        out = Batch(tensors={"y": batch["x"] * self.scale,
+                             "rank": torch.full((len(batch),), self.rank, dtype=torch.long)},
+                    non_tensors={"uid": batch["uid"]})
+        return out
+
+    def wrong_rows(self, batch: Batch) -> Batch:
+        return batch.index(slice(0, 1))
+
+    def train_step(self, batch: Batch) -> float:
+        total = batch["x"].sum() * (self.rank + 1)
+        dist.all_reduce(total)
+        return float(total)
+
+    def metrics(self, batch: Batch) -> dict:
+        return {"loss": float(batch["x"].float().mean()), "grad_norm/max": float(self.rank),
+                "ratio/min": [float(self.rank), float(self.rank) + 10.0]}
+
+    def fail(self, message: str = "boom") -> None:
+        raise ValueError(f"{message} on rank {self.rank}")
+
+    def fail_on_rank1_else_all_reduce(self) -> None:
+        if self.rank == 1:
+            raise RuntimeError("rank 1 gives up")
+        dist.all_reduce(torch.ones(1))  # rank 0 waits here for rank 1 forever
+
+    def sleep(self, seconds: float) -> None:
+        print(f"rank {self.rank} about to sleep {seconds}s", file=sys.stderr, flush=True)
+        time.sleep(seconds)
