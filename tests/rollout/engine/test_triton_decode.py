@@ -215,3 +215,25 @@ def test_store_kv_cache_bf16_on_gpu():
     assert torch.equal(k_cache.view(-1, 2, 128)[slots[[0, 2]]], k[[0, 2]])
     assert torch.equal(v_cache.view(-1, 2, 128)[slots[[0, 2]]], v[[0, 2]])
     assert k_cache.view(-1, 2, 128).abs().sum(dim=(1, 2)).count_nonzero() == 2
+
+
+@interpreted
+def test_engine_with_triton_kernels_matches_torch_backend():
+    """The engine's layers calling these kernels (store + decode) sample what the torch backend samples."""
+    from helpers import PROMPTS, make_model  # tests/rollout/engine/helpers.py
+
+    from hybridrl.rollout.base import SamplingParams
+    from hybridrl.rollout.engine.attention import AttentionBackend, triton_decode
+    from hybridrl.rollout.engine.llm_engine import LLMEngine
+
+    model = make_model("qwen2", hidden_size=64, num_heads=4, num_kv_heads=2, num_layers=1)  # head_dim 16
+    params = SamplingParams(n=2, max_new_tokens=4, temperature=1.0, seed=3)
+    expected = LLMEngine(model, num_kv_blocks=64, block_size=4).generate(PROMPTS, params)
+    engine = LLMEngine(model, num_kv_blocks=64, block_size=4)
+    backend = AttentionBackend("triton", triton_decode.store_kv_cache, triton_decode.paged_decode_attention)
+    for layer in engine.runner.layers:
+        layer.backend = backend
+    out = engine.generate(PROMPTS, params)
+    assert out.token_ids == expected.token_ids
+    for got, want in zip(out.log_probs, expected.log_probs):
+        assert got == pytest.approx(want, abs=1e-4)
