@@ -108,3 +108,12 @@ def test_sampler_respects_top_k_and_is_keyed_per_row():
     solo, _ = sample(logits[2:3], 1.0, -1, 1.0, False, keys[2:3], steps[2:3])
     batched, _ = sample(logits, 1.0, -1, 1.0, False, keys, steps)
     assert solo.item() == batched[2].item()
+
+
+def test_cpu_uses_the_torch_attention_backend(model):
+    from hybridrl.rollout.engine.attention import select_backend
+
+    assert select_backend(torch.device("cpu"), 16).name == "torch"
+    engine = make_engine(model)
+    assert {layer.backend.name for layer in engine.runner.layers} == {"torch"}
+    assert engine.runner.graph_runner is None
