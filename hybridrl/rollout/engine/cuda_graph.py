@@ -62,7 +62,7 @@ class CUDAGraphDecodeRunner:
         self.slot_mapping = torch.full((rows,), -1, dtype=torch.int64, **idx)
         self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self._pool = None
-        self._outputs: torch.Tensor | None = None  # (max size, vocab_or_hidden), written by every graph
+        self._outputs: torch.Tensor | None = None  # (max size, vocab_or_hidden): the largest graph's output
         self.capture_time_s = 0.0
 
     @property
@@ -120,20 +120,26 @@ class CUDAGraphDecodeRunner:
                 self.context_lens[:size], self.slot_mapping[:size])
 
     def capture(self) -> None:
-        """Capture every size, largest first so the smaller graphs reuse the largest one's pool memory."""
+        """Capture every size, largest first so the smaller graphs reuse the largest one's pool memory.
+
+        The largest graph's own output tensor becomes the shared output buffer (no copy when the batch
+        fills it, the common case in RL rollouts); smaller graphs copy their rows into it.
+        """
         if not self.use_graphs:
             return
         self.release()
         start = time.perf_counter()
         self._pad(0, self.capture_sizes[-1])  # capture on all-padding inputs; shapes are what matter
         for size in reversed(self.capture_sizes):
-            warm = self.decode_fn(*self._views(size))  # compiles Triton kernels outside the capture
-            if self._outputs is None:
-                self._outputs = self._alloc_outputs(warm)
-            del warm
+            self._check_output(self.decode_fn(*self._views(size)))  # warm-up: compiles Triton kernels
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self._pool):
-                self._outputs[:size] = self.decode_fn(*self._views(size))
+                out = self.decode_fn(*self._views(size))
+                if self._outputs is None:
+                    self._outputs = out
+                else:
+                    self._outputs[:size] = out
+            del out
             if self._pool is None:
                 self._pool = graph.pool()
             self._graphs[size] = graph
@@ -142,11 +148,10 @@ class CUDAGraphDecodeRunner:
         log.info("captured %d decode CUDA graphs (batch sizes %d..%d) in %.1f s", len(self._graphs),
                  self.capture_sizes[0], self.capture_sizes[-1], self.capture_time_s)
 
-    def _alloc_outputs(self, sample: torch.Tensor) -> torch.Tensor:
+    def _check_output(self, sample: torch.Tensor) -> None:
         if sample.dim() != 2 or sample.shape[1] != self.output_size:
             raise ValueError(f"decode_fn returned shape {tuple(sample.shape)}, expected (B, "
                              f"{self.output_size}); pass vocab_or_hidden_size matching its output")
-        return torch.empty(self.capture_sizes[-1], self.output_size, dtype=sample.dtype, device=self.device)
 
     def release(self) -> None:
         """Free the graphs, their memory pool and the output buffer; the next `run` captures again."""
