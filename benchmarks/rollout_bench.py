@@ -211,12 +211,15 @@ def prefix_caching(model, prompts, args, main_engine_result: dict[str, Any]) -> 
             for name, r in rows.items()}
 
 
+KERNEL_LAYERS = 8  # distinct caches per timed call, so K/V come from HBM rather than the 60 MB L2
+
+
 def paged_case(batch: int, ctx: int, config, dtype: torch.dtype, page: int = 16):
-    """Random bf16 paged caches with shuffled physical blocks; every sequence holds `ctx` tokens."""
+    """Random paged caches for KERNEL_LAYERS layers, shuffled physical blocks, every sequence at `ctx` tokens."""
     head_dim = config.hidden_size // config.num_attention_heads
     per_seq = -(-ctx // page)
     num_blocks = batch * per_seq
-    shape = (num_blocks, page, config.num_key_value_heads, head_dim)
+    shape = (KERNEL_LAYERS, num_blocks, page, config.num_key_value_heads, head_dim)
     k_cache = torch.randn(shape, device="cuda", dtype=dtype)
     v_cache = torch.randn(shape, device="cuda", dtype=dtype)
     tables = torch.randperm(num_blocks, device="cuda").view(batch, per_seq).int()
@@ -225,42 +228,60 @@ def paged_case(batch: int, ctx: int, config, dtype: torch.dtype, page: int = 16)
     return q, k_cache, v_cache, tables, lens
 
 
-def time_attention(config, batch: int, ctx: int, dtype: torch.dtype, **knobs: int) -> dict[str, float]:
-    """Triton paged decode vs SDPA (enable_gqa) on a contiguous cache of the same size: one layer."""
-    from triton.testing import do_bench
+def per_layer_us(fn) -> float:
+    """Microseconds per layer of `fn` (which runs KERNEL_LAYERS layers), replayed as a CUDA graph like
+    the engine's decode step, so Python launch overhead is not in the number."""
+    from triton.testing import do_bench_cudagraph
 
+    return do_bench_cudagraph(fn) * 1e3 / KERNEL_LAYERS
+
+
+def time_attention(config, batch: int, ctx: int, dtype: torch.dtype, **knobs: int) -> dict[str, Any]:
+    """Triton paged decode (one layer) vs SDPA (enable_gqa) on a contiguous cache of the same size."""
     from hybridrl.rollout.engine.attention.triton_decode import paged_decode_attention
 
     q, k_cache, v_cache, tables, lens = paged_case(batch, ctx, config, dtype)
     scale = q.shape[-1] ** -0.5
-    ms = do_bench(lambda: paged_decode_attention(q, k_cache, v_cache, tables, lens, scale, **knobs))
-    kv_bytes = 2 * k_cache[0, 0].numel() * k_cache.element_size() * batch * ctx
-    row = {"batch": batch, "context": ctx, "triton_us": ms * 1e3, "kv_bytes": kv_bytes,
-           "triton_tb_s": kv_bytes / ms / 1e9, "fraction_of_4_3_tb_s": kv_bytes / (ms * 1e-3) / H200_BANDWIDTH}
+    us = per_layer_us(lambda: [paged_decode_attention(q, k_cache[i], v_cache[i], tables, lens, scale, **knobs)
+                               for i in range(KERNEL_LAYERS)])
+    kv_bytes = 2 * k_cache[0, 0, 0].numel() * k_cache.element_size() * batch * ctx  # K and V, one layer
+    row = {"batch": batch, "context": ctx, "triton_us": us, "kv_bytes": kv_bytes,
+           "triton_tb_s": kv_bytes / us / 1e6, "fraction_of_4_3_tb_s": kv_bytes / (us * 1e-6) / H200_BANDWIDTH}
     if knobs:
         return row
-    k = torch.randn(batch, config.num_key_value_heads, ctx, q.shape[-1], device="cuda", dtype=dtype)
-    sdpa_ms = do_bench(lambda: torch.nn.functional.scaled_dot_product_attention(
-        q[:, :, None], k, k, scale=scale, enable_gqa=True))
-    return {**row, "sdpa_contiguous_us": sdpa_ms * 1e3, "triton_over_sdpa_speed": sdpa_ms / ms}
+    del k_cache, v_cache
+    shape = (KERNEL_LAYERS, batch, config.num_key_value_heads, ctx, q.shape[-1])
+    k, v = torch.randn(shape, device="cuda", dtype=dtype), torch.randn(shape, device="cuda", dtype=dtype)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    try:
+        sdpa_us = per_layer_us(lambda: [sdpa(q[:, :, None], k[i], v[i], scale=scale, enable_gqa=True)
+                                        for i in range(KERNEL_LAYERS)])
+    except Exception as exc:  # a peer that cannot be captured is reported, not fatal
+        return {**row, "sdpa_error": repr(exc)[:200]}
+    return {**row, "sdpa_contiguous_us": sdpa_us, "triton_over_sdpa_speed": sdpa_us / us}
 
 
-def kernel_bench(config, prompts: list[list[int]], args: argparse.Namespace) -> dict[str, Any]:
-    """Decode attention alone (one layer): the main shape, a long-context split-K shape, a knob sweep."""
-    main_ctx = round(statistics.fmean(map(len, prompts)) + args.response_length / 2)
-    batch = len(prompts) * args.n
-    shapes = {"main": (batch, main_ctx), "mid_batch_2k": (64, 2048), "small_batch_8k": (4, 8192)}
-    result: dict[str, Any] = {name: time_attention(config, b, c, args.dtype) for name, (b, c) in shapes.items()}
-    sweep = []
+def sweep_knobs(config, batch: int, ctx: int, dtype: torch.dtype) -> list[dict[str, Any]]:
+    """block_n x num_warps x num_stages of the decode kernel at one shape, fastest first."""
+    rows = []
     for block_n in (32, 64, 128):
         for num_warps in (2, 4, 8):
             for num_stages in (1, 2, 3):
                 knobs = dict(block_n=block_n, num_warps=num_warps, num_stages=num_stages)
                 try:
-                    sweep.append({**knobs, "us": time_attention(config, batch, main_ctx, args.dtype, **knobs)["triton_us"]})
+                    rows.append({**knobs, "us": time_attention(config, batch, ctx, dtype, **knobs)["triton_us"]})
                 except Exception as exc:  # a config the compiler rejects (e.g. shared memory) is data too
-                    sweep.append({**knobs, "error": repr(exc)[:200]})
-    result["sweep_main"] = sorted(sweep, key=lambda r: r.get("us", float("inf")))
+                    rows.append({**knobs, "error": repr(exc)[:200]})
+    return sorted(rows, key=lambda r: r.get("us", float("inf")))
+
+
+def kernel_bench(config, prompts: list[list[int]], args: argparse.Namespace) -> dict[str, Any]:
+    """Decode attention alone: the main shape, a mid and a small-batch long-context (split-K) shape, a sweep."""
+    main_ctx = round(statistics.fmean(map(len, prompts)) + args.response_length / 2)
+    batch = len(prompts) * args.n
+    shapes = {"main": (batch, main_ctx), "mid_batch_2k": (64, 2048), "small_batch_8k": (4, 8192)}
+    result: dict[str, Any] = {name: time_attention(config, b, c, args.dtype) for name, (b, c) in shapes.items()}
+    result["sweep_main"] = sweep_knobs(config, batch, main_ctx, args.dtype)
     return result
 
 

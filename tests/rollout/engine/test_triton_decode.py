@@ -17,7 +17,8 @@ import pytest
 import torch
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-interpreted = pytest.mark.skipif(not INTERPRETED, reason="runs in test_interpreted_suite's TRITON_INTERPRET=1 subprocess")
+interpreted = pytest.mark.skipif(not INTERPRETED,
+                                 reason="runs in test_interpreted_suite's TRITON_INTERPRET=1 subprocess")
 REPO = Path(__file__).resolve().parents[3]
 
 
