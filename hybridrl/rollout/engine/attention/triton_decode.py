@@ -32,6 +32,7 @@ def _decode_kernel(
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
     BLOCK: tl.constexpr, SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
+    # ~55 lines: one fused kernel (gather, scores, online softmax, PV) so scores never touch memory.
     # One program = (sequence, KV head, split). Each K/V tile is loaded once and scored against all
     # GROUP query heads sharing that KV head: the group is padded to GROUP_PAD >= 16 rows so both
     # products run on tensor cores (tl.dot needs M >= 16). The padded rows waste FLOPs, not bytes,
