@@ -14,7 +14,9 @@ commands:
   export <global_step_dir> <out_dir>      write a plain HF model (safetensors) from a checkpoint
   plot <metrics.jsonl> [--keys ...] [-o curves.png]
   sft [key=value ...]                     small supervised fine-tuning run (warm start)
-  quickstart [--out DIR]                  the embedded demo: tiny model, arithmetic task, SFT then GRPO
+  quickstart [--out DIR]                  the embedded demo: tiny model, digit-reversal task, SFT then GRPO
+  serve --model DIR --port N [--host H] [--kind reward|value]
+                                          serve a value/reward model with vLLM's pooling API (POST /pooling)
 """
 
 
@@ -65,8 +67,15 @@ def _quickstart(argv: list[str]) -> int:
     return main(argv)
 
 
+def _serve(argv: list[str]) -> int:
+    from hybridrl.serving.server import main_serve
+
+    return main_serve(argv)
+
+
 COMMANDS = {"train": _train, "print-config": _print_config, "preprocess": _preprocess, "export": _export,
-            "plot": _plot, "sft": _sft, "quickstart": _quickstart}
+            "plot": _plot, "sft": _sft, "quickstart": _quickstart,
+            "serve": _serve}
 
 
 def main(argv: list[str] | None = None) -> int:

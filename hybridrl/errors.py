@@ -8,7 +8,8 @@ from typing import Callable
 
 # Exceptions whose message already names the cause and the fix: show it first, traceback after.
 USER_FACING = ("ConfigError", "ModelLoadError", "CheckpointError", "RewardFunctionError", "DatasetError",
-               "RolloutCapacityError", "PhaseOOMError", "PlacementError", "WorkerDiedError")
+               "RolloutCapacityError", "PhaseOOMError", "PlacementError", "WorkerDiedError",
+               "WorkerError", "RemoteScoringError", "MissingDependencyError")
 
 
 def run_with_actionable_errors(fn: Callable[[], object]) -> int:

@@ -1,7 +1,7 @@
-"""The embedded main job: a tiny model learns two-digit addition with GRPO, on CPU, with no downloads.
+"""The embedded main job: a tiny model learns to reverse digit strings with GRPO, on CPU, with no downloads.
 
 1. builds a tiny Qwen2-architecture model and a character tokenizer (random weights, offline);
-2. writes a procedural arithmetic task in verl's parquet format (disjoint train/test prompts);
+2. writes a procedural task (reverse 4 digits) in verl's parquet format (disjoint train/test prompts);
 3. a short supervised warm start (`hybridrl sft`) teaches the answer format and some of the skill;
 4. GRPO (or PPO with a critic: `--algo gae`) through the very same trainer and verl-style config;
 5. prints validation accuracy before and after, writes metrics.jsonl and a PNG of the curves.
@@ -20,18 +20,18 @@ log = get_logger("hybridrl.quickstart")
 
 MODEL_SHAPE = dict(hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=256,
                    max_position_embeddings=64)
-VAL_KEY = "val-core/arithmetic/reward/mean@1"
+VAL_KEY = "val-core/digits/reverse/reward/mean@1"
 
 
 def prepare(out_dir: str, seed: int, num_train: int, num_test: int) -> tuple[str, str, str]:
     """Task parquet files and the tiny base model directory."""
-    from hybridrl.data.arithmetic import make_arithmetic_rows
+    from hybridrl.data.digits import make_reverse_rows
     from hybridrl.data.parquet import write_parquet
     from hybridrl.models.tiny import save_tiny_model_dir
 
-    test_rows = make_arithmetic_rows(num_test, seed=seed + 1, split="test")
-    train_rows = make_arithmetic_rows(num_train, seed=seed, split="train",
-                                      exclude={r["prompt"][0]["content"] for r in test_rows})
+    test_rows = make_reverse_rows(num_test, seed=seed + 1, split="test")
+    train_rows = make_reverse_rows(num_train, seed=seed, split="train",
+                                   exclude={r["prompt"][0]["content"] for r in test_rows})
     data_dir = os.path.join(out_dir, "data")
     os.makedirs(data_dir, exist_ok=True)
     train_file, test_file = os.path.join(data_dir, "train.parquet"), os.path.join(data_dir, "test.parquet")
@@ -43,11 +43,11 @@ def prepare(out_dir: str, seed: int, num_train: int, num_test: int) -> tuple[str
 
 
 def rl_overrides(model_dir: str, train_file: str, test_file: str, out_dir: str, algo: str, steps: int,
-                 seed: int) -> list[str]:
+                 seed: int, test_freq: int = 10) -> list[str]:
     """The run as a verl command line would spell it."""
     overrides = [
         f"algorithm.adv_estimator={algo}", f"data.train_files={train_file}", f"data.val_files={test_file}",
-        "data.train_batch_size=32", "data.max_prompt_length=8", "data.max_response_length=4",
+        "data.train_batch_size=32", "data.max_prompt_length=8", "data.max_response_length=6",
         f"actor_rollout_ref.model.path={model_dir}", f"critic.model.path={model_dir}",
         "actor_rollout_ref.model.enable_gradient_checkpointing=false",
         "actor_rollout_ref.actor.optim.lr=2e-4", "actor_rollout_ref.actor.ppo_mini_batch_size=16",
@@ -56,9 +56,9 @@ def rl_overrides(model_dir: str, train_file: str, test_file: str, out_dir: str, 
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=256",
         "actor_rollout_ref.rollout.val_kwargs.do_sample=true", "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
         "trainer.device=cpu", "trainer.logger=[console,file]", f"trainer.total_training_steps={steps}",
-        "trainer.test_freq=10", "trainer.save_freq=-1", "trainer.val_before_train=true",
+        f"trainer.test_freq={test_freq}", "trainer.save_freq=-1", "trainer.val_before_train=true",
         f"trainer.default_local_dir={os.path.join(out_dir, 'run')}", f"trainer.seed={seed}",
-        "trainer.project_name=quickstart", "trainer.experiment_name=arithmetic_grpo",
+        "trainer.project_name=quickstart", f"trainer.experiment_name=reverse_{algo}",
     ]
     if algo == "gae":
         overrides += ["critic.optim.lr=1e-3", "critic.ppo_micro_batch_size_per_gpu=128",
@@ -72,8 +72,8 @@ def validation_curve(metrics_file: str) -> list[tuple[int, float]]:
     return [(r["step"], r[VAL_KEY]) for r in records if r.get(VAL_KEY) is not None]
 
 
-def run(out_dir: str, *, algo: str = "grpo", steps: int = 60, sft_epochs: float = 2.0, seed: int = 0,
-        num_train: int = 2000, num_test: int = 200, plot: bool = True) -> dict:
+def run(out_dir: str, *, algo: str = "grpo", steps: int = 40, sft_epochs: float = 1.2, seed: int = 0,
+        num_train: int = 2000, num_test: int = 200, test_freq: int = 10, plot: bool = True) -> dict:
     from hybridrl.config import load_config
     from hybridrl.trainer.ppo_trainer import PPOTrainer
     from hybridrl.trainer.sft import run_sft
@@ -82,7 +82,7 @@ def run(out_dir: str, *, algo: str = "grpo", steps: int = 60, sft_epochs: float 
     train_file, test_file, base_dir = prepare(out_dir, seed, num_train, num_test)
     sft_dir = os.path.join(out_dir, "sft_model")
     run_sft(base_dir, [train_file], sft_dir, epochs=sft_epochs, lr=3e-3, batch_size=64, seed=seed)
-    cfg = load_config(rl_overrides(sft_dir, train_file, test_file, out_dir, algo, steps, seed))
+    cfg = load_config(rl_overrides(sft_dir, train_file, test_file, out_dir, algo, steps, seed, test_freq))
     PPOTrainer(cfg).fit()
     metrics_file = os.path.join(cfg.trainer.default_local_dir, "metrics.jsonl")
     curve = validation_curve(metrics_file)
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="outputs/quickstart", help="output directory")
     parser.add_argument("--algo", default="grpo", choices=["grpo", "gae", "rloo", "reinforce_plus_plus"])
-    parser.add_argument("--steps", type=int, default=60, help="GRPO steps")
+    parser.add_argument("--steps", type=int, default=40, help="RL steps")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     result = run(args.out, algo=args.algo, steps=args.steps, seed=args.seed)

@@ -15,6 +15,7 @@ REWARD_FNS: dict[str, Callable[..., float]] = {
     "DigitalLearningGmbH/MATH-lighteval": math.compute_score,
     "HuggingFaceH4/MATH-500": math.compute_score,
     "arithmetic": arithmetic.compute_score,
+    "digits/reverse": arithmetic.compute_score,  # exact match of the reversed digits (quickstart)
 }
 
 

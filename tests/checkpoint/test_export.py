@@ -1,0 +1,49 @@
+"""Checkpoint layout, atomic tracker, rotation and HF export round trip."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from hybridrl.checkpoint.export_cli import main as export_main
+from hybridrl.checkpoint.manager import CheckpointError, begin_save, commit_save, find_resume_dir, step_dirs
+from hybridrl.config import load_config
+from hybridrl.trainer.ppo_trainer import PPOTrainer
+from tests.trainer.helpers import tiny_run_overrides
+
+
+def test_tracker_written_only_after_commit_and_rotation(tmp_path):
+    root = str(tmp_path)
+    tmp = begin_save(root, 1)
+    assert find_resume_dir(root, "auto", None) is None, "an unfinished save must not be resumable"
+    for step in (1, 2, 3):
+        tmp = begin_save(root, step)
+        open(os.path.join(tmp, "marker"), "w").close()
+        commit_save(root, tmp, step, {"global_step": step}, keep=2)
+    assert [s for s, _ in step_dirs(root)] == [2, 3]
+    assert find_resume_dir(root, "auto", None).endswith("global_step_3")
+    assert find_resume_dir(root, "disable", None) is None
+    with pytest.raises(CheckpointError, match="global_step_N"):
+        find_resume_dir(root, "resume_path", str(tmp_path))
+
+
+def test_export_reproduces_actor_logits(tmp_path, arith_model_dir, arithmetic_files):
+    out = str(tmp_path / "run")
+    cfg = load_config(tiny_run_overrides(arith_model_dir, arithmetic_files, out,
+                                         extra=["trainer.save_freq=2",
+                                                "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]"]))
+    trainer = PPOTrainer(cfg)
+    trainer.fit()
+    step_dir = os.path.join(out, "global_step_2")
+    assert os.path.exists(os.path.join(step_dir, "actor", "huggingface", "model.safetensors"))
+    target = str(tmp_path / "exported")
+    assert export_main([step_dir, target]) == 0
+    exported = AutoModelForCausalLM.from_pretrained(target)
+    ids = torch.tensor([[5, 6, 7, 8, 9]])
+    with torch.no_grad():
+        expected = trainer.roles.actor.model.eval()(ids).logits
+        assert torch.allclose(exported(ids).logits, expected, atol=1e-5)
+    assert os.path.exists(os.path.join(target, "tokenizer_config.json"))
