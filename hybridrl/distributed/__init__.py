@@ -1,1 +1,25 @@
-"""hybridrl.distributed."""
+"""Worker groups (in-process, local processes, Ray), placement of roles on devices, FSDP2 helpers (`.fsdp`)."""
+
+from .errors import (
+    GroupClosedError,
+    PlacementError,
+    RayInitError,
+    WorkerDiedError,
+    WorkerError,
+)
+from .local_launcher import LocalWorkerGroup
+from .placement import num_visible_devices, resolve_placement
+from .ray_launcher import (
+    RayResourcePool,
+    RayWorkerGroup,
+    ResourcePoolManager,
+    choose_launcher,
+    init_ray,
+)
+from .worker_group import InProcessGroup, WorkerGroup
+
+__all__ = [
+    "GroupClosedError", "InProcessGroup", "LocalWorkerGroup", "PlacementError", "RayInitError", "RayResourcePool",
+    "RayWorkerGroup", "ResourcePoolManager", "WorkerDiedError", "WorkerError", "WorkerGroup", "choose_launcher",
+    "init_ray", "num_visible_devices", "resolve_placement",
+]

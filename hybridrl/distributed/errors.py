@@ -17,13 +17,13 @@ class WorkerError(RuntimeError):
 class WorkerDiedError(RuntimeError):
     """A worker process (or Ray actor) exited while the controller waited on it; the group is shut down."""
 
-    def __init__(self, role: str, rank: int, method: str, cause: str, log_tail: str = "") -> None:
+    def __init__(self, role: str, rank: int, method: str, cause: str, log_tail: str | None = None) -> None:
         self.role, self.rank, self.method, self.cause, self.log_tail = role, rank, method, cause, log_tail
         message = (f"{role} worker rank {rank} died during {method}(): {cause}. Common causes: out of host memory "
                    f"(the kernel OOM killer, see `dmesg`), a crash in native code, or a kill signal from outside")
         if log_tail:
             message += f"\nlast lines of its stderr:\n{log_tail.rstrip()}"
-        else:
+        elif log_tail is not None:
             message += "\n(it wrote nothing to stderr)"
         super().__init__(message)
 

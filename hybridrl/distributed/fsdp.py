@@ -6,14 +6,24 @@ Every function that gathers is a collective: call it on all ranks of the mesh, i
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    set_model_state_dict,
+)
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+from torch.distributed.fsdp import (
+    CPUOffloadPolicy,
+    MixedPrecisionPolicy,
+    OffloadPolicy,
+    fully_shard,
+)
 from torch.distributed.tensor import DTensor
 
 from hybridrl.logging.log import get_logger
@@ -50,11 +60,11 @@ def apply_fsdp2(model: nn.Module, *, mesh: DeviceMesh | None = None, param_dtype
     if not layer_classes:
         logger.warning("%s has no _no_split_modules; sharding the root only, so the whole model is gathered at "
                        "once in forward (more memory)", type(model).__name__)
-    kwargs: dict[str, Any] = dict(
-        mesh=mesh, reshard_after_forward=reshard_after_forward,
-        mp_policy=MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype),
-        offload_policy=CPUOffloadPolicy() if cpu_offload else OffloadPolicy(),
-    )
+    kwargs: dict[str, Any] = {
+        "mesh": mesh, "reshard_after_forward": reshard_after_forward,
+        "mp_policy": MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype),
+        "offload_policy": CPUOffloadPolicy() if cpu_offload else OffloadPolicy(),
+    }
     for module in model.modules():
         if isinstance(module, layer_classes) and module is not model:
             fully_shard(module, **kwargs)

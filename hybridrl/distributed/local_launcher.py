@@ -15,9 +15,12 @@ import signal
 import socket
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
-from typing import Any, Callable
+from typing import Any
+
+from typing_extensions import Self
 
 from hybridrl.logging.log import get_logger
 from hybridrl.utils.batch import Batch
@@ -75,7 +78,7 @@ def _rank_main(conn: Connection, spec: _RankSpec) -> None:
                                    master_port=spec.master_port, backend=spec.backend, device=spec.device,
                                    env=spec.env)
         worker = rt.build_worker(spec.factory, spec.init_kwargs)
-    except BaseException:
+    except BaseException:  # noqa: BLE001 - sent to the controller
         import traceback
 
         conn.send_bytes(rt.dumps_reply(("error", traceback.format_exc())))
@@ -215,7 +218,11 @@ class LocalWorkerGroup:
                 self._conns[rank].send_bytes(payload)
             except (BrokenPipeError, ConnectionResetError, OSError):
                 raise self._died(rank, method) from None
-        return self._collect(method, list(range(len(calls))))
+        try:
+            return self._collect(method, list(range(len(calls))))
+        except KeyboardInterrupt:  # replies still in flight would answer the next call: stop the group
+            self._abort(f"interrupted during {method}()")
+            raise
 
     def _collect(self, method: str, ranks: list[int]) -> list[Any]:
         """Replies of `ranks` in rank order; the lowest failing rank's error if any rank raised."""
@@ -301,7 +308,7 @@ class LocalWorkerGroup:
         self._join_or_kill()
         shutil.rmtree(self.log_dir, ignore_errors=True)
 
-    def __enter__(self) -> "LocalWorkerGroup":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

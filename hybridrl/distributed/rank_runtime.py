@@ -8,7 +8,8 @@ from __future__ import annotations
 import os
 import pickle
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -49,7 +50,7 @@ def call_method(worker: Any, method: str, args: tuple, kwargs: dict[str, Any]) -
                          f"its public methods are {public}\n")
     try:
         return "ok", fn(*args, **kwargs)
-    except BaseException:  # reported to the controller, which re-raises it as WorkerError
+    except BaseException:  # noqa: BLE001 - reported to the controller, which re-raises it as WorkerError
         return "error", traceback.format_exc()
 
 
@@ -57,7 +58,7 @@ def dumps_reply(reply: tuple[str, Any]) -> bytes:
     """Pickle a reply; an unpicklable result becomes an error reply naming the problem."""
     try:
         return pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:
+    except Exception:  # noqa: BLE001 - sent to the controller
         note = ("the method's return value could not be pickled to send it to the controller; return plain "
                 "Python values, CPU tensors or a Batch\n")
         return pickle.dumps(("error", traceback.format_exc() + note), protocol=pickle.HIGHEST_PROTOCOL)

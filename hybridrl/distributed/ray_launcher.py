@@ -9,13 +9,22 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
+
+from typing_extensions import Self
 
 from hybridrl.logging.log import get_logger
 from hybridrl.utils.batch import Batch
 
-from .errors import GroupClosedError, PlacementError, RayInitError, WorkerDiedError, WorkerError
+from .errors import (
+    GroupClosedError,
+    PlacementError,
+    RayInitError,
+    WorkerDiedError,
+    WorkerError,
+)
 from .worker_group import gather_shards, reduce_rank_metrics, shard_batch
 
 logger = get_logger("distributed.ray")
@@ -187,7 +196,7 @@ class _RankActor:
             rt.setup_torch_distributed(rank=self.rank, world_size=self.world_size, master_addr=master_addr,
                                        master_port=master_port, backend=backend, device=device, env=env)
             self.worker = rt.build_worker(self.factory, self.init_kwargs)
-        except BaseException:  # reported to the controller as WorkerError
+        except BaseException:  # noqa: BLE001 - reported to the controller as WorkerError
             return "error", traceback.format_exc()
         return "ok", os.getpid()
 
@@ -259,7 +268,11 @@ class RayWorkerGroup:
             raise GroupClosedError(f"the {self.role} worker group is shut down ({self._closed_reason}); "
                                    f"cannot call {method}(); build a new group")
         refs = [actor.execute.remote(method, args, kwargs) for actor, (args, kwargs) in zip(self._actors, calls)]
-        return self._collect(method, refs)
+        try:
+            return self._collect(method, refs)
+        except KeyboardInterrupt:  # replies still in flight would answer the next call: stop the group
+            self._abort(f"interrupted during {method}()")
+            raise
 
     def _collect(self, method: str, refs: list[Any]) -> list[Any]:
         """Results in rank order; WorkerError (lowest failing rank) or WorkerDiedError as in LocalWorkerGroup."""
@@ -282,7 +295,11 @@ class RayWorkerGroup:
                 status, payload = ray.get(ready[0])
             except ray.exceptions.RayActorError as err:
                 self._abort(f"rank {rank} died in {method}()")
-                raise WorkerDiedError(self.role, rank, method, "its Ray actor died", str(err)[-4000:]) from None
+                cause = (f"its Ray actor died (Ray forwards the actor's output to this console; full logs under "
+                         f"/tmp/ray/session_latest/logs). Ray says: {str(err)[-3000:]}")
+                raise WorkerDiedError(self.role, rank, method, cause) from None
+            except ray.exceptions.RayTaskError as err:  # e.g. the arguments failed to unpickle in the actor
+                status, payload = "error", str(err)
             (results if status == "ok" else errors)[rank] = payload
             if errors and deadline is None:
                 deadline = time.monotonic() + self.error_grace_s
@@ -307,7 +324,7 @@ class RayWorkerGroup:
         ray.wait(refs, num_returns=len(refs), timeout=10.0)
         self._abort("shutdown() was called")
 
-    def __enter__(self) -> "RayWorkerGroup":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -6,7 +6,10 @@ metric-reduction rules live here so every launcher behaves the same.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from typing_extensions import Self
 
 from hybridrl.utils.batch import Batch
 from hybridrl.utils.metrics import reduce_metrics
@@ -121,7 +124,7 @@ class InProcessGroup:
     def shutdown(self) -> None:
         self._closed = True
 
-    def __enter__(self) -> "InProcessGroup":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from hybridrl.distributed.fsdp import apply_fsdp2, clip_grad_norm_, full_state_dict, iter_full_params, \
-    load_full_state_dict
+from hybridrl.distributed.fsdp import (
+    apply_fsdp2,
+    clip_grad_norm_,
+    full_state_dict,
+    iter_full_params,
+    load_full_state_dict,
+)
 from hybridrl.models.tiny import build_tiny_model
 from hybridrl.utils.batch import Batch
 
@@ -31,8 +36,8 @@ class FSDPWorker:
     def train_step(self, batch: Batch) -> dict:
         return {"grad_norm": sgd_step(self.model, batch["input_ids"], clip=clip_grad_norm_)}
 
-    def state(self) -> dict:
-        return full_state_dict(self.model)
+    def state(self, rank0_only: bool = True) -> dict:
+        return full_state_dict(self.model, rank0_only=rank0_only)
 
     def full_params(self) -> dict:
         return {name: tensor.clone() for name, tensor in iter_full_params(self.model)}

@@ -11,6 +11,7 @@ from hybridrl.utils.batch import Batch
 from tests.distributed.fsdp_workers import FSDPWorker, sgd_step
 
 
+@pytest.mark.slow  # ~20-40 s on 2 busy cores: two ranks import transformers and build the model
 def test_two_rank_fsdp2_step_matches_one_process_and_state_dicts_round_trip():
     generator = torch.Generator().manual_seed(0)
     batch = Batch(tensors={"input_ids": torch.randint(5, 128, (4, 12), generator=generator)})
@@ -29,6 +30,8 @@ def test_two_rank_fsdp2_step_matches_one_process_and_state_dicts_round_trip():
         assert set(rank0_state) == set(ref_state)
         for name, value in ref_state.items():
             torch.testing.assert_close(rank0_state[name], value, atol=1e-5, rtol=0, msg=name)
+        everywhere = group.call_all("state", rank0_only=False)
+        torch.testing.assert_close(everywhere[1], rank0_state)
         params = group.call_all("full_params")
         for name, value in params[1].items():
             torch.testing.assert_close(value, ref_state[name], atol=1e-5, rtol=0, msg=name)

@@ -110,3 +110,12 @@ def test_one_rank_failing_while_the_other_waits_in_a_collective_shuts_the_group_
     assert not any(p.is_alive() for p in group._procs)
     with pytest.raises(GroupClosedError):
         group.call_rank0("getpid")
+
+
+def test_gpu_device_ids_without_cuda_fail_before_starting_anything():
+    if torch.cuda.is_available():
+        pytest.skip("checks the CPU-only error")
+    with pytest.raises(ValueError, match=r"device_ids \[0, 1\] given but no CUDA device is visible"):
+        LocalWorkerGroup(ToyWorker, {}, world_size=2, role="actor", device_ids=[0, 1])
+    with pytest.raises(ValueError, match="has 1 entries for world_size 2"):
+        LocalWorkerGroup(ToyWorker, {}, world_size=2, role="actor", device_ids=[0])

@@ -10,9 +10,19 @@ import threading
 import pytest
 import torch
 
-from hybridrl.distributed.errors import PlacementError, RayInitError, WorkerDiedError, WorkerError
-from hybridrl.distributed.ray_launcher import (RayWorkerGroup, ResourcePoolManager, choose_launcher, init_failure_hint,
-                                               init_ray)
+from hybridrl.distributed.errors import (
+    PlacementError,
+    RayInitError,
+    WorkerDiedError,
+    WorkerError,
+)
+from hybridrl.distributed.ray_launcher import (
+    RayWorkerGroup,
+    ResourcePoolManager,
+    choose_launcher,
+    init_failure_hint,
+    init_ray,
+)
 from hybridrl.utils.batch import Batch
 from tests.distributed.toy_workers import ToyWorker
 

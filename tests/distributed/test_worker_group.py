@@ -6,8 +6,13 @@ import pytest
 import torch
 
 from hybridrl.distributed.errors import GroupClosedError
-from hybridrl.distributed.worker_group import InProcessGroup, WorkerGroup, gather_shards, reduce_rank_metrics, \
-    shard_batch
+from hybridrl.distributed.worker_group import (
+    InProcessGroup,
+    WorkerGroup,
+    gather_shards,
+    reduce_rank_metrics,
+    shard_batch,
+)
 from hybridrl.utils.batch import Batch
 
 
