@@ -1,7 +1,7 @@
 """The single-node launcher: one spawned process per rank, driven over a pipe, with prompt failure detection.
 
 Each rank joins its own torch.distributed group (its own port), so several groups (actor, critic, ...)
-coexist. A worker's stderr goes to a log file whose tail is quoted when the worker dies.
+coexist. A worker's stderr goes to a log file, echoed here as `(role rank N) ...` and quoted when it dies.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from hybridrl.utils.batch import Batch
 
 from .errors import GroupClosedError, WorkerDiedError, WorkerError
 from .worker_group import gather_shards, reduce_rank_metrics, shard_batch
+from .worker_logs import LogForwarder, tail_lines
 
 logger = get_logger("distributed")
 _RESERVED_PORTS: set[int] = set()  # handed out in this process but maybe not bound yet by a rank 0
@@ -106,17 +107,6 @@ def _describe_exit(exitcode: int | None) -> str:
     return f"exited with code {exitcode}"
 
 
-def _tail(path: str, num_lines: int = 30) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 16384))
-            lines = f.read().decode("utf-8", errors="replace").splitlines()
-    except OSError as err:
-        return f"(could not read its log {path}: {err})"
-    return "\n".join(lines[-num_lines:])
-
-
 def _physical_gpu(device_id: int) -> str:
     """Translate an index into this process's visible GPUs to the id CUDA_VISIBLE_DEVICES uses."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -168,6 +158,7 @@ class LocalWorkerGroup:
         self._closed_reason: str | None = None
         self._procs: list[Any] = []
         self._conns: list[Connection] = []
+        self._log_forwarder = LogForwarder([self.log_path(rank) for rank in range(world_size)], role)
         ctx = mp.get_context("spawn")
         for rank in range(world_size):
             spec = _RankSpec(role, rank, world_size, self.backend, self.master_port, devices[rank],
@@ -269,7 +260,7 @@ class LocalWorkerGroup:
         proc = self._procs[rank]
         proc.join(timeout=2.0)
         cause = f"{_describe_exit(proc.exitcode)}; full log: {self.log_path(rank)}"
-        error = WorkerDiedError(self.role, rank, method, cause, _tail(self.log_path(rank)))
+        error = WorkerDiedError(self.role, rank, method, cause, tail_lines(self.log_path(rank)))
         self._abort(f"rank {rank} died in {method}()")
         return error
 
@@ -293,6 +284,7 @@ class LocalWorkerGroup:
                 proc.join(timeout=5.0)
         for conn in self._conns:
             conn.close()
+        self._log_forwarder.stop()
 
     def shutdown(self) -> None:
         """Ask every rank to exit (it tears down its process group), wait, then kill stragglers."""

@@ -72,7 +72,7 @@ def test_worker_exception_is_reraised_with_its_traceback_and_the_group_survives(
     assert [i["rank"] for i in group.call_all("rank_info")] == [0, 1]
 
 
-def test_killed_worker_raises_worker_died_error_promptly_and_stops_the_group(group):
+def test_killed_worker_raises_worker_died_error_promptly_and_stops_the_group(group, capsys):
     critic = LocalWorkerGroup(ToyWorker, {}, world_size=2, role="critic")
     try:
         assert critic.master_port != group.master_port  # two process groups side by side
@@ -88,6 +88,7 @@ def test_killed_worker_raises_worker_died_error_promptly_and_stops_the_group(gro
         message = str(info.value)
         assert "critic worker rank 1 died during sleep()" in message and "SIGKILL" in message
         assert "rank 1 about to sleep 60s" in message  # the tail of its stderr
+        assert "(critic rank 1) rank 1 about to sleep 60s" in capsys.readouterr().err  # echoed live
         assert not any(p.is_alive() for p in critic._procs)  # rank 0 was shut down too
         with pytest.raises(GroupClosedError, match="rank 1 died"):
             critic.call_all("getpid")
