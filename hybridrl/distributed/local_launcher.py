@@ -159,24 +159,34 @@ class LocalWorkerGroup:
         self._procs: list[Any] = []
         self._conns: list[Connection] = []
         self._log_forwarder = LogForwarder([self.log_path(rank) for rank in range(world_size)], role)
-        ctx = mp.get_context("spawn")
-        for rank in range(world_size):
-            spec = _RankSpec(role, rank, world_size, self.backend, self.master_port, devices[rank],
-                             self.log_path(rank), worker_factory, dict(init_kwargs), dict(env or {}))
-            parent_conn, child_conn = ctx.Pipe(duplex=True)
-            proc = ctx.Process(target=_rank_main, args=(child_conn, spec), name=f"hybridrl-{role}-{rank}")
-            proc.start()
-            child_conn.close()
-            self._procs.append(proc)
-            self._conns.append(parent_conn)
         atexit.register(self.shutdown)
         try:
+            self._spawn(worker_factory, init_kwargs, devices, env or {})
             self.pids: list[int] = self._collect("__init__", list(range(world_size)))
         except BaseException:
             self._abort("start-up failed")
             raise
         logger.info("%s: %d worker process(es) up (backend %s, port %d, logs in %s)", role, world_size,
                     self.backend, self.master_port, self.log_dir)
+
+    def _spawn(self, factory: Callable[..., Any], init_kwargs: dict[str, Any], devices: list[str | None],
+               env: dict[str, str]) -> None:
+        ctx = mp.get_context("spawn")
+        for rank in range(self.world_size):
+            spec = _RankSpec(self.role, rank, self.world_size, self.backend, self.master_port, devices[rank],
+                             self.log_path(rank), factory, dict(init_kwargs), dict(env))
+            parent_conn, child_conn = ctx.Pipe(duplex=True)
+            proc = ctx.Process(target=_rank_main, args=(child_conn, spec), name=f"hybridrl-{self.role}-{rank}")
+            try:
+                proc.start()
+            except (pickle.PicklingError, AttributeError, TypeError) as err:
+                raise TypeError(f"{self.role}: could not send worker_factory {factory!r} or its init_kwargs to "
+                                f"a spawned process ({err}); use a top-level class or function and picklable "
+                                f"arguments") from err
+            finally:
+                child_conn.close()
+            self._procs.append(proc)
+            self._conns.append(parent_conn)
 
     def log_path(self, rank: int) -> str:
         return os.path.join(self.log_dir, f"rank{rank}.log")

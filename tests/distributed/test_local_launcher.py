@@ -120,3 +120,8 @@ def test_gpu_device_ids_without_cuda_fail_before_starting_anything():
         LocalWorkerGroup(ToyWorker, {}, world_size=2, role="actor", device_ids=[0, 1])
     with pytest.raises(ValueError, match="has 1 entries for world_size 2"):
         LocalWorkerGroup(ToyWorker, {}, world_size=2, role="actor", device_ids=[0])
+
+
+def test_a_factory_spawned_processes_cannot_import_is_a_clear_error():
+    with pytest.raises(TypeError, match="use a top-level class or function"):
+        LocalWorkerGroup(lambda: ToyWorker(), {}, world_size=1, role="actor")
