@@ -72,7 +72,7 @@ def validation_curve(metrics_file: str) -> list[tuple[int, float]]:
     return [(r["step"], r[VAL_KEY]) for r in records if r.get(VAL_KEY) is not None]
 
 
-def run(out_dir: str, *, algo: str = "grpo", steps: int = 40, sft_epochs: float = 1.2, seed: int = 0,
+def run(out_dir: str, *, algo: str = "grpo", steps: int = 80, sft_epochs: float = 1.2, seed: int = 0,
         num_train: int = 2000, num_test: int = 200, test_freq: int = 10, plot: bool = True) -> dict:
     from hybridrl.config import load_config
     from hybridrl.trainer.ppo_trainer import PPOTrainer
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="outputs/quickstart", help="output directory")
     parser.add_argument("--algo", default="grpo", choices=["grpo", "gae", "rloo", "reinforce_plus_plus"])
-    parser.add_argument("--steps", type=int, default=40, help="RL steps")
+    parser.add_argument("--steps", type=int, default=80, help="RL steps")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     result = run(args.out, algo=args.algo, steps=args.steps, seed=args.seed)

@@ -104,6 +104,9 @@ def build_tiny_model(arch: str = "qwen2", seed: int = 0, dtype: torch.dtype = to
 def save_tiny_model_dir(path: str, arch: str = "qwen2", seed: int = 0, chars: str = DEFAULT_CHARS,
                         **config_overrides) -> str:
     """Write a tiny model + char tokenizer as a local HF model directory (what `model.path` points at)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
     tokenizer = build_char_tokenizer(chars)
     config_overrides.setdefault("vocab_size", len(tokenizer))
     model = build_tiny_model(arch, seed=seed, **config_overrides)

@@ -104,3 +104,16 @@ def test_invalid_batch_sizes_fail_before_any_model_load(tmp_path, arithmetic_fil
     with pytest.raises(ConfigError) as err:
         PPOTrainer(load_config(overrides))
     assert "3" in str(err.value) and "8" in str(err.value)
+
+
+def test_hybrid_engine_backend_on_cpu_tracks_actor_weights(tmp_path, arith_model_dir, arithmetic_files):
+    """rollout.name=hybrid slots in behind the same interface; weight sync keeps engine == actor."""
+    from tests.trainer.engine_sync import assert_engine_matches_actor
+
+    overrides = [o for o in tiny_run_overrides(arith_model_dir, arithmetic_files, str(tmp_path))
+                 if o != "actor_rollout_ref.rollout.name=hf"]
+    trainer = PPOTrainer(load_config(overrides + ["actor_rollout_ref.rollout.name=hybrid",
+                                                  "actor_rollout_ref.rollout.dtype=float32"]))
+    trainer.fit()
+    assert_engine_matches_actor(trainer)
+    assert read_metrics(str(tmp_path))[-1]["training/rollout_probs_diff_mean"] < 1e-5

@@ -144,7 +144,7 @@ def test_graph_replay_matches_eager_and_padding_does_not_write():
 @pytest.mark.gpu
 def test_engine_graphs_and_triton_match_eager_torch_path():
     """The whole engine on CUDA (Triton kernels, padded graph replay) samples what the eager torch path does."""
-    from helpers import PROMPTS, make_model  # tests/rollout/engine/helpers.py
+    from tests.rollout.engine.helpers import PROMPTS, make_model
 
     from hybridrl.rollout.base import SamplingParams
     from hybridrl.rollout.engine.attention import TORCH_BACKEND

@@ -221,7 +221,7 @@ def test_store_kv_cache_bf16_on_gpu():
 @interpreted
 def test_engine_with_triton_kernels_matches_torch_backend():
     """The engine's layers calling these kernels (store + decode) sample what the torch backend samples."""
-    from helpers import PROMPTS, make_model  # tests/rollout/engine/helpers.py
+    from tests.rollout.engine.helpers import PROMPTS, make_model
 
     from hybridrl.rollout.base import SamplingParams
     from hybridrl.rollout.engine.attention import AttentionBackend, triton_decode
