@@ -68,3 +68,15 @@ def arith_model_dir(tmp_path_factory) -> str:
     return save_tiny_model_dir(str(tmp_path_factory.mktemp("arith_model")), arch="qwen2", seed=0,
                                chars="0123456789+=", hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
                                intermediate_size=64, max_position_embeddings=64)
+
+
+@pytest.fixture(autouse=True)
+def _hybridrl_logs_reach_caplog(caplog):
+    """The `hybridrl` logger does not propagate to the root (no double printing), so hand caplog's
+    handler to it directly; otherwise whether caplog sees a record depends on test order."""
+    import logging
+
+    logger = logging.getLogger("hybridrl")
+    logger.addHandler(caplog.handler)
+    yield
+    logger.removeHandler(caplog.handler)
