@@ -31,6 +31,7 @@ class PPOTrainer:
         from hybridrl.logging.tracker import check_trackers_available
 
         validate_config(cfg, world_size=num_devices)
+        _refuse_multi_device(cfg)
         check_trackers_available(cfg.trainer.logger)
         self.cfg = cfg
         self.num_devices = num_devices
@@ -204,6 +205,22 @@ class PPOTrainer:
         prompts = self.tokenizer.batch_decode(batch["prompts"], skip_special_tokens=True)
         dump_rollout_jsonl(out_dir, self.global_step, prompts, decode_responses(self.tokenizer, batch),
                            batch["token_level_scores"].sum(-1).tolist(), self._last_reward_extra or None)
+
+
+def _refuse_multi_device(cfg) -> None:
+    """The trainer runs one process on one device; worker groups exist (hybridrl.distributed) but are not
+    wired in yet, so a multi-device request is an error rather than a silently single-device run."""
+    from hybridrl.config import ConfigError
+
+    arr = cfg.actor_rollout_ref
+    lists = {"actor_rollout_ref.actor.device_ids": arr.actor.device_ids, "critic.device_ids": cfg.critic.device_ids,
+             "actor_rollout_ref.rollout.device_ids": arr.rollout.device_ids,
+             "actor_rollout_ref.ref.device_ids": arr.ref.device_ids, "reward_model.device_ids": cfg.reward_model.device_ids}
+    wanted = {k: v for k, v in lists.items() if v is not None and len(v) > 1}
+    if cfg.trainer.nnodes > 1 or (cfg.trainer.n_gpus_per_node or 1) > 1 or wanted:
+        raise ConfigError(f"multi-device training is not wired into the trainer yet (trainer.nnodes="
+                          f"{cfg.trainer.nnodes}, trainer.n_gpus_per_node={cfg.trainer.n_gpus_per_node}, "
+                          f"device lists {wanted or 'none'}); run on one device: trainer.n_gpus_per_node=1")
 
 
 def _uids(prefix: str, count: int) -> list[str]:

@@ -42,9 +42,9 @@ def test_micro_must_divide_per_device_mini():
     assert "(256 x 5 / 8 = 160 rows); try 40 or 80" in message
 
 
-def test_dynamic_batching_skips_micro_rules():
-    validate_config(load_config(GRPO + ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=7",
-                                        "actor_rollout_ref.actor.use_dynamic_bsz=true"]), 1)  # fmt: skip
+def test_dynamic_batching_is_refused_until_implemented():
+    with pytest.raises(ConfigError, match="use_dynamic_bsz"):
+        load_config(GRPO + ["actor_rollout_ref.actor.use_dynamic_bsz=true"])
 
 
 def test_train_rows_divisible_by_devices():
