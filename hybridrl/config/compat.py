@@ -76,9 +76,6 @@ NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
     "transfer_queue.enable": ((False,), f"the transfer queue is {_LATER}"),
     "actor_rollout_ref.model.lora_rank": ((0,), "LoRA arrives in a later hybridrl release; use lora_rank=0 (full fine-tuning)"),
     "critic.model.lora_rank": ((0,), "LoRA arrives in a later hybridrl release; use lora_rank=0 (full fine-tuning)"),
-    "reward_model.enable": ((False,), "model-based reward models arrive in a later hybridrl release; use a rule reward"),
-    "critic.type": ((None,), f"a remote (vllm_api) critic is {_LATER}"),
-    "reward_model.type": ((None,), f"a remote (vllm_api) reward model is {_LATER}"),
     "actor_rollout_ref.hybrid_engine": ((True,), "only the hybrid engine exists (as in verl): keep hybrid_engine=true"),
 }
 

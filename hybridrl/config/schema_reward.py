@@ -104,7 +104,7 @@ class SandboxFusionConfig:
 class RewardModelConfig:
     """Model-based reward and the reward function's runtime."""
 
-    enable: bool = setting(False, "Score with a reward model (arrives later in hybridrl).")
+    enable: bool = setting(False, "Score training rollouts with a reward model (validation keeps rule rewards, as verl).")
     enable_resource_pool: bool = setting(False, "Give the reward model its own devices.")
     n_gpus_per_node: int = setting(8, "Devices per node of the reward pool.")
     nnodes: int = setting(0, "Nodes of the reward pool.")

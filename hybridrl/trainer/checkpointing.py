@@ -25,7 +25,7 @@ def save(trainer) -> str:
     tmp = begin_save(root, trainer.global_step)
     _save_role(os.path.join(tmp, "actor"), roles.actor, trainer.tokenizer,
                list(cfg.actor_rollout_ref.actor.checkpoint.save_contents))
-    if roles.critic is not None:
+    if roles.critic is not None and hasattr(roles.critic, "state_dict"):  # a remote critic is frozen
         _save_role(os.path.join(tmp, "critic"), roles.critic, trainer.tokenizer,
                    list(cfg.critic.checkpoint.save_contents))
     torch.save(trainer.train_loader.state_dict(), os.path.join(tmp, "data.pt"))
@@ -49,7 +49,7 @@ def maybe_resume(trainer) -> None:
         return
     _load_role(os.path.join(path, "actor"), trainer.roles.actor,
                list(cfg.actor_rollout_ref.actor.checkpoint.load_contents))
-    if trainer.roles.critic is not None:
+    if trainer.roles.critic is not None and hasattr(trainer.roles.critic, "state_dict"):
         _load_role(os.path.join(path, "critic"), trainer.roles.critic, list(cfg.critic.checkpoint.load_contents))
     data_state = os.path.join(path, "data.pt")
     if os.path.exists(data_state):

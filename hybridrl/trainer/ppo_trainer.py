@@ -129,7 +129,7 @@ class PPOTrainer:
         """ReMax: the score of one greedy response per prompt, repeated for the prompt's n samples."""
         params = sampling_params(self.cfg.actor_rollout_ref.rollout, validate=False, greedy=True)
         greedy, _ = self.roles.rollout.generate_sequences(prompts, params)
-        scores, _, _ = self.roles.reward.compute_scores(greedy)
+        scores, _, _ = self.roles.reward.compute_scores(greedy)  # the same scorer as the samples
         return scores["token_level_scores"].sum(-1).repeat_interleave(self.cfg.actor_rollout_ref.rollout.n)
 
     def score(self, batch: Batch, metrics: dict[str, float]) -> Batch:
@@ -182,7 +182,7 @@ class PPOTrainer:
             prompts["uid"] = _uids(f"val{chunk_index}", len(prompts))
             params = sampling_params(rollout_cfg, validate=True, seed=self.cfg.trainer.seed)
             batch, _ = self.roles.rollout.generate_sequences(prompts, params)
-            scored, chunk_extra, _ = self.roles.reward.compute_scores(batch)
+            scored, chunk_extra, _ = self.roles.reward.compute_scores(batch, validate=True)
             sources += list(batch[self.cfg.data.reward_fn_key])
             uids += list(batch["uid"])
             scores += scored["token_level_scores"].sum(-1).tolist()

@@ -31,15 +31,44 @@ def decode_responses(tokenizer, batch: Batch) -> list[str]:
     return tokenizer.batch_decode(rows, skip_special_tokens=True)
 
 
+def is_remote(model_cfg_path: str, type_name: str | None) -> bool:
+    """`type=vllm_api` or an http(s) URL as the model path: score through an HTTP pooling endpoint."""
+    return type_name == "vllm_api" or str(model_cfg_path).startswith(("http://", "https://"))
+
+
+def build_reward_model(cfg, tokenizer):
+    """verl's `reward_model.enable`: an HF token-classification RM in process, or a remote pooling endpoint."""
+    from hybridrl.models.hf import load_tokenizer
+    from hybridrl.workers.reward_model import RewardModelWorker
+
+    rm = cfg.reward_model
+    remote = is_remote(rm.model.path, rm.type)
+    rm_tokenizer = tokenizer if remote else load_tokenizer(rm.model.path, key="reward_model.model.path")
+    return RewardModelWorker(rm.model.path, tokenizer=rm_tokenizer, input_tokenizer=None if remote else tokenizer,
+                             micro_batch_size=rm.micro_batch_size_per_gpu or 8, remote=remote,
+                             max_length=rm.max_length)
+
+
 class RewardWorker:
     def __init__(self, cfg, tokenizer):
         self.tokenizer = tokenizer
         self.reward_fn_key = cfg.data.reward_fn_key
         self.on_error = cfg.reward_model.on_error
         self.compute_score = build_compute_score(cfg)
+        self.reward_model = build_reward_model(cfg, tokenizer) if cfg.reward_model.enable else None
 
-    def compute_scores(self, batch: Batch) -> tuple[Batch, dict[str, list], dict[str, float]]:
-        """token_level_scores (B, R), per-row extra info from dict-valued rewards, and metrics."""
+    def describe(self) -> str:
+        return self.reward_model.describe() if self.reward_model is not None else "rule/function rewards"
+
+    def compute_scores(self, batch: Batch, validate: bool = False) -> tuple[Batch, dict[str, list], dict[str, float]]:
+        """token_level_scores (B, R), per-row extra info from dict-valued rewards, and metrics.
+
+        With a reward model, training scores are its `rm_scores` (verl's naive manager returns them
+        as-is); validation always uses rule rewards (verl skips model-based validation).
+        """
+        if self.reward_model is not None and not validate:
+            rm_scores = self.reward_model.compute_rm_score(batch)["rm_scores"]
+            return Batch({"token_level_scores": rm_scores.float()}), {}, {"reward/num_errors": 0.0}
         texts = decode_responses(self.tokenizer, batch)
         reward_info = list(batch["reward_model"])
         scored = score_batch(texts, list(batch[self.reward_fn_key]), [r.get("ground_truth") for r in reward_info],
