@@ -84,11 +84,14 @@ class CUDAGraphDecodeRunner:
         size = self.padded_size(batch)
         if size is None:  # larger than the largest graph: plain eager call, no padding
             return self.decode_fn(input_ids, positions, block_tables, context_lens, slot_mapping)
+        # Capture (lazily, on the first run after construction or `release`) before staging: capture
+        # resets every static row to padding, so staging first made that step's replay decode padding
+        # only (wrong logits, and no K/V stored for any row, so every later step diverged as well).
+        if self.use_graphs and not self._graphs:
+            self.capture()
         self._stage(size, input_ids, positions, block_tables, context_lens, slot_mapping)
         if not self.use_graphs:
             return self.decode_fn(*self._views(size))[:batch]
-        if not self._graphs:
-            self.capture()
         self._graphs[size].replay()
         return self._outputs[:batch]
 
@@ -129,7 +132,9 @@ class CUDAGraphDecodeRunner:
             return
         self.release()
         start = time.perf_counter()
-        self._pad(0, self.capture_sizes[-1])  # capture on all-padding inputs; shapes are what matter
+        # Warm-up and capture run on all-padding inputs (slot -1: no K/V written; shapes are what
+        # matter). This clobbers any staged batch: `run` stages only after capturing.
+        self._pad(0, self.capture_sizes[-1])
         for size in reversed(self.capture_sizes):
             self._check_output(self.decode_fn(*self._views(size)))  # warm-up: compiles Triton kernels
             graph = torch.cuda.CUDAGraph()

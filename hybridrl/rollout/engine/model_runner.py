@@ -64,10 +64,12 @@ class ModelRunner:
         # Eager, the noise hash is ~17 kernels over (B, V); compiled, noise + argmax fuse into one.
         compiled = device.type == "cuda" and not enforce_eager
         self.gumbel_argmax = torch.compile(gumbel_argmax, dynamic=True) if compiled else gumbel_argmax
-        self.graph_runner = self._make_graph_runner(max_num_seqs, enforce_eager)
+        self.graph_runner = self._make_graph_runner(max_num_seqs, enforce_eager, backend.name)
 
-    def _make_graph_runner(self, max_num_seqs: int, enforce_eager: bool):
-        if self.device.type != "cuda" or enforce_eager:
+    def _make_graph_runner(self, max_num_seqs: int, enforce_eager: bool, backend_name: str):
+        # Only the Triton backend is capturable: the torch store_kv_cache drops slot -1 rows with a
+        # boolean gather (a host sync), which fails inside CUDA-graph capture (e.g. head_dim 96, Phi-3).
+        if self.device.type != "cuda" or enforce_eager or backend_name != "triton":
             return None
         try:
             from hybridrl.rollout.engine.cuda_graph import CUDAGraphDecodeRunner

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 import pytest
@@ -15,10 +16,12 @@ class RecordingDecode:
 
     def __init__(self) -> None:
         self.batch_sizes: list[int] = []
+        self.slot_mappings: list[torch.Tensor] = []  # of every call: which ones would write the KV cache
         self.last: tuple[torch.Tensor, ...] = ()
 
     def __call__(self, input_ids, positions, block_tables, context_lens, slot_mapping):
         self.batch_sizes.append(input_ids.shape[0])
+        self.slot_mappings.append(slot_mapping.clone())
         self.last = tuple(t.clone() for t in (input_ids, positions, block_tables, context_lens, slot_mapping))
         return torch.stack([input_ids.float(), positions.float(), block_tables.sum(1).float(),
                             context_lens.float(), slot_mapping.float()], dim=1)
@@ -98,6 +101,52 @@ def test_eager_fallback_logs_once(caplog):
     assert len(lines) == 1 and "enforce_eager" in lines[0]
     runner.release()  # no graphs: a no-op
     assert not runner.captured
+
+
+def graph_runner_on_cpu(monkeypatch, decode, max_batch_size=16):
+    """A runner on the graph path with CPU stand-ins for torch.cuda.CUDAGraph: like a real graph, a
+    replay re-runs `decode` on whatever the static input buffers hold at replay time."""
+    runner = CUDAGraphDecodeRunner(decode, max_batch_size, 4, 5, "cpu")
+    runner.use_graphs = True
+
+    class FakeGraph:
+        size = 0
+
+        def pool(self):
+            return "pool"
+
+        def replay(self):
+            runner._outputs[:self.size] = decode(*runner._views(self.size))
+
+    @contextlib.contextmanager
+    def fake_capture(graph, pool=None):
+        yield
+        graph.size = decode.batch_sizes[-1]  # the size the runner just captured
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeGraph)
+    monkeypatch.setattr(torch.cuda, "graph", fake_capture)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    return runner
+
+
+def test_first_replay_after_capture_reads_the_staged_batch(monkeypatch):
+    """Regression (H200: graphs diverged from eager from the first decode step on): `run` staged the
+    batch, then captured lazily, and capture's padding reset wiped the staged rows, so the first replay
+    after every (re)capture decoded padding only and stored no K/V."""
+    decode = RecordingDecode()
+    runner = graph_runner_on_cpu(monkeypatch, decode)
+    inputs = make_inputs(3)
+    out = runner.run(*inputs)  # captures sizes 16, 8, 4, 2, 1, then replays size 4
+    assert runner.captured and decode.batch_sizes[-1] == 4
+    capture_calls = decode.slot_mappings[:-1]
+    assert len(capture_calls) == 2 * len(runner.capture_sizes)  # a warm-up and a capture per size
+    assert all(s.eq(-1).all() for s in capture_calls)  # capture never writes the KV cache
+    torch.testing.assert_close(out, decode(*inputs))
+    torch.testing.assert_close(runner.run(*make_inputs(7, offset=9)), decode(*make_inputs(7, offset=9)))
+    runner.release()
+    assert not runner.captured
+    torch.testing.assert_close(runner.run(*inputs), decode(*inputs))  # recaptured, same again
 
 
 class PagedToyDecode:
