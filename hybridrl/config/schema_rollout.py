@@ -103,11 +103,7 @@ class RolloutConfig:
     dtype: str = setting("bfloat16", "Generation weight dtype.")
     gpu_memory_utilization: float = setting(0.5, "Fraction of total device memory for weights + KV cache, in (0, 1].")
     ignore_eos: bool = setting(False, "Keep generating after EOS.")
-    enforce_eager: bool = setting(
-        True,
-        "Disable decode CUDA graphs. Default true (verl: false): graph replay in our engine currently "
-        "diverges from eager decoding on the H200 (a known bug, see the rollout-engine issue); set false to try.",
-    )
+    enforce_eager: bool = setting(False, "Disable decode CUDA graphs (debugging; eager decode is several times slower).")
     cudagraph_capture_sizes: list[int] | None = setting(None, "Decode batch sizes captured as CUDA graphs; null = automatic.")
     free_cache_engine: bool = setting(True, "Free the KV cache between generation phases.")
     tensor_model_parallel_size: int = setting(1, "hybridrl default 1 (verl: 2): one device per engine replica.")
