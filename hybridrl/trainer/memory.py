@@ -1,0 +1,74 @@
+"""Peak device memory per phase of the RL step: `perf/max_memory_allocated_gb/<phase>`.
+
+One process-wide peak says how close a run is to OOM but not which phase to shrink; the per-phase
+peaks do (gen holds the KV cache, update_actor the activations and optimizer state). The CUDA caching
+allocator has one peak counter, so each phase resets it on entry and reads it on exit. To keep the
+step's overall peak and nested phases correct despite those resets, every reading is folded into
+the overall maximum and into every phase still open.
+
+On CPU (or without CUDA) nothing is recorded: `metrics()` is empty and the trainer's RSS-based
+`perf/max_memory_allocated_gb` (trainer/metrics.py) stays the figure; host RSS has no resettable peak.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+import torch
+
+GIB = 2 ** 30
+PREFIX = "perf/max_memory_allocated_gb"
+
+
+class PhaseMemory:
+    """Usage: `with tracker.phase("gen"): ...` per phase, then `tracker.pop_metrics()` once per step."""
+
+    def __init__(self, device: torch.device | str) -> None:
+        self.device = torch.device(device)
+        self.enabled = self.device.type == "cuda" and torch.cuda.is_available()
+        self.peaks: dict[str, int] = {}  # bytes, max over this step's entries of the phase
+        self.overall = 0
+        self._open: list[tuple[str, int]] = []  # (phase, running peak) innermost last
+
+    def _read_and_reset(self) -> int:
+        """Peak since the last reset (folded into every open phase and the overall); then reset."""
+        peak = torch.cuda.max_memory_allocated(self.device)
+        self.overall = max(self.overall, peak)
+        self._open = [(name, max(running, peak)) for name, running in self._open]
+        torch.cuda.reset_peak_memory_stats(self.device)
+        return peak
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Record the peak allocated memory of the block under `name` (max over repeated entries)."""
+        if not self.enabled:
+            yield
+            return
+        self._read_and_reset()
+        self._open.append((name, torch.cuda.memory_allocated(self.device)))
+        try:
+            yield
+        finally:
+            self._read_and_reset()
+            closed, peak = self._open.pop()
+            assert closed == name, "phases must nest"
+            self.peaks[name] = max(self.peaks.get(name, 0), peak)
+
+    def metrics(self) -> dict[str, float]:
+        """`perf/max_memory_allocated_gb/<phase>` per phase plus the overall `perf/max_memory_allocated_gb`."""
+        if not self.enabled:
+            return {}
+        overall = max(self.overall, torch.cuda.max_memory_allocated(self.device))
+        out = {f"{PREFIX}/{name}": peak / GIB for name, peak in self.peaks.items()}
+        out[PREFIX] = overall / GIB
+        return out
+
+    def pop_metrics(self) -> dict[str, float]:
+        """`metrics()`, then start the next step from zero."""
+        out = self.metrics()
+        self.peaks.clear()
+        self.overall = 0
+        if self.enabled and not self._open:
+            torch.cuda.reset_peak_memory_stats(self.device)
+        return out

@@ -1,0 +1,148 @@
+"""CPU offload of parameters and optimizer state: identity kept, values kept, training unchanged."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hybridrl.models.tiny import build_tiny_model
+from hybridrl.workers import offload
+from hybridrl.workers.offload import PhaseOffloader, load_module, load_optimizer, offload_module, offload_optimizer
+
+
+def tiny(device: str = "cpu") -> torch.nn.Module:
+    return build_tiny_model("qwen2", seed=3, num_layers=1, hidden_size=32, intermediate_size=64).to(device)
+
+
+def batch(step: int, device: str) -> torch.Tensor:
+    return torch.randint(0, 128, (4, 12), generator=torch.Generator().manual_seed(step)).to(device)
+
+
+def train(model, optim, device: str, steps: int = 3, offloader: PhaseOffloader | None = None) -> None:
+    """Log-prob forward (no grad) then an AdamW step, per step, like old_log_prob + update_actor."""
+    for step in range(steps):
+        ids = batch(step, device)
+        with offloader.for_compute() if offloader else torch.enable_grad():
+            with torch.no_grad():
+                model(input_ids=ids).logits.sum()
+        with offloader.for_update() if offloader else torch.enable_grad():
+            optim.zero_grad(set_to_none=False)  # grads stay allocated: they must travel too
+            model(input_ids=ids, labels=ids).loss.backward()
+            optim.step()
+
+
+def fake_transfer(monkeypatch) -> list[str]:
+    """CPU boxes have one real device: replace the copy with a clone so every move is visible."""
+    targets: list[str] = []
+
+    def clone_to(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+        targets.append(device.type)
+        return tensor.clone()
+
+    monkeypatch.setattr(offload, "_to", clone_to)
+    return targets
+
+
+def test_moving_keeps_parameter_objects_and_moves_everything(monkeypatch):
+    model = tiny()
+    model(input_ids=batch(0, "cpu"), labels=batch(0, "cpu")).loss.backward()
+    params = list(model.parameters())
+    old = {"data": [p.data_ptr() for p in params], "grad": [p.grad.data_ptr() for p in params],
+           "buffer": [b.data_ptr() for b in model.buffers()]}
+    assert model.get_output_embeddings().weight is model.get_input_embeddings().weight  # tied: moves once
+    targets = fake_transfer(monkeypatch)
+    offload_module(model)
+    assert targets == ["cpu"] * (2 * len(params) + len(old["buffer"])) and old["buffer"]
+    assert [id(p) for p in model.parameters()] == [id(p) for p in params]
+    assert all(a != p.data_ptr() for a, p in zip(old["data"], params))
+    assert all(a != p.grad.data_ptr() for a, p in zip(old["grad"], params))
+    assert all(a != b.data_ptr() for a, b in zip(old["buffer"], model.buffers()))
+    assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
+
+
+def test_optimizer_state_moves_but_step_counter_stays(monkeypatch):
+    model = tiny()
+    optim = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    train(model, optim, "cpu", steps=1)
+    old = {id(s["exp_avg"]) for s in optim.state.values()}
+    steps = [s["step"] for s in optim.state.values()]
+    targets = fake_transfer(monkeypatch)
+    load_optimizer(optim, "cuda")
+    assert targets == ["cuda"] * (2 * len(optim.state))  # exp_avg and exp_avg_sq of every parameter
+    assert not old & {id(s["exp_avg"]) for s in optim.state.values()}
+    assert all(a is s["step"] for a, s in zip(steps, optim.state.values()))  # AdamW's 0-dim step stays on the host
+
+
+def test_cpu_round_trip_is_a_no_op_that_keeps_values():
+    model = tiny()
+    optim = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    train(model, optim, "cpu", steps=1)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    moments = [s["exp_avg"].clone() for s in optim.state.values()]
+    offload_module(model), offload_optimizer(optim)
+    load_module(model, "cpu"), load_optimizer(optim, "cpu")
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert all(torch.equal(m, s["exp_avg"]) for m, s in zip(moments, optim.state.values()))
+
+
+@pytest.mark.parametrize("flags", [(True, True), (True, False), (False, True), (False, False)])
+def test_training_with_offloader_is_bit_identical(flags):
+    plain, offloaded = tiny(), tiny()
+    plain_optim = torch.optim.AdamW(plain.parameters(), lr=1e-2)
+    optim = torch.optim.AdamW(offloaded.parameters(), lr=1e-2)
+    train(plain, plain_optim, "cpu")
+    train(offloaded, optim, "cpu", offloader=PhaseOffloader(offloaded, optim, "cpu", *flags))
+    for (name, a), b in zip(plain.named_parameters(), offloaded.parameters()):
+        assert torch.equal(a, b), name
+
+
+def test_nested_phases_move_once():
+    model = tiny()
+    offloader = PhaseOffloader(model, None, "cpu", param_offload=True, optimizer_offload=True)
+    assert not offloader.optimizer_offload  # no optimizer (e.g. the reference model): nothing to move
+    with offloader.for_compute():
+        with offloader.for_update():
+            assert offloader._param_users == 2
+    assert offloader._param_users == 0
+
+
+# --------------------------------------------------------------------------------------------- GPU
+def allocated() -> int:
+    torch.cuda.synchronize()
+    return torch.cuda.memory_allocated()
+
+
+@pytest.mark.gpu
+def test_gpu_offload_frees_memory_and_round_trips():
+    model = tiny("cuda")
+    optim = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    train(model, optim, "cuda", steps=1)
+    param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    before = allocated()
+    offload_module(model)
+    assert before - allocated() >= 2 * param_bytes  # weights + grads left the device
+    assert all(p.device.type == "cpu" and p.is_pinned() for p in model.parameters())
+    load_module(model, "cuda")
+    assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())
+    moments = allocated()
+    offload_optimizer(optim)
+    assert moments - allocated() >= 2 * param_bytes  # exp_avg + exp_avg_sq
+    load_optimizer(optim, "cuda")
+    assert all(s["exp_avg"].is_cuda for s in optim.state.values())
+
+
+@pytest.mark.gpu
+def test_gpu_training_with_offloader_matches_and_stays_off_device_while_idle():
+    plain, offloaded = tiny("cuda"), tiny("cuda")
+    plain_optim = torch.optim.AdamW(plain.parameters(), lr=1e-2)
+    optim = torch.optim.AdamW(offloaded.parameters(), lr=1e-2)
+    train(plain, plain_optim, "cuda")
+    del plain_optim
+    baseline = allocated()
+    offloader = PhaseOffloader(offloaded, optim, "cuda", param_offload=True, optimizer_offload=True)
+    train(offloaded, optim, "cuda", offloader=offloader)
+    assert allocated() <= baseline - sum(p.numel() * p.element_size() for p in plain.parameters())
+    with offloader.for_compute():
+        for (name, a), b in zip(plain.named_parameters(), offloaded.parameters()):
+            assert torch.equal(a, b), name
