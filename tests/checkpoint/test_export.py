@@ -47,3 +47,24 @@ def test_export_reproduces_actor_logits(tmp_path, arith_model_dir, arithmetic_fi
         expected = trainer.roles.actor.model.eval()(ids).logits
         assert torch.allclose(exported(ids).logits, expected, atol=1e-5)
     assert os.path.exists(os.path.join(target, "tokenizer_config.json"))
+
+
+def test_model_merger_spelling_exports_actor_and_critic(tmp_path, arith_model_dir, arithmetic_files):
+    from transformers import AutoModelForTokenClassification
+
+    from hybridrl.model_merger import main as merger_main
+
+    out = str(tmp_path / "run")
+    trainer = PPOTrainer(load_config(tiny_run_overrides(arith_model_dir, arithmetic_files, out, algo="gae", steps=1,
+                                                        extra=["trainer.save_freq=1"])))
+    trainer.fit()
+    step = os.path.join(out, "global_step_1")
+    assert merger_main(["merge", "--backend", "fsdp", "--local_dir", os.path.join(step, "actor"),
+                        "--target_dir", str(tmp_path / "actor_hf")]) == 0
+    assert merger_main(["merge", "--backend", "fsdp", "--local_dir", os.path.join(step, "critic"),
+                        "--target_dir", str(tmp_path / "critic_hf"), "--is-value-model"]) == 0
+    critic = AutoModelForTokenClassification.from_pretrained(str(tmp_path / "critic_hf"))
+    ids = torch.tensor([[5, 6, 7]])
+    with torch.no_grad():
+        expected = trainer.roles.critic.model.eval()(ids).logits
+        assert torch.allclose(critic(ids).logits, expected, atol=1e-5)
