@@ -26,6 +26,9 @@ class SamplingParams:
     ignore_eos: bool = False
     eos_token_ids: tuple[int, ...] = ()
     seed: int | None = None
+    # Index of this call's first output row in the whole step's batch: a data-parallel replica generating
+    # one shard keys its per-row sampling noise by global rows, so the shard samples as it would in one call.
+    row_offset: int = 0
 
     @property
     def greedy(self) -> bool:

@@ -47,8 +47,8 @@ class HFRolloutBackend:
         self.model.eval()
         device = next(self.model.parameters()).device
         ids, mask = self._left_pad(prompts, device)
-        if params.seed is not None:
-            torch.manual_seed(params.seed)
+        if params.seed is not None:  # a replica's shard (row_offset > 0) draws from its own stream
+            torch.manual_seed(params.seed + (params.row_offset << 32))
         out = self.model.generate(input_ids=ids, attention_mask=mask,
                                   generation_config=self._generation_config(params))
         self.model.train(was_training)

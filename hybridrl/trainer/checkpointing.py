@@ -10,6 +10,7 @@ from hybridrl.checkpoint.hf_export import save_hf_metadata, save_hf_model
 from hybridrl.checkpoint.manager import (begin_save, commit_save, find_resume_dir, load_role, read_trainer_state,
                                          save_role, set_rng_state)
 from hybridrl.logging.log import get_logger
+from hybridrl.trainer.group_roles import GroupRole
 from hybridrl.trainer.setup import default_local_dir
 
 log = get_logger("hybridrl.checkpoint")
@@ -25,7 +26,7 @@ def save(trainer) -> str:
     tmp = begin_save(root, trainer.global_step)
     _save_role(os.path.join(tmp, "actor"), roles.actor, trainer.tokenizer,
                list(cfg.actor_rollout_ref.actor.checkpoint.save_contents))
-    if roles.critic is not None and hasattr(roles.critic, "state_dict"):  # a remote critic is frozen
+    if _has_state(roles.critic):
         _save_role(os.path.join(tmp, "critic"), roles.critic, trainer.tokenizer,
                    list(cfg.critic.checkpoint.save_contents))
     torch.save(trainer.train_loader.state_dict(), os.path.join(tmp, "data.pt"))
@@ -35,7 +36,15 @@ def save(trainer) -> str:
     return final
 
 
+def _has_state(worker) -> bool:
+    """A critic to checkpoint: not absent, not a frozen remote one (which has no state)."""
+    return worker is not None and (isinstance(worker, GroupRole) or hasattr(worker, "state_dict"))
+
+
 def _save_role(role_dir: str, worker, tokenizer, contents: list[str]) -> None:
+    if isinstance(worker, GroupRole):  # on worker ranks: rank 0 writes the same files from the gathered state
+        worker.save_checkpoint(role_dir, contents)
+        return
     save_role(role_dir, worker.state_dict(), contents)
     save_hf_metadata(worker.model, tokenizer, role_dir)
     if "hf_model" in contents:
@@ -49,7 +58,7 @@ def maybe_resume(trainer) -> None:
         return
     _load_role(os.path.join(path, "actor"), trainer.roles.actor,
                list(cfg.actor_rollout_ref.actor.checkpoint.load_contents))
-    if trainer.roles.critic is not None and hasattr(trainer.roles.critic, "state_dict"):
+    if _has_state(trainer.roles.critic):
         _load_role(os.path.join(path, "critic"), trainer.roles.critic, list(cfg.critic.checkpoint.load_contents))
     data_state = os.path.join(path, "data.pt")
     if os.path.exists(data_state):
@@ -62,6 +71,9 @@ def maybe_resume(trainer) -> None:
 
 
 def _load_role(role_dir: str, worker, contents: list[str]) -> None:
+    if isinstance(worker, GroupRole):  # every rank reads the unsharded files and loads its shard
+        worker.load_checkpoint(role_dir, contents)
+        return
     state = load_role(role_dir, contents)
     if "model" in state:
         worker.model.load_state_dict(state["model"])

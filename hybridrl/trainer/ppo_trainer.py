@@ -26,16 +26,20 @@ log = get_logger("hybridrl.trainer")
 
 
 class PPOTrainer:
-    def __init__(self, cfg, num_devices: int = 1):
+    def __init__(self, cfg, num_devices: int | None = None):
+        """`num_devices`: ranks to train on; None = trainer.nnodes x trainer.n_gpus_per_node (null: visible GPUs,
+        1 on CPU). More than one starts worker processes (`group_roles`); `fit()` stops them when it returns."""
         from hybridrl.config import validate_config
         from hybridrl.logging.tracker import check_trackers_available
+        from hybridrl.trainer.group_roles import check_placement, world_size
 
+        self.device = resolve_device(cfg.trainer.device)
+        num_devices = num_devices or world_size(cfg, self.device.type)
         validate_config(cfg, world_size=num_devices)
-        _refuse_multi_device(cfg)
+        check_placement(cfg, self.device.type, num_devices)
         check_trackers_available(cfg.trainer.logger)
         self.cfg = cfg
         self.num_devices = num_devices
-        self.device = resolve_device(cfg.trainer.device)
         seed_everything(cfg.trainer.seed)
         self.needs = role_needs(cfg)
         self.tokenizer = build_tokenizer(cfg)
@@ -43,13 +47,20 @@ class PPOTrainer:
         self.val_loader = (build_loader(cfg, build_dataset(cfg, self.tokenizer, "val"), self.tokenizer, "val")
                            if cfg.data.val_files else None)
         self.total_steps = total_training_steps(cfg, len(self.train_loader))
-        self.roles: Roles = build_roles(cfg, self.needs, self.tokenizer, self.device, self.total_steps)
+        self.roles: Roles = build_roles(cfg, self.needs, self.tokenizer, self.device, self.total_steps,
+                                        world_size=num_devices)
         kl = cfg.algorithm.kl_ctrl
         self.kl_ctrl = get_kl_controller(kl.type, kl.kl_coef, kl.target_kl, kl.horizon)
         self.global_step = 0
 
     # ================================================================= loop
     def fit(self) -> dict[str, float]:
+        try:
+            return self._fit()
+        finally:
+            self.roles.shutdown()  # worker ranks, if any (a failed group is already stopped)
+
+    def _fit(self) -> dict[str, float]:
         from hybridrl.logging.progress import StepProgress
         from hybridrl.logging.tracker import build_trackers
 
@@ -205,22 +216,6 @@ class PPOTrainer:
         prompts = self.tokenizer.batch_decode(batch["prompts"], skip_special_tokens=True)
         dump_rollout_jsonl(out_dir, self.global_step, prompts, decode_responses(self.tokenizer, batch),
                            batch["token_level_scores"].sum(-1).tolist(), self._last_reward_extra or None)
-
-
-def _refuse_multi_device(cfg) -> None:
-    """The trainer runs one process on one device; worker groups exist (hybridrl.distributed) but are not
-    wired in yet, so a multi-device request is an error rather than a silently single-device run."""
-    from hybridrl.config import ConfigError
-
-    arr = cfg.actor_rollout_ref
-    lists = {"actor_rollout_ref.actor.device_ids": arr.actor.device_ids, "critic.device_ids": cfg.critic.device_ids,
-             "actor_rollout_ref.rollout.device_ids": arr.rollout.device_ids,
-             "actor_rollout_ref.ref.device_ids": arr.ref.device_ids, "reward_model.device_ids": cfg.reward_model.device_ids}
-    wanted = {k: v for k, v in lists.items() if v is not None and len(v) > 1}
-    if cfg.trainer.nnodes > 1 or (cfg.trainer.n_gpus_per_node or 1) > 1 or wanted:
-        raise ConfigError(f"multi-device training is not wired into the trainer yet (trainer.nnodes="
-                          f"{cfg.trainer.nnodes}, trainer.n_gpus_per_node={cfg.trainer.n_gpus_per_node}, "
-                          f"device lists {wanted or 'none'}); run on one device: trainer.n_gpus_per_node=1")
 
 
 def _uids(prefix: str, count: int) -> list[str]:

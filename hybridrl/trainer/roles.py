@@ -1,8 +1,13 @@
-"""Construct the role workers a run needs (actor, rollout, reference, critic, reward) on one process."""
+"""Construct the role workers a run needs (actor, rollout, reference, critic, reward).
+
+World size 1: in-process workers. World size N: group-backed adapters over one group of colocated ranks
+(`group_roles`); reward scoring (and a remote critic) stays on the controller either way.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -25,6 +30,12 @@ class Roles:
     reward: RewardWorker
     reference: ReferenceWorker | None = None
     critic: CriticWorker | None = None
+    group: Any = None  # group_roles.GroupHandle when the roles run on worker ranks
+
+    def shutdown(self) -> None:
+        """Stop the worker ranks (no-op for in-process roles); safe to call twice or after a failure."""
+        if self.group is not None:
+            self.group.shutdown()
 
 
 def build_critic(cfg, sizes: BatchSizes, device: torch.device, total_steps: int):
@@ -41,6 +52,8 @@ def build_critic(cfg, sizes: BatchSizes, device: torch.device, total_steps: int)
 
 
 def build_roles(cfg, needs, tokenizer, device: torch.device, total_steps: int, world_size: int = 1) -> Roles:
+    if world_size > 1:
+        return build_group_roles(cfg, needs, tokenizer, device, total_steps, world_size)
     sizes = BatchSizes.from_config(cfg, world_size)
     actor = ActorWorker(cfg, sizes, device, total_steps)
     rollout = RolloutWorker(cfg, actor.model, tokenizer, device.type)
@@ -48,3 +61,22 @@ def build_roles(cfg, needs, tokenizer, device: torch.device, total_steps: int, w
     critic = build_critic(cfg, sizes, device, total_steps) if needs.critic else None
     return Roles(actor=actor, rollout=rollout, reward=RewardWorker(cfg, tokenizer), reference=reference,
                  critic=critic)
+
+
+def build_group_roles(cfg, needs, tokenizer, device: torch.device, total_steps: int, world_size: int) -> Roles:
+    from hybridrl.trainer import group_roles as gr
+    from hybridrl.workers.reward import is_remote
+
+    remote_critic = needs.critic and is_remote(cfg.critic.model.path, cfg.critic.type)
+    handle = gr.launch_colocated_group(cfg, world_size, device.type, total_steps=total_steps,
+                                       reference=needs.reference, critic=needs.critic and not remote_critic)
+    try:
+        group = handle.group
+        critic = None
+        if needs.critic:
+            critic = build_critic(cfg, None, device, total_steps) if remote_critic else gr.GroupCritic(group)
+        return Roles(actor=gr.GroupActor(group), rollout=gr.GroupRollout(group), reward=RewardWorker(cfg, tokenizer),
+                     reference=gr.GroupReference(group) if needs.reference else None, critic=critic, group=handle)
+    except BaseException:
+        handle.shutdown()
+        raise

@@ -12,6 +12,8 @@ from hybridrl.utils.batch import Batch
 from hybridrl.utils.metrics import to_float
 from hybridrl.workers.forward import batched_log_probs, response_log_probs
 from hybridrl.workers.optim import build_lr_scheduler, build_optimizer
+from hybridrl.workers.sharding import (clip_grad_norm, load_model_state, load_optimizer_state, model_state,
+                                       named_weights, optimizer_state, shard_model)
 from hybridrl.workers.sizes import BatchSizes
 
 UPDATE_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask",
@@ -30,6 +32,7 @@ class ActorWorker:
                                     trust_remote_code=model_cfg.trust_remote_code).to(device)
         if model_cfg.enable_gradient_checkpointing:
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.sharded = shard_model(self.model, log_prob_forward=True)  # FSDP2 when running as a rank
         self.optimizer = build_optimizer(self.model.parameters(), self.actor_cfg.optim)
         self.lr_scheduler = build_lr_scheduler(self.optimizer, self.actor_cfg.optim, total_training_steps)
         self.policy_loss_fn = POLICY_LOSSES[self.actor_cfg.policy_loss.loss_mode]
@@ -70,7 +73,7 @@ class ActorWorker:
             (loss * (len(micro) / len(mini))).backward()  # verl: loss / gradient_accumulation
             for key, value in micro_metrics.items():
                 metrics[key].append(value)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.actor_cfg.grad_clip)
+        grad_norm = clip_grad_norm(self.model, self.actor_cfg.grad_clip, self.sharded)
         if torch.isfinite(grad_norm):
             self.optimizer.step()
         else:
@@ -103,14 +106,16 @@ class ActorWorker:
 
     # ------------------------------------------------------- state & weights
     def named_weights(self):
-        """(HF name, tensor) pairs for the rollout engine's weight sync."""
-        return self.model.state_dict().items()
+        """(HF name, full tensor) pairs for the rollout engine's weight sync (gathered when sharded)."""
+        return named_weights(self.model, self.sharded)
 
     def state_dict(self) -> dict:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+        """Unsharded state (collective when sharded: rank 0 gets it, the other ranks get empty dicts)."""
+        return {"model": model_state(self.model, self.sharded),
+                "optimizer": optimizer_state(self.model, self.optimizer, self.sharded),
                 "lr_scheduler": self.lr_scheduler.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        load_model_state(self.model, state["model"], self.sharded)
+        load_optimizer_state(self.model, self.optimizer, state["optimizer"], self.sharded)
         self.lr_scheduler.load_state_dict(state["lr_scheduler"])

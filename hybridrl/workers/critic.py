@@ -12,6 +12,8 @@ from hybridrl.utils.batch import Batch
 from hybridrl.utils.metrics import to_float
 from hybridrl.workers.forward import response_values
 from hybridrl.workers.optim import build_lr_scheduler, build_optimizer
+from hybridrl.workers.sharding import (clip_grad_norm, load_model_state, load_optimizer_state, model_state,
+                                       optimizer_state, shard_model)
 from hybridrl.workers.sizes import BatchSizes
 
 UPDATE_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask", "values", "returns")
@@ -29,6 +31,7 @@ class CriticWorker:
                                       trust_remote_code=model_cfg.trust_remote_code).to(device)
         if model_cfg.enable_gradient_checkpointing:
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.sharded = shard_model(self.model)  # FSDP2 when running as a rank
         self.optimizer = build_optimizer(self.model.parameters(), self.cfg.optim)
         self.lr_scheduler = build_lr_scheduler(self.optimizer, self.cfg.optim, total_training_steps)
 
@@ -65,16 +68,18 @@ class CriticWorker:
             metrics["critic/vf_loss"].append(to_float(vf_loss))
             metrics["critic/vf_clipfrac"].append(to_float(vf_clipfrac))
             metrics["critic/vpred_mean"].append(to_float(masked_mean(vpreds, mask)))
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+        grad_norm = clip_grad_norm(self.model, self.cfg.grad_clip, self.sharded)
         if torch.isfinite(grad_norm):
             self.optimizer.step()
         metrics["critic/grad_norm"].append(to_float(grad_norm))
 
     def state_dict(self) -> dict:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+        """Unsharded state (collective when sharded: rank 0 gets it, the other ranks get empty dicts)."""
+        return {"model": model_state(self.model, self.sharded),
+                "optimizer": optimizer_state(self.model, self.optimizer, self.sharded),
                 "lr_scheduler": self.lr_scheduler.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        load_model_state(self.model, state["model"], self.sharded)
+        load_optimizer_state(self.model, self.optimizer, state["optimizer"], self.sharded)
         self.lr_scheduler.load_state_dict(state["lr_scheduler"])

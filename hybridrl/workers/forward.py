@@ -8,6 +8,8 @@ micro-batch (B·R × vocab) are never materialised at once.
 
 from __future__ import annotations
 
+import types
+
 import torch
 
 from hybridrl.algorithms import logprobs_and_entropy_from_hidden
@@ -15,9 +17,10 @@ from hybridrl.models.hf import decoder_of
 from hybridrl.utils.batch import Batch
 
 LOGPROB_CHUNK_ROWS = 1024
+FSDP_LOG_PROB_METHOD = "hybridrl_response_log_probs"
 
 
-def _body_hidden(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
+def _body_hidden(model: torch.nn.Module, batch: Batch | dict[str, torch.Tensor]) -> torch.Tensor:
     body = decoder_of(model)
     out = body(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                position_ids=batch["position_ids"], use_cache=False)
@@ -27,9 +30,39 @@ def _body_hidden(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
 def response_log_probs(model: torch.nn.Module, batch: Batch, temperature: float,
                        compute_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(log_probs (B, R), entropy (B, R) or None) of `batch["responses"]` under `model`."""
-    responses = batch["responses"]
+    fsdp_forward = getattr(model, FSDP_LOG_PROB_METHOD, None)
+    if fsdp_forward is not None:
+        return fsdp_forward(batch["input_ids"], batch["attention_mask"], batch["position_ids"], batch["responses"],
+                            temperature, compute_entropy)
+    return _response_log_probs(model, batch["input_ids"], batch["attention_mask"], batch["position_ids"],
+                               batch["responses"], temperature, compute_entropy)
+
+
+def enable_fsdp_log_prob_forward(model: torch.nn.Module) -> None:
+    """Route `response_log_probs` on an FSDP2 `model` through FSDP's forward hooks.
+
+    The log-prob path calls the body and the LM head weight directly, never `model.forward`, so the root
+    unit's parameters (embeddings, final norm, head) would stay sharded; as a registered forward method
+    they are gathered before it and their gradients reduce-scattered in backward, as for `forward`.
+    """
+    from torch.distributed.fsdp import register_fsdp_forward_method
+
+    setattr(model, FSDP_LOG_PROB_METHOD, types.MethodType(_fsdp_response_log_probs, model))
+    register_fsdp_forward_method(model, FSDP_LOG_PROB_METHOD)
+
+
+def _fsdp_response_log_probs(*args) -> tuple[torch.Tensor, torch.Tensor | None]:
+    # Fresh tensors, not views: FSDP hooks backward on the outputs, which an in-place op on a view would drop.
+    log_probs, entropy = _response_log_probs(*args)
+    return log_probs.clone(), (entropy.clone() if entropy is not None else None)
+
+
+def _response_log_probs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                        position_ids: torch.Tensor, responses: torch.Tensor, temperature: float,
+                        compute_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     num_rows, response_len = responses.shape
-    hidden = _body_hidden(model, batch)
+    hidden = _body_hidden(model, {"input_ids": input_ids, "attention_mask": attention_mask,
+                                  "position_ids": position_ids})
     prompt_len = hidden.shape[1] - response_len
     hidden = hidden[:, prompt_len - 1: prompt_len - 1 + response_len]
     head = model.get_output_embeddings()

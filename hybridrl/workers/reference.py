@@ -7,6 +7,7 @@ import torch
 from hybridrl.models.hf import load_causal_lm, resolve_dtype
 from hybridrl.utils.batch import Batch
 from hybridrl.workers.forward import batched_log_probs
+from hybridrl.workers.sharding import shard_model
 
 
 class ReferenceWorker:
@@ -19,6 +20,7 @@ class ReferenceWorker:
                                     trust_remote_code=model_cfg.trust_remote_code,
                                     key="actor_rollout_ref.model.path").to(device)
         self.model.requires_grad_(False).eval()
+        shard_model(self.model, log_prob_forward=True)  # FSDP2 when running as a rank
         self.micro_batch_size = micro_batch_size
         self.device = device
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from hybridrl.rollout import SamplingParams, build_rollout_backend
+from hybridrl.rollout.hf_backend import HFRolloutBackend
 from hybridrl.utils.batch import Batch
 
 
@@ -45,13 +46,18 @@ def assemble(prompts: Batch, token_ids: list[list[int]], log_probs: list[list[fl
 
 
 class RolloutWorker:
-    def __init__(self, cfg, model, tokenizer, device_type: str):
+    """`model` is the trainer's own module (one process: the hf backend generates with it, so weight sync is
+    free), or with `replica=True` a private plain copy (a data-parallel rank whose actor is FSDP-sharded):
+    the hf backend generates with the copy and `sync_weights` copies the gathered weights into it."""
+
+    def __init__(self, cfg, model, tokenizer, device_type: str, *, replica: bool = False):
         self.cfg = cfg.actor_rollout_ref.rollout
         self.pad_token_id = tokenizer.pad_token_id
         self.eos_token_ids = _eos_ids(tokenizer, model)
         self.backend = build_rollout_backend(self.cfg.name, model, pad_token_id=self.pad_token_id,
                                              eos_token_ids=self.eos_token_ids, rollout_cfg=self.cfg,
                                              device_type=device_type)
+        self.replica = model if replica and isinstance(self.backend, HFRolloutBackend) else None
 
     def generate_sequences(self, prompts: Batch, params: SamplingParams) -> tuple[Batch, dict[str, float]]:
         prompt_ids = [ids[mask.bool()].tolist() for ids, mask in zip(prompts["input_ids"], prompts["attention_mask"])]
@@ -62,13 +68,27 @@ class RolloutWorker:
         return batch, dict(out.metrics)
 
     def sync_weights(self, named_tensors) -> None:
-        self.backend.update_weights(named_tensors)
+        if self.replica is not None:
+            copy_weights(self.replica, named_tensors)
+        else:
+            self.backend.update_weights(named_tensors)
 
     def sleep(self) -> None:
         self.backend.sleep()
 
     def wake_up(self) -> None:
         self.backend.wake_up()
+
+
+@torch.no_grad()
+def copy_weights(model: torch.nn.Module, named_tensors) -> None:
+    """Copy (HF name, tensor) pairs into `model`'s parameters and buffers in place."""
+    targets = dict(model.named_parameters())
+    targets.update(model.named_buffers())
+    for name, tensor in named_tensors:
+        if name not in targets:
+            raise KeyError(f"weight {name!r} has no counterpart in the rollout replica {type(model).__name__}")
+        targets[name].copy_(tensor)
 
 
 def _eos_ids(tokenizer, model) -> tuple[int, ...]:

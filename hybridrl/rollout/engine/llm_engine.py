@@ -111,7 +111,7 @@ class LLMEngine:
         seed = params.seed if params.seed is not None else self.seed + self.num_calls
         self.num_calls += 1
         stop_ids = frozenset() if params.ignore_eos else self.eos_ids | set(params.eos_token_ids)
-        return [Sequence(row, list(p), params.max_new_tokens, row_key(seed, row), stop_ids)
+        return [Sequence(row, list(p), params.max_new_tokens, row_key(seed, params.row_offset + row), stop_ids)
                 for row, p in enumerate(p for p in prompts for _ in range(params.n))]
 
     def _check_fits(self, prompt_len: int, response_len: int) -> None:

@@ -1,0 +1,131 @@
+"""One rank of the hybrid (colocated) placement: actor, rollout replica, reference and critic on one device.
+
+verl's colocated `ActorRolloutRefWorker` (+ critic) in one process: the roles take turns on the
+rank's device. The actor, reference and critic are FSDP2-sharded over the group (each role class
+shards itself when torch.distributed is up); the rollout generates the rank's shard of the prompts
+with a plain (unsharded) copy of the policy, refreshed from the actor after every update by
+gathering the actor's parameters one at a time (`sync_rollout_weights`). The controller drives it
+through a worker group (`call_sharded` for data, `call_all` for collectives); every method that
+touches a sharded model is a collective and runs on all ranks.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import replace
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from hybridrl.models.hf import load_causal_lm, load_tokenizer, resolve_dtype
+from hybridrl.rollout import SamplingParams
+from hybridrl.utils.batch import Batch
+from hybridrl.workers.actor import ActorWorker
+from hybridrl.workers.critic import CriticWorker
+from hybridrl.workers.reference import ReferenceWorker
+from hybridrl.workers.rollout import RolloutWorker
+from hybridrl.workers.sharding import load_model_state, load_optimizer_state
+from hybridrl.workers.sizes import BatchSizes
+
+ROW_INDEX_KEY = "_global_row"  # a prompt row's index in the whole (repeated) batch: keys its sampling noise
+ROLLOUT_METRICS_META = "_rollout_metrics_rank"  # meta key prefix carrying each rank's generation metrics
+
+
+class ColocatedWorker:
+    def __init__(self, cfg, *, total_steps: int, device_type: str, reference: bool, critic: bool):
+        self.rank, world_size = dist.get_rank(), dist.get_world_size()
+        device = torch.device(device_type)
+        if device.type == "cpu":  # the ranks share the host's cores
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+        _seed_everything(cfg.trainer.seed)  # every rank builds identical weights (e.g. a fresh value head)
+        model_cfg = cfg.actor_rollout_ref.model
+        self.tokenizer = load_tokenizer(model_cfg.tokenizer_path or model_cfg.path,
+                                        trust_remote_code=model_cfg.trust_remote_code)
+        sizes = BatchSizes.from_config(cfg, world_size)
+        self.actor = ActorWorker(cfg, sizes, device, total_steps)
+        replica = load_causal_lm(model_cfg.path, dtype=resolve_dtype(cfg.actor_rollout_ref.actor.fsdp_config.model_dtype),
+                                 override_config=model_cfg.override_config,
+                                 trust_remote_code=model_cfg.trust_remote_code).to(device)
+        self.rollout = RolloutWorker(cfg, replica.requires_grad_(False).eval(), self.tokenizer, device.type,
+                                     replica=True)
+        del replica  # the hf backend keeps it; the hybrid engine has copied it into its own model
+        self.sync_rollout_weights()
+        self.reference = ReferenceWorker(cfg, sizes.ref_log_prob_micro, device) if reference else None
+        self.critic = CriticWorker(cfg, sizes, device, total_steps) if critic else None
+
+    # ------------------------------------------------------------------ actor / reference / critic
+    def compute_log_prob(self, batch: Batch) -> Batch:
+        return self.actor.compute_log_prob(batch)
+
+    def update_actor(self, batch: Batch) -> dict[str, float]:
+        return self.actor.update_actor(batch)
+
+    def compute_ref_log_prob(self, batch: Batch) -> Batch:
+        return self._role("reference").compute_ref_log_prob(batch)
+
+    def compute_values(self, batch: Batch) -> Batch:
+        return self._role("critic").compute_values(batch)
+
+    def update_critic(self, batch: Batch) -> dict[str, float]:
+        return self._role("critic").update_critic(batch)
+
+    # ------------------------------------------------------------------ rollout
+    def generate_sequences(self, prompts: Batch, params: SamplingParams) -> Batch:
+        """Responses for this rank's shard of prompts, already repeated n times (so `params.n` is 1).
+
+        Sampling is keyed by each row's global index where the backend supports it (hybrid engine), so
+        the shards together sample what one process would; the metrics ride in `meta` per rank.
+        """
+        if params.n != 1:
+            raise ValueError(f"repeat the prompts before sharding them; got params.n={params.n}")
+        offset = int(prompts.pop(ROW_INDEX_KEY)[0])
+        batch, metrics = self.rollout.generate_sequences(prompts, replace(params, row_offset=offset))
+        batch.meta[f"{ROLLOUT_METRICS_META}{self.rank}"] = metrics
+        return batch
+
+    def sync_rollout_weights(self) -> None:
+        """Gather the actor's parameters one at a time into the rollout replica (collective)."""
+        self.rollout.sync_weights(self.actor.named_weights())
+
+    # ------------------------------------------------------------------ checkpoints (collective)
+    def save_checkpoint(self, role: str, role_dir: str, contents: list[str]) -> None:
+        """Rank 0 writes the role's unsharded state in the one-process layout (so any world size resumes)."""
+        from hybridrl.checkpoint.hf_export import export_checkpoint, save_hf_metadata
+        from hybridrl.checkpoint.manager import save_role
+
+        worker = self._role(role)
+        state = worker.state_dict()
+        if self.rank != 0:
+            return
+        save_role(role_dir, state, contents)
+        save_hf_metadata(worker.model, self.tokenizer, role_dir)
+        if "hf_model" in contents:
+            export_checkpoint(role_dir, os.path.join(role_dir, "huggingface"), role, is_value_model=role == "critic")
+
+    def load_checkpoint(self, role: str, role_dir: str, contents: list[str]) -> None:
+        """Every rank reads the unsharded files (one node, or a filesystem shared by the nodes)."""
+        from hybridrl.checkpoint.manager import load_role, set_rng_state
+
+        worker = self._role(role)
+        state = load_role(role_dir, contents)
+        if "model" in state:
+            load_model_state(worker.model, state["model"], worker.sharded)
+        if "optimizer" in state:
+            load_optimizer_state(worker.model, worker.optimizer, state["optimizer"], worker.sharded)
+        if "extra" in state:
+            worker.lr_scheduler.load_state_dict(state["extra"]["lr_scheduler"])
+            set_rng_state(state["extra"]["rng"])
+
+    def _role(self, name: str):
+        worker = getattr(self, name)
+        if worker is None:
+            raise RuntimeError(f"this run has no {name} role on the workers (not needed by the config)")
+        return worker
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)

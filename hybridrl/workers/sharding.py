@@ -1,0 +1,117 @@
+"""What changes in a role worker when it runs as one rank of a data-parallel group (FSDP2).
+
+Every helper takes `sharded`: False keeps the single-process code path exactly as it was (plain
+`state_dict`, `torch.nn.utils.clip_grad_norm_`), True uses the collective FSDP2 forms from
+`hybridrl.distributed.fsdp`. State dicts are always the unsharded, single-process format (model:
+`{name: tensor}`; optimizer: `torch.optim` layout with integer parameter indices), so a checkpoint
+saved by N ranks loads on M ranks or in one process. The collective helpers must be called on every
+rank of the group in the same order.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+def is_distributed() -> bool:
+    """True inside a worker-group rank (torch.distributed initialised by the launcher)."""
+    return dist.is_available() and dist.is_initialized()
+
+
+def shard_model(model: nn.Module, *, log_prob_forward: bool = False) -> bool:
+    """Shard `model` with FSDP2 in place when running as a rank; returns whether it did.
+
+    Call it after gradient-checkpointing set-up and before building the optimizer (the optimizer must
+    see the sharded parameters). `log_prob_forward`: the model serves `response_log_probs`, which
+    calls the body and the LM head directly, so that path is registered as an FSDP forward method.
+    """
+    if not is_distributed():
+        return False
+    from hybridrl.distributed.fsdp import apply_fsdp2
+    from hybridrl.workers.forward import enable_fsdp_log_prob_forward
+
+    # HF heads return views (e.g. logits); FSDP2 warns in case they are modified in place, which no
+    # hybridrl forward path does, so the per-call warning is noise here.
+    warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
+    apply_fsdp2(model)  # param_dtype None: compute in the weights' own dtype, as one process does
+    if log_prob_forward:
+        enable_fsdp_log_prob_forward(model)
+    return True
+
+
+def clip_grad_norm(model: nn.Module, max_norm: float, sharded: bool) -> torch.Tensor:
+    """The total gradient norm before clipping (over every shard when sharded), as a tensor."""
+    if not sharded:
+        return torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    from hybridrl.distributed.fsdp import clip_grad_norm_
+
+    return torch.tensor(clip_grad_norm_(model, max_norm))
+
+
+def model_state(model: nn.Module, sharded: bool) -> dict[str, torch.Tensor]:
+    """The full state dict (collective when sharded; then rank 0 gets it on CPU, other ranks get {})."""
+    if not sharded:
+        return model.state_dict()
+    from hybridrl.distributed.fsdp import full_state_dict
+
+    return full_state_dict(model, rank0_only=True)
+
+
+def load_model_state(model: nn.Module, state: dict[str, torch.Tensor], sharded: bool) -> None:
+    """Load a full state dict; when sharded every rank passes the same full state (collective)."""
+    if not sharded:
+        model.load_state_dict(state)
+        return
+    from hybridrl.distributed.fsdp import load_full_state_dict
+
+    load_full_state_dict(model, state)
+
+
+def named_weights(model: nn.Module, sharded: bool) -> Iterable[tuple[str, torch.Tensor]]:
+    """(HF name, full tensor) pairs for weight sync: the state dict, or gathered one parameter at a time."""
+    if not sharded:
+        return model.state_dict().items()
+    from hybridrl.distributed.fsdp import iter_full_params
+
+    return iter_full_params(model)
+
+
+def _trainable_names(model: nn.Module) -> list[str]:
+    """Parameter names in the order `build_optimizer` hands them to the optimizer."""
+    return [name for name, param in model.named_parameters() if param.requires_grad]
+
+
+def optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, sharded: bool) -> dict:
+    """The optimizer state in `optimizer.state_dict()` layout, unsharded (collective when sharded).
+
+    FSDP's full optimizer state is keyed by parameter name; it is re-keyed by position in the
+    optimizer's parameter list, which is what one process saves, so either side can load it.
+    """
+    if not sharded:
+        return optimizer.state_dict()
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    full = get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if not full:
+        return {}  # not rank 0
+    index = {name: i for i, name in enumerate(_trainable_names(model))}
+    groups = [{**group, "params": [index[name] for name in group["params"]]} for group in full["param_groups"]]
+    return {"state": {index[name]: value for name, value in full["state"].items()}, "param_groups": groups}
+
+
+def load_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, state: dict, sharded: bool) -> None:
+    """Load an `optimizer.state_dict()`-layout state (from either kind of run); every rank passes it."""
+    if not sharded:
+        optimizer.load_state_dict(state)
+        return
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    names = _trainable_names(model)
+    groups = [{**group, "params": [names[i] for i in group["params"]]} for group in state["param_groups"]]
+    by_name = {"state": {names[i]: value for i, value in state["state"].items()}, "param_groups": groups}
+    set_optimizer_state_dict(model, optimizer, by_name, options=StateDictOptions(full_state_dict=True))

@@ -1,0 +1,155 @@
+"""The trainer on 2 CPU ranks (gloo, FSDP2): same metrics as one process, Ray, a killed rank, resume across sizes.
+
+Why the runs are comparable: generation uses the hybrid engine, whose sampling noise is keyed by
+(seed, global row) — each rank generates a contiguous shard of the repeated prompts and keys its rows
+by their index in the whole batch, so the shards sample exactly what one process samples (the hf
+backend draws from one RNG stream per call, so its shards could not). One mini-batch per step
+(`ppo_mini_batch_size` = `train_batch_size`) with `shuffle=false` makes both runs take the same
+optimizer steps: one process accumulates 4 micro-batches of 8 rows weighted 1/4 each; 2 ranks
+accumulate 2 each weighted 1/2 and FSDP averages over the ranks — the same sum in another order, hence
+a float tolerance rather than equality. The critic's fresh value head is seeded identically.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import signal
+
+import pytest
+
+from hybridrl.config import load_config
+from hybridrl.distributed import WorkerDiedError
+from hybridrl.trainer.ppo_trainer import PPOTrainer
+from tests.trainer.helpers import tiny_run_overrides
+from tests.trainer.test_ppo_trainer import read_metrics
+
+COMPARABLE = [
+    "actor_rollout_ref.rollout.name=hybrid", "actor_rollout_ref.rollout.dtype=float32",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=8", "critic.ppo_mini_batch_size=8",
+    "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_coef=0.1",
+]
+VOLATILE = ("timing_s/", "timing_per_token_ms/", "perf/", "rollout/")  # speed; engine stats per rank
+
+
+def overrides(model_dir, files, out_dir, *, ranks: int, steps: int, extra: list[str] = ()) -> list[str]:
+    base = [o for o in tiny_run_overrides(model_dir, files, out_dir, algo="gae", steps=steps)
+            if o != "actor_rollout_ref.rollout.name=hf"]
+    return base + COMPARABLE + [f"trainer.n_gpus_per_node={ranks}"] + list(extra)
+
+
+def comparable(record: dict) -> dict:
+    return {k: v for k, v in record.items() if not k.startswith(VOLATILE) and "time" not in k}
+
+
+def assert_same_metrics(got: dict, want: dict) -> None:
+    got, want = comparable(got), comparable(want)
+    assert set(got) == set(want), set(got) ^ set(want)
+    for key, value in want.items():
+        assert got[key] == pytest.approx(value, rel=1e-4, abs=1e-6), (got["step"], key)
+
+
+def copy_checkpoint(src_dir: str, step: int, dst_dir: str) -> None:
+    """Only global_step_<step> and a tracker pointing at it (not the source's metrics log)."""
+    os.makedirs(dst_dir)
+    shutil.copytree(os.path.join(src_dir, f"global_step_{step}"), os.path.join(dst_dir, f"global_step_{step}"))
+    with open(os.path.join(dst_dir, "latest_checkpointed_iteration.txt"), "w") as f:
+        f.write(str(step))
+
+
+@pytest.fixture(scope="module")
+def one_process_run(tmp_path_factory, arith_model_dir, arithmetic_files) -> tuple[str, list[dict]]:
+    """3 steps in one process, a checkpoint after each."""
+    out = str(tmp_path_factory.mktemp("one_process"))
+    PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, out, ranks=1, steps=3,
+                                     extra=["trainer.save_freq=1"]))).fit()
+    return out, read_metrics(out)
+
+
+def test_two_ranks_give_the_metrics_of_one_process(tmp_path, arith_model_dir, arithmetic_files, one_process_run):
+    _, expected = one_process_run
+    out = str(tmp_path)
+    trainer = PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, out, ranks=2, steps=2)))
+    assert trainer.roles.group is not None and trainer.num_devices == 2
+    trainer.fit()
+    records = read_metrics(out)
+    assert [r["step"] for r in records] == [1, 2]
+    assert records[0]["actor/grad_norm"] > 0  # a real update, so step 2 generates with synced weights:
+    assert records[1]["training/rollout_probs_diff_mean"] < 1e-5  # the replicas' log-probs are the actor's
+    for got, want in zip(records, expected):
+        assert_same_metrics(got, want)
+    assert not any(p.is_alive() for p in trainer.roles.group.group._procs)  # fit() stopped the ranks
+
+
+def test_killed_rank_stops_the_run_and_checkpoints_resume_across_world_sizes(tmp_path, arith_model_dir,
+                                                                              arithmetic_files, one_process_run):
+    """1-process checkpoint → 2 ranks (step 2, saved) → rank 1 SIGKILLed in step 3 → resume in 1 process."""
+    source, expected = one_process_run
+    out = str(tmp_path / "run")
+    copy_checkpoint(source, 1, out)
+    trainer = PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, out, ranks=2, steps=3,
+                                               extra=["trainer.save_freq=1"])))
+    victim = trainer.roles.group.group.pids[1]
+    score, calls = trainer.roles.reward.compute_scores, []
+
+    def score_then_kill(batch, **kwargs):  # reward runs on the controller, between gen and old_log_prob
+        calls.append(1)
+        if len(calls) == 2:  # step 3
+            os.kill(victim, signal.SIGKILL)
+        return score(batch, **kwargs)
+
+    trainer.roles.reward.compute_scores = score_then_kill
+    with pytest.raises(WorkerDiedError) as info:
+        trainer.fit()
+    message = str(info.value)
+    assert "actor_rollout_ref worker rank 1 died" in message and "SIGKILL" in message
+    assert info.value.rank == 1 and info.value.role == "actor_rollout_ref"
+    assert open(os.path.join(out, "latest_checkpointed_iteration.txt")).read().strip() == "2"
+    assert sorted(os.listdir(out)) == ["global_step_1", "global_step_2", "latest_checkpointed_iteration.txt",
+                                       "metrics.jsonl"]  # no partial step-3 checkpoint
+    assert_same_metrics(read_metrics(out)[0], expected[1])  # step 2 on 2 ranks, resumed from 1 process
+
+    PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, out, ranks=1, steps=3))).fit()
+    records = read_metrics(out)
+    assert [r["step"] for r in records] == [2, 3]
+    assert_same_metrics(records[1], expected[2])  # step 3 in 1 process, resumed from 2 ranks' checkpoint
+
+
+def test_ray_launcher_runs_two_workers(tmp_path, arith_model_dir, arithmetic_files, one_process_run):
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'hybridrl[ray]')")
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    out = str(tmp_path)
+    PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, out, ranks=2, steps=2, extra=[
+        "trainer.launcher=ray", "ray_kwargs.ray_init.num_cpus=2", "+ray_kwargs.ray_init.include_dashboard=false",
+    ]))).fit()
+    assert not ray.is_initialized()  # the trainer started Ray, so it stopped it
+    records = read_metrics(out)
+    assert [r["step"] for r in records] == [1, 2]
+    assert all(math.isfinite(r["actor/pg_loss"]) and math.isfinite(r["critic/vf_loss"]) for r in records)
+    assert_same_metrics(records[0], one_process_run[1][0])
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["actor_rollout_ref.actor.device_ids=[0]", "actor_rollout_ref.rollout.device_ids=[0]", "critic.device_ids=[1]"],
+     "not supported by the trainer yet"),
+    (["actor_rollout_ref.actor.device_ids=[0,5]"], "outside 0..1"),
+])
+def test_placement_errors_come_before_any_worker_starts(tmp_path, arithmetic_files, extra, message):
+    from hybridrl.config import ConfigError
+
+    with pytest.raises(ConfigError, match=message):  # the model path does not exist: nothing was loaded
+        PPOTrainer(load_config(overrides("/nonexistent/model", arithmetic_files, str(tmp_path), ranks=2, steps=1,
+                                         extra=extra)))
+
+
+def test_ray_start_failure_carries_init_ray_hint(tmp_path, arith_model_dir, arithmetic_files):
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'hybridrl[ray]')")
+    from hybridrl.distributed import RayInitError
+
+    with pytest.raises(RayInitError, match="could not connect to the Ray cluster at '127.0.0.1:1'.*ray start --head"):
+        PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, str(tmp_path), ranks=2, steps=1,
+                                         extra=["trainer.launcher=ray", "+ray_kwargs.ray_init.address=127.0.0.1:1"])))
