@@ -15,6 +15,8 @@ commands:
   plot <metrics.jsonl> [--keys ...] [-o curves.png]
   sft [key=value ...]                     small supervised fine-tuning run (warm start)
   quickstart [--out DIR]                  the embedded demo: tiny model, digit-reversal task, SFT then GRPO
+  convert megatron-to-hf --input DIR --output DIR [--hf-config DIR] [--tokenizer DIR]
+  convert hf-to-megatron --input HF_DIR --output DIR --tp N [--pp M]
   serve --model DIR --port N [--host H] [--kind reward|value]
                                           serve a value/reward model with vLLM's pooling API (POST /pooling)
 """
@@ -67,6 +69,12 @@ def _quickstart(argv: list[str]) -> int:
     return main(argv)
 
 
+def _convert(argv: list[str]) -> int:
+    from hybridrl.models.megatron import main_convert
+
+    return main_convert(argv)
+
+
 def _serve(argv: list[str]) -> int:
     from hybridrl.serving.server import main_serve
 
@@ -75,7 +83,7 @@ def _serve(argv: list[str]) -> int:
 
 COMMANDS = {"train": _train, "print-config": _print_config, "preprocess": _preprocess, "export": _export,
             "plot": _plot, "sft": _sft, "quickstart": _quickstart,
-            "serve": _serve}
+            "serve": _serve, "convert": _convert}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,7 +9,8 @@ from typing import Callable
 # Exceptions whose message already names the cause and the fix: show it first, traceback after.
 USER_FACING = ("ConfigError", "ModelLoadError", "CheckpointError", "RewardFunctionError", "DatasetError",
                "RolloutCapacityError", "PhaseOOMError", "PlacementError", "WorkerDiedError",
-               "WorkerError", "RemoteScoringError", "MissingDependencyError")
+               "WorkerError", "RemoteScoringError", "MissingDependencyError",
+               "MegatronCheckpointError", "GroupClosedError", "RayInitError")
 
 
 def run_with_actionable_errors(fn: Callable[[], object]) -> int:

@@ -59,9 +59,16 @@ def load_tokenizer(path: str, *, trust_remote_code: bool = False,
 
 def load_causal_lm(path: str, *, dtype: torch.dtype = torch.float32, override_config: dict | None = None,
                    trust_remote_code: bool = False, attn_implementation: str = "sdpa",
-                   key: str = "actor_rollout_ref.model.path") -> PreTrainedModel:
+                   key: str = "actor_rollout_ref.model.path", hf_config_path: str | None = None,
+                   tokenizer_path: str | None = None) -> PreTrainedModel:
+    """An HF causal LM from an HF directory, or from a Megatron-LM checkpoint directory (detected)."""
     path = expand_path(path)
     _quiet_transformers()
+    from hybridrl.models.megatron import is_megatron_checkpoint, load_megatron_as_hf
+
+    if is_megatron_checkpoint(path):
+        return load_megatron_as_hf(path, hf_config_path=hf_config_path, dtype=dtype, tokenizer_path=tokenizer_path,
+                                   override_config=override_config, attn_implementation=attn_implementation)
     try:
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code, **(override_config or {}))
         return AutoModelForCausalLM.from_pretrained(path, config=config, dtype=dtype,
@@ -79,6 +86,10 @@ def load_value_model(path: str, *, dtype: torch.dtype = torch.float32, override_
     """
     path = expand_path(path)
     _quiet_transformers()
+    from hybridrl.models.megatron import is_megatron_checkpoint
+
+    if is_megatron_checkpoint(path):
+        return _value_model_from_megatron(path, dtype, override_config)
     try:
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code, **(override_config or {}))
         config.num_labels = 1
@@ -96,3 +107,19 @@ def decoder_of(model: PreTrainedModel) -> torch.nn.Module:
     if body is None:
         raise ValueError(f"{type(model).__name__} has no base model attribute {model.base_model_prefix!r}")
     return body
+
+
+def _value_model_from_megatron(path: str, dtype: torch.dtype, override_config: dict | None) -> PreTrainedModel:
+    """A critic initialised from a Megatron-LM checkpoint: its body, plus a fresh one-label score head."""
+    from hybridrl.models.megatron import load_megatron_hf_state_dict
+
+    config, state = load_megatron_hf_state_dict(path)
+    for key, value in (override_config or {}).items():
+        setattr(config, key, value)
+    config.num_labels = 1
+    model = AutoModelForTokenClassification.from_config(config, dtype=dtype)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    bad = [k for k in missing if not k.startswith("score.")] + list(unexpected)
+    if bad:
+        raise ModelLoadError(f"the Megatron checkpoint at {path} does not match a value model: {bad[:5]}")
+    return model

@@ -46,7 +46,14 @@ def seed_everything(seed: int) -> None:
 
 
 def build_tokenizer(cfg):
+    from hybridrl.models.megatron import is_megatron_checkpoint
+
     model_cfg = cfg.actor_rollout_ref.model
+    if not model_cfg.tokenizer_path and is_megatron_checkpoint(expand_path(model_cfg.path)):
+        from hybridrl.config import ConfigError
+
+        raise ConfigError(f"actor_rollout_ref.model.path={model_cfg.path!r} is a Megatron-LM checkpoint, which has no "
+                          f"tokenizer: set actor_rollout_ref.model.tokenizer_path to an HF tokenizer directory")
     path = model_cfg.tokenizer_path or model_cfg.path
     return load_tokenizer(path, trust_remote_code=model_cfg.trust_remote_code)
 
