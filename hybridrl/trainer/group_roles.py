@@ -1,13 +1,15 @@
 """Roles backed by a worker group: the trainer calls the same methods; the work runs on N ranks.
 
-World size > 1 starts ONE group of `ColocatedWorker` ranks (the hybrid placement: actor, rollout,
-reference and critic share every device and take turns), with the local launcher (spawned processes,
+World size > 1 starts groups of `ColocatedWorker` ranks, by default ONE hosting every role (the hybrid
+placement: actor, rollout, reference and critic share every device and take turns); per-role
+`*.device_ids` lists give roles their own groups (`plan_groups`). Launchers: local (spawned processes,
 one node) or Ray (`trainer.launcher`, `choose_launcher`). Each adapter below exposes what
 `PPOTrainer` calls on an in-process worker and maps it onto the group: per-row work is split across
 ranks (`call_sharded`), updates return metrics reduced across ranks (`call_sharded_metrics`),
 collectives (weight sync, checkpoints) run on every rank (`call_all`). Reward scoring stays on the
-controller. Weights never travel through the controller: `GroupActor.named_weights()` is a token
-that tells `GroupRollout.sync_weights` to sync on the ranks.
+controller. `GroupActor.named_weights()` is a token for the weights on the actor's ranks: a rollout on
+the same ranks syncs there; a rollout on other ranks gets them gathered by the actor's group and passed
+on by the controller.
 """
 
 from __future__ import annotations
@@ -21,10 +23,9 @@ from hybridrl.logging.log import get_logger
 from hybridrl.rollout import SamplingParams
 from hybridrl.utils.batch import Batch
 from hybridrl.utils.metrics import reduce_metrics
-from hybridrl.workers.colocated import ROLLOUT_METRICS_META, ROW_INDEX_KEY, ColocatedWorker
+from hybridrl.workers.colocated import ROLES, ROLLOUT_METRICS_META, ROW_INDEX_KEY, ColocatedWorker
 
 log = get_logger("hybridrl.trainer")
-GROUP_ROLE = "actor_rollout_ref"  # verl's name for the colocated worker; error messages name it
 
 
 def world_size(cfg, device_type: str) -> int:
@@ -35,41 +36,67 @@ def world_size(cfg, device_type: str) -> int:
     return cfg.trainer.nnodes * per_node
 
 
+def actor_world_size(cfg, num_ranks: int) -> int:
+    """Ranks training the actor (what the batch-size rules divide by): its device list, else every rank."""
+    ids = cfg.actor_rollout_ref.actor.device_ids
+    return len(ids) if ids is not None else num_ranks
+
+
 def check_placement(cfg, device_type: str, num_ranks: int) -> None:
     """Placement errors before any worker starts: device counts and `*.device_ids` lists.
 
     On CPU a rank is a gloo process, not a device: any number of ranks may share the cores, and
-    `*.device_ids` index ranks. Several nodes (Ray) are checked by Ray when it places the pool.
-    Explicit per-role device lists (separate groups) are not wired into the trainer yet, so a valid one
-    that is not "every role on every device" is refused.
+    `*.device_ids` index ranks. Several nodes (Ray) are checked by Ray when it places the pools.
     """
-    from hybridrl.config import ConfigError, validate_placement
-    from hybridrl.config.placement import role_device_ids
+    from hybridrl.config import validate_placement
     from hybridrl.distributed import num_visible_devices
 
     if cfg.trainer.nnodes == 1:
         visible = num_visible_devices(device_type)
         validate_placement(cfg, max(visible, num_ranks) if device_type == "cpu" else visible)
-    lists = {key: ids for key, ids, enabled in role_device_ids(cfg).values() if ids is not None}
-    everywhere = list(range(num_ranks))
-    split = {key: ids for key, ids in lists.items() if sorted(ids) != everywhere}
-    if split:
-        raise ConfigError(f"per-role device lists that place roles on different devices ({split}) are not supported "
-                          f"by the trainer yet: every role runs on all {num_ranks} device(s) (the hybrid engine). "
-                          f"Remove the *.device_ids keys (or set them to {everywhere})")
 
 
-# ---------------------------------------------------------------- launching
+# ---------------------------------------------------------------- planning and launching
+@dataclass(frozen=True)
+class GroupPlan:
+    name: str  # verl-style: actor_rollout_ref, actor_ref, rollout, critic, ...
+    device_ids: tuple[int, ...]
+    roles: tuple[str, ...]
+
+
+def plan_groups(cfg, num_ranks: int, roles: tuple[str, ...]) -> list[GroupPlan]:
+    """One group per distinct device list; roles with the same list share its ranks (null = every device).
+
+    The default (no lists) is one group hosting every role: the hybrid engine.
+    """
+    arr = cfg.actor_rollout_ref
+    lists = {"actor": arr.actor.device_ids, "rollout": arr.rollout.device_ids, "reference": arr.ref.device_ids,
+             "critic": cfg.critic.device_ids}
+    by_devices: dict[tuple[int, ...], list[str]] = {}
+    for role in ROLES:
+        if role in roles:
+            ids = lists[role]
+            by_devices.setdefault(tuple(sorted(ids)) if ids is not None else tuple(range(num_ranks)), []).append(role)
+    return [GroupPlan(_group_name(hosted), ids, tuple(hosted)) for ids, hosted in by_devices.items()]
+
+
+def _group_name(roles: list[str]) -> str:
+    short = {"actor": "actor", "rollout": "rollout", "reference": "ref"}
+    return "_".join(short[r] for r in roles if r in short) or "critic"
+
+
 @dataclass
-class GroupHandle:
-    """The running group and what must be released with it (Ray pools, a Ray instance we started)."""
+class RankGroups:
+    """The running groups by name, each role's group, and what must be released with them."""
 
-    group: WorkerGroup
+    groups: dict[str, WorkerGroup]
+    role_group: dict[str, WorkerGroup]
     pools: object | None = None
     owns_ray: bool = False
 
     def shutdown(self) -> None:
-        self.group.shutdown()
+        for group in self.groups.values():
+            group.shutdown()
         if self.pools is not None:
             self.pools.shutdown()
         if self.owns_ray:
@@ -78,30 +105,43 @@ class GroupHandle:
             import_ray().shutdown()
 
 
-def launch_colocated_group(cfg, num_ranks: int, device_type: str, *, total_steps: int, reference: bool,
-                           critic: bool) -> GroupHandle:
-    from hybridrl.distributed import LocalWorkerGroup, RayWorkerGroup, ResourcePoolManager, choose_launcher, init_ray
+def launch_groups(cfg, plans: list[GroupPlan], device_type: str, *, total_steps: int) -> RankGroups:
+    """Start every planned group (local processes or Ray actors); on a failure stop the ones started."""
+    from hybridrl.distributed import ResourcePoolManager, choose_launcher, init_ray
 
-    init_kwargs = {"cfg": cfg, "total_steps": total_steps, "device_type": device_type, "reference": reference,
-                   "critic": critic}
     ray_init = dict(cfg.ray_kwargs.ray_init or {})
     launcher = choose_launcher(cfg.trainer.launcher, cfg.trainer.nnodes, ray_init.get("address"))
-    log.info(f"starting {num_ranks} {device_type} rank(s) with the {launcher} launcher")
-    if launcher == "local":
-        device_ids = list(range(num_ranks)) if device_type == "cuda" else None
-        return GroupHandle(LocalWorkerGroup(ColocatedWorker, init_kwargs, world_size=num_ranks, role=GROUP_ROLE,
-                                            device_ids=device_ids))
-    from hybridrl.distributed.ray_launcher import import_ray
+    running = RankGroups({}, {})
+    if launcher == "ray":
+        from hybridrl.distributed.ray_launcher import import_ray
 
-    owns_ray = not import_ray().is_initialized()
-    init_ray(ray_init)
-    pools = ResourcePoolManager({"global_pool": num_ranks}, {GROUP_ROLE: "global_pool"}, use_gpu=device_type == "cuda")
+        running.owns_ray = not import_ray().is_initialized()
+        init_ray(ray_init)
+        running.pools = ResourcePoolManager({p.name: len(p.device_ids) for p in plans}, {p.name: p.name for p in plans},
+                                            use_gpu=device_type == "cuda")
     try:
-        group = RayWorkerGroup(ColocatedWorker, init_kwargs, pool=pools.pool(GROUP_ROLE), role=GROUP_ROLE)
+        for plan in plans:
+            log.info(f"starting {plan.name} ({', '.join(plan.roles)}) on {len(plan.device_ids)} {device_type} "
+                     f"rank(s) with the {launcher} launcher")
+            group = _start_group(plan, launcher, running.pools, device_type,
+                                 {"cfg": cfg, "total_steps": total_steps, "device_type": device_type,
+                                  "roles": plan.roles})
+            running.groups[plan.name] = group
+            running.role_group.update({role: group for role in plan.roles})
     except BaseException:
-        pools.shutdown()
+        running.shutdown()
         raise
-    return GroupHandle(group, pools, owns_ray)
+    return running
+
+
+def _start_group(plan: GroupPlan, launcher: str, pools, device_type: str, init_kwargs: dict) -> WorkerGroup:
+    from hybridrl.distributed import LocalWorkerGroup, RayWorkerGroup
+
+    if launcher == "local":
+        device_ids = list(plan.device_ids) if device_type == "cuda" else None  # CPU ranks are processes
+        return LocalWorkerGroup(ColocatedWorker, init_kwargs, world_size=len(plan.device_ids), role=plan.name,
+                                device_ids=device_ids)
+    return RayWorkerGroup(ColocatedWorker, init_kwargs, pool=pools.pool(plan.name), role=plan.name)
 
 
 # ---------------------------------------------------------------- the role adapters
@@ -169,6 +209,10 @@ class GroupRollout(GroupRole):
         return batch, reduce_metrics(pooled)
 
     def sync_weights(self, named_tensors) -> None:
-        if not isinstance(named_tensors, RankWeights) or named_tensors.group is not self.group:
-            raise TypeError("the rollout ranks sync from the actor of their own group (GroupActor.named_weights())")
-        self.group.call_all("sync_rollout_weights")
+        """On the ranks when the actor shares them; else the actor's group gathers and the controller hands over."""
+        if not isinstance(named_tensors, RankWeights):
+            raise TypeError("rollout ranks take the actor's weights as GroupActor.named_weights() (a RankWeights)")
+        if named_tensors.group is self.group:
+            self.group.call_all("sync_rollout_weights")
+        else:
+            self.group.call_all("load_rollout_weights", named_tensors.group.call_all("actor_weights")[0])

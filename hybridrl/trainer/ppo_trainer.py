@@ -31,11 +31,11 @@ class PPOTrainer:
         1 on CPU). More than one starts worker processes (`group_roles`); `fit()` stops them when it returns."""
         from hybridrl.config import validate_config
         from hybridrl.logging.tracker import check_trackers_available
-        from hybridrl.trainer.group_roles import check_placement, world_size
+        from hybridrl.trainer.group_roles import actor_world_size, check_placement, world_size
 
         self.device = resolve_device(cfg.trainer.device)
         num_devices = num_devices or world_size(cfg, self.device.type)
-        validate_config(cfg, world_size=num_devices)
+        validate_config(cfg, world_size=actor_world_size(cfg, num_devices))
         check_placement(cfg, self.device.type, num_devices)
         check_trackers_available(cfg.trainer.logger)
         self.cfg = cfg

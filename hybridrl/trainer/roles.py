@@ -1,7 +1,7 @@
 """Construct the role workers a run needs (actor, rollout, reference, critic, reward).
 
-World size 1: in-process workers. World size N: group-backed adapters over one group of colocated ranks
-(`group_roles`); reward scoring (and a remote critic) stays on the controller either way.
+World size 1: in-process workers. World size N: group-backed adapters over worker groups (by default one
+group of colocated ranks, `group_roles`); reward scoring (and a remote critic) stays on the controller.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class Roles:
     reward: RewardWorker
     reference: ReferenceWorker | None = None
     critic: CriticWorker | None = None
-    group: Any = None  # group_roles.GroupHandle when the roles run on worker ranks
+    group: Any = None  # group_roles.RankGroups when the roles run on worker ranks
 
     def shutdown(self) -> None:
         """Stop the worker ranks (no-op for in-process roles); safe to call twice or after a failure."""
@@ -68,15 +68,17 @@ def build_group_roles(cfg, needs, tokenizer, device: torch.device, total_steps: 
     from hybridrl.workers.reward import is_remote
 
     remote_critic = needs.critic and is_remote(cfg.critic.model.path, cfg.critic.type)
-    handle = gr.launch_colocated_group(cfg, world_size, device.type, total_steps=total_steps,
-                                       reference=needs.reference, critic=needs.critic and not remote_critic)
+    wanted = ("actor", "rollout") + (("reference",) if needs.reference else ()) + \
+        (("critic",) if needs.critic and not remote_critic else ())
+    running = gr.launch_groups(cfg, gr.plan_groups(cfg, world_size, wanted), device.type, total_steps=total_steps)
     try:
-        group = handle.group
+        on = running.role_group
         critic = None
         if needs.critic:
-            critic = build_critic(cfg, None, device, total_steps) if remote_critic else gr.GroupCritic(group)
-        return Roles(actor=gr.GroupActor(group), rollout=gr.GroupRollout(group), reward=RewardWorker(cfg, tokenizer),
-                     reference=gr.GroupReference(group) if needs.reference else None, critic=critic, group=handle)
+            critic = build_critic(cfg, None, device, total_steps) if remote_critic else gr.GroupCritic(on["critic"])
+        return Roles(actor=gr.GroupActor(on["actor"]), rollout=gr.GroupRollout(on["rollout"]),
+                     reward=RewardWorker(cfg, tokenizer), critic=critic, group=running,
+                     reference=gr.GroupReference(on["reference"]) if needs.reference else None)
     except BaseException:
-        handle.shutdown()
+        running.shutdown()
         raise

@@ -1,12 +1,14 @@
-"""One rank of the hybrid (colocated) placement: actor, rollout replica, reference and critic on one device.
+"""One rank of a worker group hosting some or all roles (actor, rollout replica, reference, critic).
 
-verl's colocated `ActorRolloutRefWorker` (+ critic) in one process: the roles take turns on the
-rank's device. The actor, reference and critic are FSDP2-sharded over the group (each role class
-shards itself when torch.distributed is up); the rollout generates the rank's shard of the prompts
-with a plain (unsharded) copy of the policy, refreshed from the actor after every update by
-gathering the actor's parameters one at a time (`sync_rollout_weights`). The controller drives it
-through a worker group (`call_sharded` for data, `call_all` for collectives); every method that
-touches a sharded model is a collective and runs on all ranks.
+With every role (the default hybrid placement) it is verl's colocated `ActorRolloutRefWorker` (+ critic)
+in one process: the roles take turns on the rank's device. The actor, reference and critic are
+FSDP2-sharded over the group (each role class shards itself when torch.distributed is up); the rollout
+generates the rank's shard of the prompts with a plain (unsharded) copy of the policy, refreshed from
+the actor after every update by gathering the actor's parameters one at a time
+(`sync_rollout_weights`), or, when the rollout has devices of its own, from weights gathered by the
+actor's group and handed over by the controller (`actor_weights` → `load_rollout_weights`). The
+controller drives it through a worker group (`call_sharded` for data, `call_all` for collectives);
+every method that touches a sharded model is a collective and runs on all ranks of the group.
 """
 
 from __future__ import annotations
@@ -31,10 +33,14 @@ from hybridrl.workers.sizes import BatchSizes
 
 ROW_INDEX_KEY = "_global_row"  # a prompt row's index in the whole (repeated) batch: keys its sampling noise
 ROLLOUT_METRICS_META = "_rollout_metrics_rank"  # meta key prefix carrying each rank's generation metrics
+ROLES = ("actor", "rollout", "reference", "critic")
 
 
 class ColocatedWorker:
-    def __init__(self, cfg, *, total_steps: int, device_type: str, reference: bool, critic: bool):
+    def __init__(self, cfg, *, total_steps: int, device_type: str, roles: tuple[str, ...] = ROLES):
+        unknown = set(roles) - set(ROLES)
+        if unknown:
+            raise ValueError(f"unknown role(s) {sorted(unknown)}; a rank can host {ROLES}")
         self.rank, world_size = dist.get_rank(), dist.get_world_size()
         device = torch.device(device_type)
         if device.type == "cpu":  # the ranks share the host's cores
@@ -44,23 +50,29 @@ class ColocatedWorker:
         self.tokenizer = load_tokenizer(model_cfg.tokenizer_path or model_cfg.path,
                                         trust_remote_code=model_cfg.trust_remote_code)
         sizes = BatchSizes.from_config(cfg, world_size)
-        self.actor = ActorWorker(cfg, sizes, device, total_steps)
+        # The one-process construction order, so the RNG (e.g. a fresh value head) sees the same draws.
+        self.actor = ActorWorker(cfg, sizes, device, total_steps) if "actor" in roles else None
+        self.rollout = self._build_rollout(cfg, device) if "rollout" in roles else None
+        if self.actor is not None and self.rollout is not None:
+            self.sync_rollout_weights()
+        self.reference = ReferenceWorker(cfg, sizes.ref_log_prob_micro, device) if "reference" in roles else None
+        self.critic = CriticWorker(cfg, sizes, device, total_steps) if "critic" in roles else None
+
+    def _build_rollout(self, cfg, device: torch.device) -> RolloutWorker:
+        """A plain copy of the initial policy (the actor's own module may be sharded) behind the backend."""
+        model_cfg = cfg.actor_rollout_ref.model
         replica = load_causal_lm(model_cfg.path, dtype=resolve_dtype(cfg.actor_rollout_ref.actor.fsdp_config.model_dtype),
                                  override_config=model_cfg.override_config,
                                  trust_remote_code=model_cfg.trust_remote_code).to(device)
-        self.rollout = RolloutWorker(cfg, replica.requires_grad_(False).eval(), self.tokenizer, device.type,
-                                     replica=True)
-        del replica  # the hf backend keeps it; the hybrid engine has copied it into its own model
-        self.sync_rollout_weights()
-        self.reference = ReferenceWorker(cfg, sizes.ref_log_prob_micro, device) if reference else None
-        self.critic = CriticWorker(cfg, sizes, device, total_steps) if critic else None
+        # the hf backend keeps the replica; the hybrid engine copies it into its own model
+        return RolloutWorker(cfg, replica.requires_grad_(False).eval(), self.tokenizer, device.type, replica=True)
 
     # ------------------------------------------------------------------ actor / reference / critic
     def compute_log_prob(self, batch: Batch) -> Batch:
-        return self.actor.compute_log_prob(batch)
+        return self._role("actor").compute_log_prob(batch)
 
     def update_actor(self, batch: Batch) -> dict[str, float]:
-        return self.actor.update_actor(batch)
+        return self._role("actor").update_actor(batch)
 
     def compute_ref_log_prob(self, batch: Batch) -> Batch:
         return self._role("reference").compute_ref_log_prob(batch)
@@ -81,13 +93,24 @@ class ColocatedWorker:
         if params.n != 1:
             raise ValueError(f"repeat the prompts before sharding them; got params.n={params.n}")
         offset = int(prompts.pop(ROW_INDEX_KEY)[0])
-        batch, metrics = self.rollout.generate_sequences(prompts, replace(params, row_offset=offset))
+        batch, metrics = self._role("rollout").generate_sequences(prompts, replace(params, row_offset=offset))
         batch.meta[f"{ROLLOUT_METRICS_META}{self.rank}"] = metrics
         return batch
 
     def sync_rollout_weights(self) -> None:
         """Gather the actor's parameters one at a time into the rollout replica (collective)."""
-        self.rollout.sync_weights(self.actor.named_weights())
+        self._role("rollout").sync_weights(self._role("actor").named_weights())
+
+    def actor_weights(self) -> dict[str, torch.Tensor]:
+        """The actor's full weights on CPU, on rank 0 ({} elsewhere), for a rollout on other ranks (collective)."""
+        weights = {}
+        for name, tensor in self._role("actor").named_weights():
+            if self.rank == 0:
+                weights[name] = tensor.detach().to("cpu", copy=True)
+        return weights
+
+    def load_rollout_weights(self, weights: dict[str, torch.Tensor]) -> None:
+        self._role("rollout").sync_weights(weights.items())
 
     # ------------------------------------------------------------------ checkpoints (collective)
     def save_checkpoint(self, role: str, role_dir: str, contents: list[str]) -> None:
@@ -121,7 +144,7 @@ class ColocatedWorker:
     def _role(self, name: str):
         worker = getattr(self, name)
         if worker is None:
-            raise RuntimeError(f"this run has no {name} role on the workers (not needed by the config)")
+            raise RuntimeError(f"this worker group does not host the {name} role (placement or config)")
         return worker
 
 

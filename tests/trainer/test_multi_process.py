@@ -33,10 +33,13 @@ COMPARABLE = [
 VOLATILE = ("timing_s/", "timing_per_token_ms/", "perf/", "rollout/")  # speed; engine stats per rank
 
 
-def overrides(model_dir, files, out_dir, *, ranks: int, steps: int, extra: list[str] = ()) -> list[str]:
+def overrides(model_dir, files, out_dir, *, ranks: int, steps: int, extra: list[str] = (),
+              engine: str = "hybrid") -> list[str]:
     base = [o for o in tiny_run_overrides(model_dir, files, out_dir, algo="gae", steps=steps)
             if o != "actor_rollout_ref.rollout.name=hf"]
-    return base + COMPARABLE + [f"trainer.n_gpus_per_node={ranks}"] + list(extra)
+    comparable = [o for o in COMPARABLE if engine == "hybrid" or not o.startswith("actor_rollout_ref.rollout.")]
+    return base + comparable + [f"actor_rollout_ref.rollout.name={engine}", f"trainer.n_gpus_per_node={ranks}"] \
+        + list(extra)
 
 
 def comparable(record: dict) -> dict:
@@ -79,7 +82,32 @@ def test_two_ranks_give_the_metrics_of_one_process(tmp_path, arith_model_dir, ar
     assert records[1]["training/rollout_probs_diff_mean"] < 1e-5  # the replicas' log-probs are the actor's
     for got, want in zip(records, expected):
         assert_same_metrics(got, want)
-    assert not any(p.is_alive() for p in trainer.roles.group.group._procs)  # fit() stopped the ranks
+    group = trainer.roles.group.groups["actor_rollout_ref"]
+    assert not any(p.is_alive() for p in group._procs)  # fit() stopped the ranks
+
+
+def test_roles_on_separate_ranks_give_the_metrics_of_one_process(tmp_path, arith_model_dir, arithmetic_files):
+    """actor+ref, rollout and critic each in a single-rank group of their own; the rollout gets the actor's
+    weights gathered by the actor's group and handed over by the controller after every update.
+
+    With one rollout rank the hf backend samples exactly as one process does (same seed, the same rows),
+    and a critic built alone draws its fresh value head from the same seed as in one process (model
+    loading draws nothing; the hybrid engine's construction would), hence hf here.
+    """
+    one = str(tmp_path / "one")
+    PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, one, ranks=1, steps=2, engine="hf"))).fit()
+    out = str(tmp_path / "split")
+    trainer = PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, out, ranks=3, steps=2, engine="hf",
+                                               extra=["actor_rollout_ref.actor.device_ids=[0]",
+                                                      "actor_rollout_ref.ref.device_ids=[0]",
+                                                      "actor_rollout_ref.rollout.device_ids=[1]",
+                                                      "critic.device_ids=[2]"])))
+    assert sorted(trainer.roles.group.groups) == ["actor_ref", "critic", "rollout"]
+    trainer.fit()
+    records = read_metrics(out)
+    assert records[1]["training/rollout_probs_diff_mean"] < 1e-5  # the rollout group got the updated weights
+    for got, want in zip(records, read_metrics(one)):
+        assert_same_metrics(got, want)
 
 
 def test_killed_rank_stops_the_run_and_checkpoints_resume_across_world_sizes(tmp_path, arith_model_dir,
@@ -90,7 +118,7 @@ def test_killed_rank_stops_the_run_and_checkpoints_resume_across_world_sizes(tmp
     copy_checkpoint(source, 1, out)
     trainer = PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, out, ranks=2, steps=3,
                                                extra=["trainer.save_freq=1"])))
-    victim = trainer.roles.group.group.pids[1]
+    victim = trainer.roles.group.groups["actor_rollout_ref"].pids[1]
     score, calls = trainer.roles.reward.compute_scores, []
 
     def score_then_kill(batch, **kwargs):  # reward runs on the controller, between gen and old_log_prob
@@ -105,7 +133,8 @@ def test_killed_rank_stops_the_run_and_checkpoints_resume_across_world_sizes(tmp
     message = str(info.value)
     assert "actor_rollout_ref worker rank 1 died" in message and "SIGKILL" in message
     assert info.value.rank == 1 and info.value.role == "actor_rollout_ref"
-    assert open(os.path.join(out, "latest_checkpointed_iteration.txt")).read().strip() == "2"
+    with open(os.path.join(out, "latest_checkpointed_iteration.txt")) as f:
+        assert f.read().strip() == "2"
     assert sorted(os.listdir(out)) == ["global_step_1", "global_step_2", "latest_checkpointed_iteration.txt",
                                        "metrics.jsonl"]  # no partial step-3 checkpoint
     assert_same_metrics(read_metrics(out)[0], expected[1])  # step 2 on 2 ranks, resumed from 1 process
@@ -134,8 +163,8 @@ def test_ray_launcher_runs_two_workers(tmp_path, arith_model_dir, arithmetic_fil
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["actor_rollout_ref.actor.device_ids=[0]", "actor_rollout_ref.rollout.device_ids=[0]", "critic.device_ids=[1]"],
-     "not supported by the trainer yet"),
+    (["actor_rollout_ref.actor.device_ids=[0]", "actor_rollout_ref.rollout.device_ids=[0]", "critic.device_ids=[0,1]"],
+     "the actor and critic need separate devices"),
     (["actor_rollout_ref.actor.device_ids=[0,5]"], "outside 0..1"),
 ])
 def test_placement_errors_come_before_any_worker_starts(tmp_path, arithmetic_files, extra, message):
