@@ -66,7 +66,7 @@ def test_verl_gsm8k_grpo_command_line_runs(tmp_path, gsm8k_dir, tiny_model_dir):
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
         "actor_rollout_ref.rollout.tensor_model_parallel_size=1", "actor_rollout_ref.rollout.name=hf",
         "actor_rollout_ref.rollout.gpu_memory_utilization=0.6", "actor_rollout_ref.rollout.n=2",
-        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8", "actor_rollout_ref.ref.fsdp_config.param_offload=False",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8", "actor_rollout_ref.ref.fsdp_config.param_offload=True",
         "algorithm.use_kl_in_reward=False", "trainer.critic_warmup=0", "trainer.logger=['console','file']",
         "trainer.project_name='verl_grpo_example_gsm8k'", "trainer.experiment_name='tiny_function_rm'",
         "trainer.n_gpus_per_node=1", "trainer.nnodes=1", "trainer.save_freq=2", "trainer.test_freq=2",

@@ -15,10 +15,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out_dir", help="where to write the HF model directory")
     parser.add_argument("--role", default="actor", choices=["actor", "critic"])
     parser.add_argument("--is-value-model", action="store_true", help="export a critic (token classification)")
+    parser.add_argument("--adapter-only", action="store_true",
+                        help="LoRA checkpoints: write the peft adapter instead of a merged model")
     args = parser.parse_args(argv)
     is_value = args.is_value_model or args.role == "critic"
     try:
-        out = export_checkpoint(args.step_dir, args.out_dir, role=args.role, is_value_model=is_value)
+        out = export_checkpoint(args.step_dir, args.out_dir, role=args.role, is_value_model=is_value,
+                                adapter_only=args.adapter_only)
     except CheckpointError as err:
         print(f"hybridrl export: {err}", file=sys.stderr)
         return 2

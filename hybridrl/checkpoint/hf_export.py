@@ -13,6 +13,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClas
 from hybridrl.checkpoint.manager import CheckpointError
 
 HF_SUBDIR = "huggingface"
+LORA_ADAPTER_DIR = "lora_adapter"
 
 
 def save_hf_metadata(model, tokenizer, role_dir: str) -> str:
@@ -43,9 +44,36 @@ def _role_dir(step_dir: str, role: str) -> str:
     return role_dir
 
 
-def export_checkpoint(step_dir: str, out_dir: str, role: str = "actor", is_value_model: bool = False) -> str:
-    """Rebuild the model from `<role>/huggingface/config.json`, load `model.pt`, write an HF directory."""
+def _export_lora(role_dir: str, meta: str, out_dir: str, adapter_only: bool) -> str:
+    """A LoRA checkpoint: the peft adapter as saved, or base + adapter merged into a plain HF model."""
+    import shutil
+
+    from hybridrl.models.lora import apply_lora, export_merged
+
+    adapter = os.path.join(role_dir, LORA_ADAPTER_DIR)
+    tokenizer = AutoTokenizer.from_pretrained(meta) if os.path.exists(os.path.join(meta, "tokenizer_config.json")) \
+        else None
+    if adapter_only:
+        shutil.copytree(adapter, out_dir, dirs_exist_ok=True)
+        return out_dir
+    model = apply_lora(AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(meta)), rank=1, alpha=1,
+                       target_modules="all-linear", adapter_path=adapter)
+    state = torch.load(os.path.join(role_dir, "model.pt"), map_location="cpu", weights_only=True)
+    model.load_state_dict(state, strict=True)
+    return export_merged(model, tokenizer, out_dir)
+
+
+def export_checkpoint(step_dir: str, out_dir: str, role: str = "actor", is_value_model: bool = False,
+                      adapter_only: bool = False) -> str:
+    """Rebuild the model from `<role>/huggingface/config.json`, load `model.pt`, write an HF directory.
+
+    LoRA checkpoints export merged (a plain HF model) or, with `adapter_only`, as the peft adapter.
+    """
     role_dir = _role_dir(step_dir, role)
+    if os.path.isdir(os.path.join(role_dir, LORA_ADAPTER_DIR)):
+        return _export_lora(role_dir, os.path.join(role_dir, HF_SUBDIR), out_dir, adapter_only)
+    if adapter_only:
+        raise CheckpointError(f"{role_dir} holds no LoRA adapter ({LORA_ADAPTER_DIR}/); drop --adapter-only")
     meta = os.path.join(role_dir, HF_SUBDIR)
     if not os.path.exists(os.path.join(meta, "config.json")):
         raise CheckpointError(f"{meta}/config.json is missing; the checkpoint was not written by hybridrl")

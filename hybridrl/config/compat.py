@@ -29,9 +29,6 @@ _LATER = "not implemented in hybridrl yet"
 NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
     # Trainer features that arrive with the GPU hybrid-engine and scale-out issues. Until then they are
     # refused rather than silently ignored.
-    "actor_rollout_ref.actor.fsdp_config.param_offload": ((False,), f"parameter offload is {_LATER}"),
-    "actor_rollout_ref.actor.fsdp_config.optimizer_offload": ((False,), f"optimizer-state offload is {_LATER}"),
-    "actor_rollout_ref.ref.fsdp_config.param_offload": ((False,), f"reference-model offload is {_LATER}"),
     "critic.model.fsdp_config.param_offload": ((False,), f"critic parameter offload is {_LATER}"),
     "critic.model.fsdp_config.optimizer_offload": ((False,), f"critic optimizer offload is {_LATER}"),
     "actor_rollout_ref.model.enable_activation_offload": ((False,), f"activation offload is {_LATER}"),
@@ -74,7 +71,6 @@ NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
     "data.use_shm": ((False,), f"/dev/shm preloading is {_LATER}"),
     "actor_rollout_ref.model.use_shm": ((False,), f"/dev/shm preloading is {_LATER}"),
     "transfer_queue.enable": ((False,), f"the transfer queue is {_LATER}"),
-    "actor_rollout_ref.model.lora_rank": ((0,), "LoRA arrives in a later hybridrl release; use lora_rank=0 (full fine-tuning)"),
     "critic.model.lora_rank": ((0,), "LoRA arrives in a later hybridrl release; use lora_rank=0 (full fine-tuning)"),
     "actor_rollout_ref.hybrid_engine": ((True,), "only the hybrid engine exists (as in verl): keep hybrid_engine=true"),
 }

@@ -101,8 +101,14 @@ def load_value_model(path: str, *, dtype: torch.dtype = torch.float32, override_
         raise _load_error("value model", path, key, err) from err
 
 
+def unwrap_peft(model: torch.nn.Module) -> torch.nn.Module:
+    """The HF model inside a PEFT wrapper (LoRA layers stay injected in it), else the model itself."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
 def decoder_of(model: PreTrainedModel) -> torch.nn.Module:
-    """The transformer body (without the LM head) of an HF model."""
+    """The transformer body (without the LM head) of an HF model (PEFT-wrapped or not)."""
+    model = unwrap_peft(model)
     body = getattr(model, model.base_model_prefix, None)
     if body is None:
         raise ValueError(f"{type(model).__name__} has no base model attribute {model.base_model_prefix!r}")

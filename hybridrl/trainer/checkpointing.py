@@ -6,7 +6,7 @@ import os
 
 import torch
 
-from hybridrl.checkpoint.hf_export import save_hf_metadata, save_hf_model
+from hybridrl.checkpoint.hf_export import LORA_ADAPTER_DIR, save_hf_metadata, save_hf_model
 from hybridrl.checkpoint.manager import (begin_save, commit_save, find_resume_dir, load_role, read_trainer_state,
                                          save_role, set_rng_state)
 from hybridrl.logging.log import get_logger
@@ -47,6 +47,10 @@ def _save_role(role_dir: str, worker, tokenizer, contents: list[str]) -> None:
         return
     save_role(role_dir, worker.state_dict(), contents)
     save_hf_metadata(worker.model, tokenizer, role_dir)
+    if getattr(worker, "lora", False):  # the adapter in peft format, what LoRA users ship
+        from hybridrl.models.lora import save_adapter
+
+        save_adapter(worker.model, os.path.join(role_dir, LORA_ADAPTER_DIR))
     if "hf_model" in contents:
         save_hf_model(worker.model, tokenizer, os.path.join(role_dir, "huggingface"))
 

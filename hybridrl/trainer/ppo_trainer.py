@@ -7,6 +7,8 @@ a test of the algorithm's name.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 
 from hybridrl.algorithms import agg_loss, apply_kl_penalty, compute_advantage, get_kl_controller
@@ -19,6 +21,8 @@ from hybridrl.trainer.setup import (build_dataset, build_loader, build_tokenizer
                                     seed_everything, total_training_steps)
 from hybridrl.trainer.validation import validation_metrics
 from hybridrl.utils.batch import Batch
+from hybridrl.trainer.memory import PhaseMemory
+from hybridrl.trainer.oom import oom_guard
 from hybridrl.utils.metrics import timed
 from hybridrl.workers.rollout import sampling_params
 
@@ -34,8 +38,10 @@ class PPOTrainer:
         from hybridrl.trainer.group_roles import actor_world_size, check_placement, world_size
 
         self.device = resolve_device(cfg.trainer.device)
+        self.memory = PhaseMemory(self.device)
         num_devices = num_devices or world_size(cfg, self.device.type)
         validate_config(cfg, world_size=actor_world_size(cfg, num_devices))
+        _refuse_single_process_features(cfg, num_devices)
         check_placement(cfg, self.device.type, num_devices)
         check_trackers_available(cfg.trainer.logger)
         self.cfg = cfg
@@ -98,34 +104,40 @@ class PPOTrainer:
         metrics.update({f"timing_s/{k}": v for k, v in timings.items()})
 
     # ================================================================= step
+    @contextmanager
+    def _phase(self, name: str, timings: dict[str, float]):
+        """A named phase: timed, its peak memory recorded, and a CUDA OOM inside it made actionable."""
+        with timed(name, timings), oom_guard(name, self.cfg, self.device), self.memory.phase(name):
+            yield
+
     def run_step(self, prompts: Batch) -> dict[str, float]:
         metrics: dict[str, float] = {}
         timings: dict[str, float] = {}
         prompts["uid"] = _uids(f"{self.global_step}", len(prompts))
-        with timed("step", timings):
-            with timed("gen", timings):
+        with timed("step", timings):  # the whole step (phases nest inside)
+            with self._phase("gen", timings):
                 batch = self.generate(prompts, metrics)
             if self.needs.greedy_baseline:
-                with timed("gen_max", timings):
+                with self._phase("gen_max", timings):
                     batch["reward_baselines"] = self.greedy_baseline(prompts)
-            with timed("reward", timings):
+            with self._phase("reward", timings):
                 batch = self.score(batch, metrics)
-            with timed("old_log_prob", timings):
+            with self._phase("old_log_prob", timings):
                 batch = self.old_log_prob(batch, metrics)
             if self.needs.reference:
-                with timed("ref", timings):
+                with self._phase("ref", timings):
                     batch = batch.union(self.roles.reference.compute_ref_log_prob(batch))
             if self.needs.critic:
-                with timed("values", timings):
+                with self._phase("values", timings):
                     batch = batch.union(self.roles.critic.compute_values(batch))
-            with timed("adv", timings):
+            with self._phase("adv", timings):
                 batch = self.advantages(batch, metrics)
             self.update(batch, metrics, timings)
         self._dump_rollouts(batch)
         metrics.update(compute_data_metrics(batch, self.needs.critic, self.cfg.actor_rollout_ref.rollout.response_length))
         metrics.update(compute_timing_metrics(batch, timings))
         metrics.update(compute_throughput_metrics(batch, timings["step"], self.num_devices))
-        metrics.update(memory_metrics(self.device))
+        metrics.update(self.memory.pop_metrics() if self.device.type == "cuda" else memory_metrics(self.device))
         return metrics
 
     # =============================================================== phases
@@ -133,7 +145,7 @@ class PPOTrainer:
         rollout_cfg = self.cfg.actor_rollout_ref.rollout
         params = sampling_params(rollout_cfg, validate=False, seed=self._rollout_seed())
         batch, gen_metrics = self.roles.rollout.generate_sequences(prompts, params)
-        metrics.update({f"rollout/{k}": v for k, v in gen_metrics.items()})
+        metrics.update(gen_metrics)  # the engine's keys already carry their `rollout/` prefix
         return batch
 
     def greedy_baseline(self, prompts: Batch) -> torch.Tensor:
@@ -177,12 +189,12 @@ class PPOTrainer:
 
     def update(self, batch: Batch, metrics: dict[str, float], timings: dict[str, float]) -> None:
         if self.needs.critic:
-            with timed("update_critic", timings):
+            with self._phase("update_critic", timings):
                 metrics.update(self.roles.critic.update_critic(batch))
         if self.cfg.trainer.critic_warmup <= self.global_step:
-            with timed("update_actor", timings):
+            with self._phase("update_actor", timings):
                 metrics.update(self.roles.actor.update_actor(batch))
-            with timed("update_weights", timings):
+            with self._phase("update_weights", timings):
                 self.roles.rollout.sync_weights(self.roles.actor.named_weights())
 
     # =========================================================== validation
@@ -216,6 +228,21 @@ class PPOTrainer:
         prompts = self.tokenizer.batch_decode(batch["prompts"], skip_special_tokens=True)
         dump_rollout_jsonl(out_dir, self.global_step, prompts, decode_responses(self.tokenizer, batch),
                            batch["token_level_scores"].sum(-1).tolist(), self._last_reward_extra or None)
+
+
+def _refuse_single_process_features(cfg, num_devices: int) -> None:
+    """LoRA and offload are wired for one process so far; on several ranks they are refused, not ignored."""
+    from hybridrl.config import ConfigError
+
+    arr = cfg.actor_rollout_ref
+    single_only = {"actor_rollout_ref.model.lora_rank": arr.model.lora_rank > 0,
+                   "actor_rollout_ref.actor.fsdp_config.param_offload": arr.actor.fsdp_config.param_offload,
+                   "actor_rollout_ref.actor.fsdp_config.optimizer_offload": arr.actor.fsdp_config.optimizer_offload,
+                   "actor_rollout_ref.ref.fsdp_config.param_offload": arr.ref.fsdp_config.param_offload}
+    used = [key for key, on in single_only.items() if on]
+    if num_devices > 1 and used:
+        raise ConfigError(f"{', '.join(used)} are implemented for one device so far, but this run has "
+                          f"{num_devices} ranks; turn them off or run with trainer.n_gpus_per_node=1")
 
 
 def _uids(prefix: str, count: int) -> list[str]:

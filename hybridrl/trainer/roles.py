@@ -51,13 +51,35 @@ def build_critic(cfg, sizes: BatchSizes, device: torch.device, total_steps: int)
     return CriticWorker(cfg, sizes, device, total_steps)
 
 
+def _rollout_source(cfg, actor, device: torch.device):
+    """What the rollout backend is built from: the actor's module, except that our engine cannot read a
+    PEFT-wrapped module and is built from the base model directory (then synced with merged weights)."""
+    from hybridrl.rollout import resolve_backend_name
+
+    if actor.lora and resolve_backend_name(cfg.actor_rollout_ref.rollout.name, device.type) == "hybrid":
+        return cfg.actor_rollout_ref.model.path
+    return actor.model
+
+
+def _build_reference(cfg, actor, sizes: BatchSizes, device: torch.device):
+    """A frozen copy of the initial policy; with LoRA the actor's base (adapter disabled), no second copy."""
+    if actor.lora:
+        from hybridrl.workers.reference import LoraReferenceWorker
+
+        return LoraReferenceWorker(actor, sizes.ref_log_prob_micro)
+    return ReferenceWorker(cfg, sizes.ref_log_prob_micro, device)
+
+
 def build_roles(cfg, needs, tokenizer, device: torch.device, total_steps: int, world_size: int = 1) -> Roles:
     if world_size > 1:
         return build_group_roles(cfg, needs, tokenizer, device, total_steps, world_size)
     sizes = BatchSizes.from_config(cfg, world_size)
     actor = ActorWorker(cfg, sizes, device, total_steps)
-    rollout = RolloutWorker(cfg, actor.model, tokenizer, device.type)
-    reference = ReferenceWorker(cfg, sizes.ref_log_prob_micro, device) if needs.reference else None
+    rollout = RolloutWorker(cfg, _rollout_source(cfg, actor, device), tokenizer, device.type,
+                            model_context=actor.offloader.for_compute)
+    if actor.lora:  # the engine starts from the base weights on disk: give it base + adapter now
+        rollout.sync_weights(actor.named_weights())
+    reference = _build_reference(cfg, actor, sizes, device) if needs.reference else None
     critic = build_critic(cfg, sizes, device, total_steps) if needs.critic else None
     return Roles(actor=actor, rollout=rollout, reward=RewardWorker(cfg, tokenizer), reference=reference,
                  critic=critic)

@@ -11,6 +11,7 @@ from hybridrl.models.hf import load_causal_lm, resolve_dtype
 from hybridrl.utils.batch import Batch
 from hybridrl.utils.metrics import to_float
 from hybridrl.workers.forward import batched_log_probs, response_log_probs
+from hybridrl.workers.offload import PhaseOffloader
 from hybridrl.workers.optim import build_lr_scheduler, build_optimizer
 from hybridrl.workers.sharding import (clip_grad_norm, load_model_state, load_optimizer_state, model_state,
                                        named_weights, optimizer_state, shard_model)
@@ -29,11 +30,21 @@ class ActorWorker:
         model_cfg = cfg.actor_rollout_ref.model
         self.model = load_causal_lm(model_cfg.path, dtype=resolve_dtype(self.actor_cfg.fsdp_config.model_dtype),
                                     override_config=model_cfg.override_config,
-                                    trust_remote_code=model_cfg.trust_remote_code).to(device)
+                                    trust_remote_code=model_cfg.trust_remote_code,
+                                    hf_config_path=model_cfg.hf_config_path,
+                                    tokenizer_path=model_cfg.tokenizer_path).to(device)
+        self.lora = model_cfg.lora_rank > 0
+        self._base_synced = False  # LoRA: the rollout got the full weights once; afterwards only deltas
+        if self.lora:
+            self.model = _apply_lora(self.model, model_cfg)
         if model_cfg.enable_gradient_checkpointing:
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            if self.lora:
+                self.model.enable_input_require_grads()  # frozen embeddings: let checkpointed blocks see grads
         self.sharded = shard_model(self.model, log_prob_forward=True)  # FSDP2 when running as a rank
         self.optimizer = build_optimizer(self.model.parameters(), self.actor_cfg.optim)
+        fsdp = self.actor_cfg.fsdp_config
+        self.offloader = PhaseOffloader(self.model, self.optimizer, device, fsdp.param_offload, fsdp.optimizer_offload)
         self.lr_scheduler = build_lr_scheduler(self.optimizer, self.actor_cfg.optim, total_training_steps)
         self.policy_loss_fn = POLICY_LOSSES[self.actor_cfg.policy_loss.loss_mode]
 
@@ -41,8 +52,9 @@ class ActorWorker:
     def compute_log_prob(self, batch: Batch) -> Batch:
         """old_log_probs (B, R) and entropys (B, R) with the current policy."""
         self.model.eval()
-        log_probs, entropy = batched_log_probs(self.model, batch.to(self.device), self.sizes.log_prob_micro,
-                                               batch.meta["temperature"], compute_entropy=True)
+        with self.offloader.for_compute():
+            log_probs, entropy = batched_log_probs(self.model, batch.to(self.device), self.sizes.log_prob_micro,
+                                                   batch.meta["temperature"], compute_entropy=True)
         return Batch({"old_log_probs": log_probs.cpu(), "entropys": entropy.cpu()})
 
     # --------------------------------------------------------------- update
@@ -52,9 +64,10 @@ class ActorWorker:
         keys = UPDATE_KEYS + (("ref_log_prob",) if self.actor_cfg.use_kl_loss else ())
         data = batch.select(keys).to(self.device)
         metrics: dict[str, list[float]] = defaultdict(list)
-        for epoch in range(self.actor_cfg.ppo_epochs):
-            for mini in self._mini_batches(data, epoch):
-                self._update_mini_batch(mini, metrics)
+        with self.offloader.for_update():
+            for epoch in range(self.actor_cfg.ppo_epochs):
+                for mini in self._mini_batches(data, epoch):
+                    self._update_mini_batch(mini, metrics)
         self.lr_scheduler.step()
         out = {k: sum(v) / len(v) for k, v in metrics.items()}
         out["actor/lr"] = self.optimizer.param_groups[0]["lr"]
@@ -106,8 +119,21 @@ class ActorWorker:
 
     # ------------------------------------------------------- state & weights
     def named_weights(self):
-        """(HF name, full tensor) pairs for the rollout engine's weight sync (gathered when sharded)."""
-        return named_weights(self.model, self.sharded)
+        """(HF name, full tensor) pairs for the rollout engine's weight sync (gathered when sharded).
+
+        A generator: parameters are brought in (param_offload) only while the consumer iterates. With
+        LoRA the first sync sends every weight with the adapter merged, later ones only the merged
+        targeted layers (what changed), never a full-model copy.
+        """
+        with self.offloader.for_compute():
+            if not self.lora:
+                yield from named_weights(self.model, self.sharded)
+                return
+            from hybridrl.models.lora import merged_lora_deltas, merged_named_weights
+
+            weights = merged_lora_deltas(self.model) if self._base_synced else merged_named_weights(self.model)
+            self._base_synced = True
+            yield from weights
 
     def state_dict(self) -> dict:
         """Unsharded state (collective when sharded: rank 0 gets it, the other ranks get empty dicts)."""
@@ -119,3 +145,12 @@ class ActorWorker:
         load_model_state(self.model, state["model"], self.sharded)
         load_optimizer_state(self.model, self.optimizer, state["optimizer"], self.sharded)
         self.lr_scheduler.load_state_dict(state["lr_scheduler"])
+
+
+def _apply_lora(model, model_cfg):
+    """PEFT LoRA from verl's keys; only the adapter trains (the reference = adapter disabled)."""
+    from hybridrl.models.lora import apply_lora
+
+    return apply_lora(model, rank=model_cfg.lora_rank, alpha=model_cfg.lora_alpha,
+                      target_modules=model_cfg.target_modules, exclude_modules=model_cfg.exclude_modules,
+                      adapter_path=model_cfg.lora_adapter_path)

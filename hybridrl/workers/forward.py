@@ -13,7 +13,7 @@ import types
 import torch
 
 from hybridrl.algorithms import logprobs_and_entropy_from_hidden
-from hybridrl.models.hf import decoder_of
+from hybridrl.models.hf import decoder_of, unwrap_peft
 from hybridrl.utils.batch import Batch
 
 LOGPROB_CHUNK_ROWS = 1024
@@ -65,7 +65,7 @@ def _response_log_probs(model: torch.nn.Module, input_ids: torch.Tensor, attenti
                                   "position_ids": position_ids})
     prompt_len = hidden.shape[1] - response_len
     hidden = hidden[:, prompt_len - 1: prompt_len - 1 + response_len]
-    head = model.get_output_embeddings()
+    head = unwrap_peft(model).get_output_embeddings()
     log_probs, entropy = logprobs_and_entropy_from_hidden(
         hidden.reshape(num_rows * response_len, -1), head.weight, responses.reshape(-1),
         temperature=temperature, chunk_size=LOGPROB_CHUNK_ROWS, compute_entropy=compute_entropy,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import torch
 
 from hybridrl.rollout import SamplingParams, build_rollout_backend
@@ -50,7 +52,7 @@ class RolloutWorker:
     free), or with `replica=True` a private plain copy (a data-parallel rank whose actor is FSDP-sharded):
     the hf backend generates with the copy and `sync_weights` copies the gathered weights into it."""
 
-    def __init__(self, cfg, model, tokenizer, device_type: str, *, replica: bool = False):
+    def __init__(self, cfg, model, tokenizer, device_type: str, *, replica: bool = False, model_context=None):
         self.cfg = cfg.actor_rollout_ref.rollout
         self.pad_token_id = tokenizer.pad_token_id
         self.eos_token_ids = _eos_ids(tokenizer, model)
@@ -58,10 +60,15 @@ class RolloutWorker:
                                              eos_token_ids=self.eos_token_ids, rollout_cfg=self.cfg,
                                              device_type=device_type)
         self.replica = model if replica and isinstance(self.backend, HFRolloutBackend) else None
+        # The hf backend generating with the trainer's own module needs its parameters present
+        # (actor param_offload): `model_context` is the actor's `offloader.for_compute`.
+        shares_module = isinstance(self.backend, HFRolloutBackend) and self.replica is None
+        self.model_context = model_context if shares_module and model_context is not None else nullcontext
 
     def generate_sequences(self, prompts: Batch, params: SamplingParams) -> tuple[Batch, dict[str, float]]:
         prompt_ids = [ids[mask.bool()].tolist() for ids, mask in zip(prompts["input_ids"], prompts["attention_mask"])]
-        out = self.backend.generate(prompt_ids, params)
+        with self.model_context():
+            out = self.backend.generate(prompt_ids, params)
         batch = assemble(prompts, out.token_ids, out.log_probs, params.n, self.cfg.response_length,
                          self.pad_token_id)
         batch.meta["temperature"] = params.temperature if not params.greedy else 1.0

@@ -1,5 +1,4 @@
-"""verl's GSM8K GRPO example command line, unchanged except the rollout engine name and ref param_offload
-(refused until offload lands)."""
+"""verl's GSM8K GRPO example command line, unchanged except the rollout engine name."""
 
 from __future__ import annotations
 
@@ -20,7 +19,7 @@ actor_rollout_ref.model.enable_gradient_checkpointing=True actor_rollout_ref.act
 actor_rollout_ref.actor.fsdp_config.optimizer_offload=False actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=40
 actor_rollout_ref.rollout.tensor_model_parallel_size=1 actor_rollout_ref.rollout.name=vllm
 actor_rollout_ref.rollout.gpu_memory_utilization=0.6 actor_rollout_ref.rollout.n=5
-actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=40 actor_rollout_ref.ref.fsdp_config.param_offload=False
+actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=40 actor_rollout_ref.ref.fsdp_config.param_offload=True
 algorithm.use_kl_in_reward=False trainer.critic_warmup=0 trainer.logger='["console","wandb"]'
 trainer.project_name='verl_grpo_example_gsm8k' trainer.experiment_name='qwen2_7b_function_rm' trainer.n_gpus_per_node=8
 trainer.nnodes=1 trainer.save_freq=20 trainer.test_freq=5 trainer.total_epochs=15
@@ -40,7 +39,7 @@ def test_loads_and_validates_with_the_hybrid_engine():
     assert arr.actor.optim.lr == pytest.approx(1e-6) and arr.actor.entropy_coeff == 0.0
     assert arr.rollout.name == "hybrid" and arr.rollout.n == 5 and arr.rollout.gpu_memory_utilization == 0.6
     assert arr.rollout.response_length == 1024  # follows data.max_response_length
-    assert arr.ref.fsdp_config.param_offload is False and arr.ref.fsdp_config.forward_only is True
+    assert arr.ref.fsdp_config.param_offload is True and arr.ref.fsdp_config.forward_only is True
     assert cfg.trainer.logger == ["console", "wandb"] and cfg.trainer.project_name == "verl_grpo_example_gsm8k"
     assert cfg.trainer.default_local_dir == "checkpoints/verl_grpo_example_gsm8k/qwen2_7b_function_rm"
     validate_config(cfg, world_size=8)  # 256 x 5 / 8 = 160 rows per device, micro 40 divides it
