@@ -14,9 +14,8 @@ from __future__ import annotations
 import functools
 import gc
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import torch
 
@@ -68,21 +67,9 @@ def _wrap(owner: Any, name: str, around: Callable[[], Any]) -> bool:
     return True
 
 
-@contextmanager
-def _kv_only_during_gen(rollout) -> Iterator[None]:
-    rollout.wake_up()
-    try:
-        yield
-    finally:
-        rollout.sleep()
-
-
 def instrument(trainer, tracker, mode: str) -> list[str]:
     """Per-phase peak memory on the trainer's phases (+ KV freed outside gen in hybrid mode)."""
-    roles = trainer.roles
-    if mode == "hybrid":
-        roles.rollout.sleep()
-        _wrap(trainer, "generate", lambda: _kv_only_during_gen(roles.rollout))
+    roles = trainer.roles  # hybrid mode: the trainer itself frees the KV cache outside gen (free_cache_engine)
     wrapped = []
     for role, method, phase in PHASE_METHODS:
         owner = trainer if role is None else getattr(roles, role, None)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 
 import torch
 
@@ -64,15 +64,31 @@ class RolloutWorker:
         # (actor param_offload): `model_context` is the actor's `offloader.for_compute`.
         shares_module = isinstance(self.backend, HFRolloutBackend) and self.replica is None
         self.model_context = model_context if shares_module and model_context is not None else nullcontext
+        # rollout.free_cache_engine (verl, default true): the engine's KV cache exists only while generating.
+        self.free_cache = self.cfg.free_cache_engine and not isinstance(self.backend, HFRolloutBackend)
+        if self.free_cache:
+            self.backend.sleep()
 
     def generate_sequences(self, prompts: Batch, params: SamplingParams) -> tuple[Batch, dict[str, float]]:
         prompt_ids = [ids[mask.bool()].tolist() for ids, mask in zip(prompts["input_ids"], prompts["attention_mask"])]
-        with self.model_context():
+        with self.model_context(), self._kv_cache():
             out = self.backend.generate(prompt_ids, params)
         batch = assemble(prompts, out.token_ids, out.log_probs, params.n, self.cfg.response_length,
                          self.pad_token_id)
         batch.meta["temperature"] = params.temperature if not params.greedy else 1.0
         return batch, dict(out.metrics)
+
+    @contextmanager
+    def _kv_cache(self):
+        """Allocate the KV cache for this generation and free it afterwards (free_cache_engine)."""
+        if not self.free_cache:
+            yield
+            return
+        self.backend.wake_up()
+        try:
+            yield
+        finally:
+            self.backend.sleep()
 
     def sync_weights(self, named_tensors) -> None:
         if self.replica is not None:
