@@ -53,10 +53,12 @@ def test_lora_grpo_trains_only_the_adapter_and_syncs_merged_deltas(tmp_path, ari
     assert any("lora_B" in k for k in changed)  # B starts at zero: the policy itself moved
     record = json.loads(open(os.path.join(str(tmp_path), "metrics.jsonl")).readlines()[-1])
     assert record["actor/kl_loss"] > 0.0  # the reference (adapter disabled) differs from the trained policy
+    assert record["training/rollout_probs_diff_mean"] < 1e-5  # rollout (merged deltas) agrees with the trainer
     # The engine got base + merged adapter: its greedy output equals HF greedy of the merged model.
     merged = AutoModelForCausalLM.from_pretrained(arith_model_dir)
     merged.load_state_dict(_merged_state(model))
     prompts = [[5, 6, 7, 4], [8, 9, 10]]
+    trainer.roles.rollout.backend.wake_up()  # free_cache_engine: the KV cache exists only while generating
     got = trainer.roles.rollout.backend.generate(prompts, SamplingParams(do_sample=False, max_new_tokens=5,
                                                                          ignore_eos=True)).token_ids
     for prompt, tokens in zip(prompts, got):
