@@ -87,8 +87,10 @@ class CUDAGraphDecodeRunner:
         # Capture (lazily, on the first run after construction or `release`) before staging: capture
         # resets every static row to padding, so staging first made that step's replay decode padding
         # only (wrong logits, and no K/V stored for any row, so every later step diverged as well).
-        if self.use_graphs and not self._graphs:
-            self.capture()
+        if self.use_graphs and size not in self._graphs:
+            # Lazily, per size: RL rollouts decode at a handful of batch sizes, and with
+            # free_cache_engine the graphs are re-captured after every wake-up (KV cache moved).
+            self.capture([size] if self._graphs else [self.capture_sizes[-1], size])
         self._stage(size, input_ids, positions, block_tables, context_lens, slot_mapping)
         if not self.use_graphs:
             return self.decode_fn(*self._views(size))[:batch]
@@ -122,20 +124,24 @@ class CUDAGraphDecodeRunner:
         return (self.input_ids[:size], self.positions[:size], self.block_tables[:size],
                 self.context_lens[:size], self.slot_mapping[:size])
 
-    def capture(self) -> None:
-        """Capture every size, largest first so the smaller graphs reuse the largest one's pool memory.
+    def capture(self, sizes: list[int] | None = None) -> None:
+        """Capture `sizes` (default: every size), largest first so smaller graphs reuse its pool memory.
 
         The largest graph's own output tensor becomes the shared output buffer (no copy when the batch
         fills it, the common case in RL rollouts); smaller graphs copy their rows into it.
         """
         if not self.use_graphs:
             return
-        self.release()
+        if sizes is None or not self._graphs:
+            self.release()  # a fresh pool: the largest graph first defines it and the output buffer
+        sizes = sorted(set(sizes or self.capture_sizes) | ({self.capture_sizes[-1]} if not self._graphs else set()))
         start = time.perf_counter()
         # Warm-up and capture run on all-padding inputs (slot -1: no K/V written; shapes are what
         # matter). This clobbers any staged batch: `run` stages only after capturing.
         self._pad(0, self.capture_sizes[-1])
-        for size in reversed(self.capture_sizes):
+        for size in reversed(sizes):
+            if size in self._graphs:
+                continue
             self._check_output(self.decode_fn(*self._views(size)))  # warm-up: compiles Triton kernels
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self._pool):
@@ -149,9 +155,9 @@ class CUDAGraphDecodeRunner:
                 self._pool = graph.pool()
             self._graphs[size] = graph
         torch.cuda.synchronize(self.device)
-        self.capture_time_s = time.perf_counter() - start
-        log.info("captured %d decode CUDA graphs (batch sizes %d..%d) in %.1f s", len(self._graphs),
-                 self.capture_sizes[0], self.capture_sizes[-1], self.capture_time_s)
+        elapsed = time.perf_counter() - start
+        self.capture_time_s += elapsed
+        log.debug("captured decode CUDA graphs for batch sizes %s in %.2f s", sizes, elapsed)
 
     def _check_output(self, sample: torch.Tensor) -> None:
         if sample.dim() != 2 or sample.shape[1] != self.output_size:
@@ -162,6 +168,7 @@ class CUDAGraphDecodeRunner:
         """Free the graphs, their memory pool and the output buffer; the next `run` captures again."""
         had_graphs = bool(self._graphs)
         self._graphs.clear()
+        self.capture_time_s = 0.0
         self._pool = None
         self._outputs = None
         if had_graphs:
