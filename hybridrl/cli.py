@@ -1,4 +1,4 @@
-"""`hybridrl <command>`: train, print-config, preprocess, export, plot, sft, quickstart."""
+"""`hybridrl <command>`: train, control, print-config, preprocess, export, plot, sft, quickstart, convert, serve."""
 
 from __future__ import annotations
 
@@ -9,6 +9,10 @@ USAGE = """usage: hybridrl <command> [args...]
 commands:
   train [--config FILE] [key=value ...]   run PPO/GRPO training with verl-style overrides
                                           (same as: python -m hybridrl.trainer.main_ppo ...)
+  control <run_dir> grow-rollout [--devices 0,1]
+  control <run_dir> shrink-rollout [--devices 1]
+                                          ask a running trainer to extend generation onto more devices (default:
+                                          the actor's) or return borrowed ones; applied at the next step
   print-config [key=value ...]            print the fully resolved config as YAML (--docs: with key docs)
   preprocess {gsm8k,math} [flags]         write verl-format train/test parquet files
   export <global_step_dir> <out_dir>      write a plain HF model (safetensors) from a checkpoint
@@ -26,6 +30,12 @@ def _train(argv: list[str]) -> int:
     from hybridrl.trainer.main_ppo import main
 
     return main(argv)
+
+
+def _control(argv: list[str]) -> int:
+    from hybridrl.trainer.control import main_control
+
+    return main_control(argv)
 
 
 def _print_config(argv: list[str]) -> int:
@@ -81,7 +91,7 @@ def _serve(argv: list[str]) -> int:
     return main_serve(argv)
 
 
-COMMANDS = {"train": _train, "print-config": _print_config, "preprocess": _preprocess, "export": _export,
+COMMANDS = {"train": _train, "control": _control, "print-config": _print_config, "preprocess": _preprocess, "export": _export,
             "plot": _plot, "sft": _sft, "quickstart": _quickstart,
             "serve": _serve, "convert": _convert}
 

@@ -204,15 +204,43 @@ class GroupRollout(GroupRole):
         rows = prompts.repeat(params.n, interleave=True)  # the row order one process produces
         rows[ROW_INDEX_KEY] = torch.arange(len(rows))
         batch = self.group.call_sharded("generate_sequences", rows, params=replace(params, n=1))
-        per_rank = [batch.meta.pop(key) for key in sorted(batch.meta) if key.startswith(ROLLOUT_METRICS_META)]
-        pooled = {key: [metrics[key] for metrics in per_rank] for key in (per_rank[0] if per_rank else {})}
-        return batch, reduce_metrics(pooled)
+        return batch, pool_rollout_metrics(pop_rank_metrics(batch))
 
     def sync_weights(self, named_tensors) -> None:
-        """On the ranks when the actor shares them; else the actor's group gathers and the controller hands over."""
-        if not isinstance(named_tensors, RankWeights):
+        """On the ranks when the actor shares them; else the actor's group gathers and the controller hands over.
+
+        Also takes weights already gathered on the controller (a dict, see `gather_weights`)."""
+        if isinstance(named_tensors, dict):
+            self.group.call_all("load_rollout_weights", named_tensors)
+        elif not isinstance(named_tensors, RankWeights):
             raise TypeError("rollout ranks take the actor's weights as GroupActor.named_weights() (a RankWeights)")
-        if named_tensors.group is self.group:
+        elif named_tensors.group is self.group:
             self.group.call_all("sync_rollout_weights")
         else:
-            self.group.call_all("load_rollout_weights", named_tensors.group.call_all("actor_weights")[0])
+            self.group.call_all("load_rollout_weights", gather_weights(named_tensors))
+
+
+def gather_weights(named_tensors) -> dict[str, torch.Tensor]:
+    """The actor's full weights on the controller's CPU: gathered by its group (a `RankWeights`) or copied
+    from an in-process actor's (name, tensor) pairs; what a rollout on other ranks loads."""
+    if isinstance(named_tensors, RankWeights):
+        return named_tensors.group.call_all("actor_weights")[0]
+    return {name: tensor.detach().to("cpu", copy=True) for name, tensor in named_tensors}
+
+
+def pop_rank_metrics(batch: Batch) -> list[dict[str, float]]:
+    """Each rank's generation metrics, taken out of the gathered batch's meta (rank order)."""
+    return [batch.meta.pop(key) for key in sorted(batch.meta) if key.startswith(ROLLOUT_METRICS_META)]
+
+
+def pool_rollout_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
+    pooled = {key: [metrics[key] for metrics in per_rank if key in metrics] for key in (per_rank[0] if per_rank else {})}
+    return reduce_metrics(pooled)
+
+
+def start_rollout_replica(cfg, device_id: int, device_type: str, *, total_steps: int) -> WorkerGroup:
+    """A one-rank group hosting only a rollout replica on `device_id` (local launcher: a spawned process,
+    pinned to that GPU on CUDA); it starts from the model path, so load the current weights into it."""
+    plan = GroupPlan(f"rollout_borrowed{device_id}", (device_id,), ("rollout",))
+    return _start_group(plan, "local", None, device_type, {"cfg": cfg, "total_steps": total_steps,
+                                                          "device_type": device_type, "roles": plan.roles})

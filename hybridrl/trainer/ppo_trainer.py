@@ -61,9 +61,18 @@ class PPOTrainer:
 
     # ================================================================= loop
     def fit(self) -> dict[str, float]:
+        from hybridrl.trainer.control import ElasticController
+        from hybridrl.trainer.elastic import make_elastic_rollout
+
+        # Elastic rollout (`hybridrl control`, SIGUSR1/SIGUSR2): requests are applied between steps only.
+        self.control = ElasticController(checkpointing.root_dir(self.cfg))
+        self.roles.rollout = make_elastic_rollout(self)
         try:
+            self.control.install()
             return self._fit()
         finally:
+            self.control.close()  # the previous signal handlers back, the pid file removed
+            self.roles.rollout = self.roles.rollout.close()  # borrowed replicas stopped; the run's own rollout
             self.roles.shutdown()  # worker ranks, if any (a failed group is already stopped)
 
     def _fit(self) -> dict[str, float]:
@@ -79,10 +88,13 @@ class PPOTrainer:
         progress = StepProgress(self.total_steps, initial_step=self.global_step)
         metrics: dict[str, float] = {}
         while self.global_step < self.total_steps:
+            for request in self.control.pending():  # a step boundary: grow or shrink the rollout now
+                self.roles.rollout.apply(request)
             prompts, epoch = self.train_loader.next_batch()
             self.global_step += 1
             metrics = self.run_step(prompts)
-            metrics.update({"training/global_step": self.global_step, "training/epoch": epoch})
+            metrics.update({"training/global_step": self.global_step, "training/epoch": epoch,
+                            "perf/rollout_num_devices": len(self.roles.rollout.devices)})
             self._after_step(metrics)
             trackers.log(metrics, step=self.global_step)
             progress.update(self.global_step, metrics)
