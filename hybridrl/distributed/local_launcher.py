@@ -23,10 +23,9 @@ from typing import Any
 from typing_extensions import Self
 
 from hybridrl.logging.log import get_logger
-from hybridrl.utils.batch import Batch
 
 from .errors import GroupClosedError, WorkerDiedError, WorkerError
-from .worker_group import gather_shards, reduce_rank_metrics, shard_batch
+from .worker_group import RankCalls
 from .worker_logs import LogForwarder, tail_lines
 
 logger = get_logger("distributed")
@@ -134,7 +133,7 @@ def _resolve_devices(world_size: int, device_ids: list[int] | None, backend: str
     return [_physical_gpu(d) for d in device_ids], backend or "nccl"
 
 
-class LocalWorkerGroup:
+class LocalWorkerGroup(RankCalls):
     """`world_size` processes on this node running `worker_factory(**init_kwargs)` in one process group.
 
     `worker_factory` must be picklable (a top-level class or function); arguments and results travel
@@ -190,22 +189,6 @@ class LocalWorkerGroup:
 
     def log_path(self, rank: int) -> str:
         return os.path.join(self.log_dir, f"rank{rank}.log")
-
-    # ------------------------------------------------------------ the three calls
-    def call_all(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
-        return self._run(method, [(args, kwargs)] * self.world_size)
-
-    def call_rank0(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return self._run(method, [(args, kwargs)])[0]
-
-    def call_sharded(self, method: str, batch: Batch, **kwargs: Any) -> Batch:
-        shards, num_padded = shard_batch(batch, self.world_size)
-        outputs = self._run(method, [((shard,), kwargs) for shard in shards])
-        return gather_shards(outputs, shards, num_padded, self.role, method)
-
-    def call_sharded_metrics(self, method: str, batch: Batch, **kwargs: Any) -> dict[str, float]:
-        shards, _ = shard_batch(batch, self.world_size)
-        return reduce_rank_metrics(self._run(method, [((shard,), kwargs) for shard in shards]), self.role, method)
 
     # ------------------------------------------------------------ dispatch / collect
     def _run(self, method: str, calls: list[tuple[tuple, dict[str, Any]]]) -> list[Any]:

@@ -16,7 +16,6 @@ from typing import Any
 from typing_extensions import Self
 
 from hybridrl.logging.log import get_logger
-from hybridrl.utils.batch import Batch
 
 from .errors import (
     GroupClosedError,
@@ -25,7 +24,7 @@ from .errors import (
     WorkerDiedError,
     WorkerError,
 )
-from .worker_group import gather_shards, reduce_rank_metrics, shard_batch
+from .worker_group import RankCalls
 
 logger = get_logger("distributed.ray")
 LAUNCHERS = ("auto", "local", "ray")
@@ -211,7 +210,7 @@ class _RankActor:
         teardown_torch_distributed()
 
 
-class RayWorkerGroup:
+class RayWorkerGroup(RankCalls):
     """One Ray actor per bundle of `pool` running `worker_factory(**init_kwargs)`, in one process group.
 
     Not thread-safe: one call at a time. `error_grace_s` as in `LocalWorkerGroup`.
@@ -247,21 +246,6 @@ class RayWorkerGroup:
             raise
         logger.info("%s: %d Ray actor(s) up in pool %r (backend %s, %s:%d)", role, self.world_size, pool.name,
                     self.backend, self.master_addr, self.master_port)
-
-    def call_all(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
-        return self._run(method, [(args, kwargs)] * self.world_size)
-
-    def call_rank0(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return self._run(method, [(args, kwargs)])[0]
-
-    def call_sharded(self, method: str, batch: Batch, **kwargs: Any) -> Batch:
-        shards, num_padded = shard_batch(batch, self.world_size)
-        outputs = self._run(method, [((shard,), kwargs) for shard in shards])
-        return gather_shards(outputs, shards, num_padded, self.role, method)
-
-    def call_sharded_metrics(self, method: str, batch: Batch, **kwargs: Any) -> dict[str, float]:
-        shards, _ = shard_batch(batch, self.world_size)
-        return reduce_rank_metrics(self._run(method, [((shard,), kwargs) for shard in shards]), self.role, method)
 
     def _run(self, method: str, calls: list[tuple[tuple, dict[str, Any]]]) -> list[Any]:
         if self._closed_reason is not None:

@@ -87,6 +87,35 @@ def reduce_rank_metrics(per_rank: Sequence[Mapping[str, Any]], role: str, method
     return reduce_metrics(pooled)
 
 
+class RankCalls:
+    """The three calls (plus sharded metrics) written once over a launcher's `_run`.
+
+    A launcher subclasses this and implements `_run(method, calls)`: send `calls[i]` = (args, kwargs) to
+    rank i, return the results in rank order. `role` and `world_size` come from the launcher.
+    """
+
+    role: str
+    world_size: int
+
+    def _run(self, method: str, calls: list[tuple[tuple, dict[str, Any]]]) -> list[Any]:
+        raise NotImplementedError
+
+    def call_all(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        return self._run(method, [(args, kwargs)] * self.world_size)
+
+    def call_rank0(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return self._run(method, [(args, kwargs)])[0]
+
+    def call_sharded(self, method: str, batch: Batch, **kwargs: Any) -> Batch:
+        shards, num_padded = shard_batch(batch, self.world_size)
+        outputs = self._run(method, [((shard,), kwargs) for shard in shards])
+        return gather_shards(outputs, shards, num_padded, self.role, method)
+
+    def call_sharded_metrics(self, method: str, batch: Batch, **kwargs: Any) -> dict[str, float]:
+        shards, _ = shard_batch(batch, self.world_size)
+        return reduce_rank_metrics(self._run(method, [((shard,), kwargs) for shard in shards]), self.role, method)
+
+
 class InProcessGroup:
     """The world-size-1 group: calls go straight to `worker` in this process (no processes, no pickling).
 

@@ -13,15 +13,14 @@ from hybridrl.utils.metrics import to_float
 from hybridrl.workers.forward import batched_log_probs, response_log_probs
 from hybridrl.workers.offload import PhaseOffloader
 from hybridrl.workers.optim import build_lr_scheduler, build_optimizer
-from hybridrl.workers.sharding import (clip_grad_norm, load_model_state, load_optimizer_state, model_state,
-                                       named_weights, optimizer_state, shard_model)
+from hybridrl.workers.sharding import TrainState, clip_grad_norm, named_weights, shard_model
 from hybridrl.workers.sizes import BatchSizes
 
 UPDATE_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask",
                "old_log_probs", "advantages")
 
 
-class ActorWorker:
+class ActorWorker(TrainState):
     def __init__(self, cfg, sizes: BatchSizes, device: torch.device, total_training_steps: int):
         self.cfg = cfg
         self.actor_cfg = cfg.actor_rollout_ref.actor
@@ -135,16 +134,6 @@ class ActorWorker:
             self._base_synced = True
             yield from weights
 
-    def state_dict(self) -> dict:
-        """Unsharded state (collective when sharded: rank 0 gets it, the other ranks get empty dicts)."""
-        return {"model": model_state(self.model, self.sharded),
-                "optimizer": optimizer_state(self.model, self.optimizer, self.sharded),
-                "lr_scheduler": self.lr_scheduler.state_dict()}
-
-    def load_state_dict(self, state: dict) -> None:
-        load_model_state(self.model, state["model"], self.sharded)
-        load_optimizer_state(self.model, self.optimizer, state["optimizer"], self.sharded)
-        self.lr_scheduler.load_state_dict(state["lr_scheduler"])
 
 
 def _apply_lora(model, model_cfg):

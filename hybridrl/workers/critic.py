@@ -12,14 +12,13 @@ from hybridrl.utils.batch import Batch
 from hybridrl.utils.metrics import to_float
 from hybridrl.workers.forward import response_values
 from hybridrl.workers.optim import build_lr_scheduler, build_optimizer
-from hybridrl.workers.sharding import (clip_grad_norm, load_model_state, load_optimizer_state, model_state,
-                                       optimizer_state, shard_model)
+from hybridrl.workers.sharding import TrainState, clip_grad_norm, shard_model
 from hybridrl.workers.sizes import BatchSizes
 
 UPDATE_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask", "values", "returns")
 
 
-class CriticWorker:
+class CriticWorker(TrainState):
     def __init__(self, cfg, sizes: BatchSizes, device: torch.device, total_training_steps: int):
         self.cfg = cfg.critic
         self.sizes = sizes
@@ -73,13 +72,3 @@ class CriticWorker:
             self.optimizer.step()
         metrics["critic/grad_norm"].append(to_float(grad_norm))
 
-    def state_dict(self) -> dict:
-        """Unsharded state (collective when sharded: rank 0 gets it, the other ranks get empty dicts)."""
-        return {"model": model_state(self.model, self.sharded),
-                "optimizer": optimizer_state(self.model, self.optimizer, self.sharded),
-                "lr_scheduler": self.lr_scheduler.state_dict()}
-
-    def load_state_dict(self, state: dict) -> None:
-        load_model_state(self.model, state["model"], self.sharded)
-        load_optimizer_state(self.model, self.optimizer, state["optimizer"], self.sharded)
-        self.lr_scheduler.load_state_dict(state["lr_scheduler"])

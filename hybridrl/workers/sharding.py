@@ -115,3 +115,24 @@ def load_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, sta
     groups = [{**group, "params": [names[i] for i in group["params"]]} for group in state["param_groups"]]
     by_name = {"state": {names[i]: value for i, value in state["state"].items()}, "param_groups": groups}
     set_optimizer_state_dict(model, optimizer, by_name, options=StateDictOptions(full_state_dict=True))
+
+
+class TrainState:
+    """Checkpoint state of a trainable role (actor, critic): its `model`, `optimizer`, `lr_scheduler`,
+    unsharded whatever the world size, so a checkpoint resumes on any number of ranks."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    lr_scheduler: torch.optim.lr_scheduler.LRScheduler
+    sharded: bool
+
+    def state_dict(self) -> dict:
+        """Unsharded state (collective when sharded: rank 0 gets it, the other ranks get empty dicts)."""
+        return {"model": model_state(self.model, self.sharded),
+                "optimizer": optimizer_state(self.model, self.optimizer, self.sharded),
+                "lr_scheduler": self.lr_scheduler.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        load_model_state(self.model, state["model"], self.sharded)
+        load_optimizer_state(self.model, self.optimizer, state["optimizer"], self.sharded)
+        self.lr_scheduler.load_state_dict(state["lr_scheduler"])
