@@ -8,7 +8,7 @@ from __future__ import annotations
 import operator
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from hybridrl.data.parquet import write_parquet
 
@@ -16,11 +16,13 @@ DATA_SOURCE = "arithmetic"
 OPERATORS = {"+": operator.add, "-": operator.sub, "*": operator.mul}
 
 
-def make_row(prompt: str, answer: int, split: str, index: int) -> dict[str, Any]:
+def make_row(prompt: str, answer: int | str, split: str, index: int, data_source: str = DATA_SOURCE,
+             ability: str = "math") -> dict[str, Any]:
+    """One verl-schema row of a procedural task with an exact-match ground truth."""
     return {
-        "data_source": DATA_SOURCE,
+        "data_source": data_source,
         "prompt": [{"role": "user", "content": prompt}],
-        "ability": "math",
+        "ability": ability,
         "reward_model": {"style": "rule", "ground_truth": str(answer)},
         "extra_info": {"split": split, "index": index},
     }
@@ -39,17 +41,31 @@ def make_arithmetic_rows(num_rows: int, seed: int, max_operand: int = 99, ops: s
     if num_rows > num_possible - num_excluded:
         raise ValueError(f"cannot make {num_rows} distinct {ops!r} problems with operands up to {max_operand} "
                          f"({num_possible} exist, {num_excluded} excluded); raise max_operand or add ops")
+
+    def draw(rng: random.Random) -> tuple[str, int]:
+        a, b, op = rng.randint(0, max_operand), rng.randint(0, max_operand), rng.choice(ops)
+        return f"{a}{op}{b}=", OPERATORS[op](a, b)
+
+    return [make_row(prompt, answer, split, i) for i, (prompt, answer) in
+            enumerate(draw_distinct(num_rows, seed, draw, exclude))]
+
+
+def draw_distinct(num_rows: int, seed: int, draw: Callable[[random.Random], tuple[str, Any]],
+                  exclude: set[str]) -> list[tuple[str, Any]]:
+    """`num_rows` (prompt, answer) pairs from `draw` with distinct prompts, none in `exclude` (seeded).
+
+    The caller checks that enough distinct prompts exist, or this loops forever.
+    """
     rng = random.Random(seed)
     seen: set[str] = set()
-    rows = []
-    while len(rows) < num_rows:
-        a, b, op = rng.randint(0, max_operand), rng.randint(0, max_operand), rng.choice(ops)
-        prompt = f"{a}{op}{b}="
+    pairs = []
+    while len(pairs) < num_rows:
+        prompt, answer = draw(rng)
         if prompt in seen or prompt in exclude:
             continue
         seen.add(prompt)
-        rows.append(make_row(prompt, OPERATORS[op](a, b), split, len(rows)))
-    return rows
+        pairs.append((prompt, answer))
+    return pairs
 
 
 def _is_possible_prompt(prompt: str, max_operand: int, ops: str) -> bool:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from hybridrl.data.arithmetic import draw_distinct, make_row
+
 DATA_SOURCE = "digits/reverse"
 
 
@@ -19,16 +21,10 @@ def make_reverse_rows(num_rows: int, seed: int, num_digits: int = 4, split: str 
     if num_rows > 10 ** num_digits - len(exclude):
         raise ValueError(f"cannot make {num_rows} distinct {num_digits}-digit prompts with {len(exclude)} excluded; "
                          f"raise num_digits")
-    rng = random.Random(seed)
-    seen: set[str] = set()
-    rows = []
-    while len(rows) < num_rows:
+
+    def draw(rng: random.Random) -> tuple[str, str]:
         digits = "".join(rng.choice("0123456789") for _ in range(num_digits))
-        prompt = f"{digits}="
-        if prompt in seen or prompt in exclude:
-            continue
-        seen.add(prompt)
-        rows.append({"data_source": DATA_SOURCE, "prompt": [{"role": "user", "content": prompt}], "ability": "string",
-                     "reward_model": {"style": "rule", "ground_truth": digits[::-1]},
-                     "extra_info": {"split": split, "index": len(rows)}})
-    return rows
+        return f"{digits}=", digits[::-1]
+
+    return [make_row(prompt, answer, split, i, data_source=DATA_SOURCE, ability="string")
+            for i, (prompt, answer) in enumerate(draw_distinct(num_rows, seed, draw, exclude))]

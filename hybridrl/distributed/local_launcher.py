@@ -232,10 +232,7 @@ class LocalWorkerGroup(RankCalls):
                 (results if status == "ok" else errors)[rank] = payload
                 if errors and deadline is None:
                     deadline = time.monotonic() + self.error_grace_s
-        if errors:
-            rank = min(errors)
-            raise WorkerError(self.role, rank, method, errors[rank])
-        return [results[r] for r in ranks]
+        return self._in_rank_order(method, results, errors, ranks)
 
     def _poll(self, rank: int, method: str) -> tuple[str, Any] | None:
         """Rank's reply if one is ready; raises WorkerDiedError (after shutting the group down) if it died."""

@@ -287,10 +287,7 @@ class RayWorkerGroup(RankCalls):
             (results if status == "ok" else errors)[rank] = payload
             if errors and deadline is None:
                 deadline = time.monotonic() + self.error_grace_s
-        if errors:
-            rank = min(errors)
-            raise WorkerError(self.role, rank, method, errors[rank])
-        return [results[r] for r in range(len(refs))]
+        return self._in_rank_order(method, results, errors, range(len(refs)))
 
     def _abort(self, reason: str) -> None:
         if self._closed_reason is None:

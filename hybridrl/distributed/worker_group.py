@@ -14,7 +14,7 @@ from typing_extensions import Self
 from hybridrl.utils.batch import Batch
 from hybridrl.utils.metrics import reduce_metrics
 
-from .errors import GroupClosedError
+from .errors import GroupClosedError, WorkerError
 
 
 @runtime_checkable
@@ -102,6 +102,13 @@ class RankCalls:
 
     def call_all(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
         return self._run(method, [(args, kwargs)] * self.world_size)
+
+    def _in_rank_order(self, method: str, results: dict[int, Any], errors: dict[int, str], ranks) -> list[Any]:
+        """The collected results in rank order, or the lowest failing rank's error (its traceback)."""
+        if errors:
+            rank = min(errors)
+            raise WorkerError(self.role, rank, method, errors[rank])
+        return [results[r] for r in ranks]
 
     def call_rank0(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return self._run(method, [(args, kwargs)])[0]

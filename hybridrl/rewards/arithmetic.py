@@ -1,4 +1,5 @@
-"""Reward for the quickstart arithmetic task: 1.0 when the stripped response is exactly the answer."""
+"""Exact-match reward for the procedural tasks (`arithmetic`, `digits/reverse`): 1.0 when the stripped
+response is exactly the answer."""
 
 from __future__ import annotations
 

@@ -65,12 +65,10 @@ def compute_throughput_metrics(batch: Batch, step_seconds: float, num_devices: i
             "perf/throughput": total / max(step_seconds, 1e-9) / max(num_devices, 1)}
 
 
-def memory_metrics(device: torch.device) -> dict[str, float]:
-    """Peak device memory; on CPU the process's peak resident set (the training device is host RAM)."""
-    if device.type != "cuda":
-        import resource
+def host_memory_metrics() -> dict[str, float]:
+    """On CPU the training device is host RAM: the process's peak resident set stands for device memory
+    (on CUDA, `PhaseMemory` reports per-phase and overall peaks instead)."""
+    import resource
 
-        peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return {"perf/max_memory_allocated_gb": peak_kb / 2**20, "perf/cpu_memory_used_gb": peak_kb / 2**20}
-    return {"perf/max_memory_allocated_gb": torch.cuda.max_memory_allocated(device) / 2**30,
-            "perf/max_memory_reserved_gb": torch.cuda.max_memory_reserved(device) / 2**30}
+    peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    return {"perf/max_memory_allocated_gb": peak_gb, "perf/cpu_memory_used_gb": peak_gb}

@@ -15,7 +15,7 @@ from hybridrl.algorithms import agg_loss, apply_kl_penalty, compute_advantage, g
 from hybridrl.logging.log import get_logger
 from hybridrl.trainer import checkpointing
 from hybridrl.trainer.metrics import (compute_data_metrics, compute_throughput_metrics, compute_timing_metrics,
-                                      memory_metrics)
+                                      host_memory_metrics)
 from hybridrl.trainer.roles import Roles, build_roles
 from hybridrl.trainer.setup import (build_dataset, build_loader, build_tokenizer, resolve_device, role_needs,
                                     seed_everything, total_training_steps)
@@ -149,7 +149,7 @@ class PPOTrainer:
         metrics.update(compute_data_metrics(batch, self.needs.critic, self.cfg.actor_rollout_ref.rollout.response_length))
         metrics.update(compute_timing_metrics(batch, timings))
         metrics.update(compute_throughput_metrics(batch, timings["step"], self.num_devices))
-        metrics.update(self.memory.pop_metrics() if self.device.type == "cuda" else memory_metrics(self.device))
+        metrics.update(self.memory.pop_metrics() if self.device.type == "cuda" else host_memory_metrics())
         return metrics
 
     # =============================================================== phases
