@@ -124,6 +124,20 @@ class BlockManager:
         needs_block = len(seq) > len(seq.block_table) * self.block_size
         return self.num_free_blocks >= int(needs_block)
 
+    def blocks_to_reserve(self, seq: Sequence, num_steps: int) -> int:
+        """Free blocks `reserve(seq, num_steps)` would take."""
+        capacity_needed = len(seq) - 1 + num_steps  # decode step i writes the KV of position len - 1 + i
+        return max(0, -(-capacity_needed // self.block_size) - len(seq.block_table))
+
+    def reserve(self, seq: Sequence, num_steps: int) -> None:
+        """Before a burst of `num_steps` decode steps: blocks for every KV slot the burst writes.
+
+        Blocks filled during a burst are not hashed into the prefix cache (their tokens are only known
+        after it); generated tokens are what samples differ in, so they were not worth sharing anyway.
+        """
+        for _ in range(self.blocks_to_reserve(seq, num_steps)):
+            seq.block_table.append(self._take_free_block().block_id)
+
     def may_append(self, seq: Sequence) -> None:
         """Before decoding `seq`'s newest token: add a block if it starts one, hash the block it fills."""
         n = len(seq)

@@ -7,6 +7,7 @@ a captured graph costs one launch. Eager fallback (same padding path) on CPU or 
 from __future__ import annotations
 
 import bisect
+import logging
 import time
 from typing import Callable
 
@@ -41,7 +42,8 @@ class CUDAGraphDecodeRunner:
 
     def __init__(self, decode_fn: DecodeFn, max_batch_size: int, max_blocks_per_seq: int,
                  vocab_or_hidden_size: int, device: torch.device | str,
-                 capture_sizes: list[int] | None = None, *, enforce_eager: bool = False) -> None:
+                 capture_sizes: list[int] | None = None, *, enforce_eager: bool = False,
+                 eager_reason: str = "enforce_eager=True") -> None:
         self.decode_fn = decode_fn
         self.device = torch.device(device)
         self.capture_sizes = sorted(set(capture_sizes or default_capture_sizes(max_batch_size)))
@@ -52,8 +54,10 @@ class CUDAGraphDecodeRunner:
         self.output_size = vocab_or_hidden_size
         self.use_graphs = self.device.type == "cuda" and not enforce_eager
         if not self.use_graphs:
-            reason = "enforce_eager=True" if enforce_eager else f"device {self.device} is not CUDA"
-            log.info("decode CUDA graphs off (%s): running the decode step eagerly", reason)
+            reason = eager_reason if enforce_eager else f"device {self.device} is not CUDA"
+            # Expected (quiet) on CPU; worth an info line when graphs are off on CUDA or by request.
+            level = logging.INFO if enforce_eager or self.device.type == "cuda" else logging.DEBUG
+            log.log(level, "decode CUDA graphs off (%s): running the decode step eagerly", reason)
         rows, idx = self.capture_sizes[-1], dict(device=self.device)
         self.input_ids = torch.zeros(rows, dtype=torch.int64, **idx)
         self.positions = torch.zeros(rows, dtype=torch.int64, **idx)
@@ -80,10 +84,18 @@ class CUDAGraphDecodeRunner:
 
         The result is a view of a static buffer that the next `run` overwrites: consume it first.
         """
-        batch = input_ids.shape[0]
-        size = self.padded_size(batch)
+        size = self.stage(input_ids, positions, block_tables, context_lens, slot_mapping)
         if size is None:  # larger than the largest graph: plain eager call, no padding
             return self.decode_fn(input_ids, positions, block_tables, context_lens, slot_mapping)
+        return self.replay(size)[:input_ids.shape[0]]
+
+    def stage(self, input_ids: torch.Tensor, positions: torch.Tensor, block_tables: torch.Tensor,
+              context_lens: torch.Tensor, slot_mapping: torch.Tensor) -> int | None:
+        """Copy a batch into the static buffers (capturing its graph first if needed); returns the padded
+        size to `replay`, or None when the batch is larger than every graph (nothing staged)."""
+        size = self.padded_size(input_ids.shape[0])
+        if size is None:
+            return None
         # Capture (lazily, on the first run after construction or `release`) before staging: capture
         # resets every static row to padding, so staging first made that step's replay decode padding
         # only (wrong logits, and no K/V stored for any row, so every later step diverged as well).
@@ -92,10 +104,16 @@ class CUDAGraphDecodeRunner:
             # free_cache_engine the graphs are re-captured after every wake-up (KV cache moved).
             self.capture([size] if self._graphs else [self.capture_sizes[-1], size])
         self._stage(size, input_ids, positions, block_tables, context_lens, slot_mapping)
+        return size
+
+    def replay(self, size: int) -> torch.Tensor:
+        """Decode the `size` staged rows as the static buffers hold them now -> (size, output) view.
+
+        A decode burst edits the buffers in place between replays (`views`) instead of staging again."""
         if not self.use_graphs:
-            return self.decode_fn(*self._views(size))[:batch]
+            return self.decode_fn(*self.views(size))
         self._graphs[size].replay()
-        return self._outputs[:batch]
+        return self._outputs[:size]
 
     def _stage(self, size: int, input_ids: torch.Tensor, positions: torch.Tensor,
                block_tables: torch.Tensor, context_lens: torch.Tensor, slot_mapping: torch.Tensor) -> None:
@@ -120,7 +138,7 @@ class CUDAGraphDecodeRunner:
             self.context_lens[batch:size].fill_(1)
             self.slot_mapping[batch:size].fill_(-1)  # stale slots would overwrite live sequences' KV
 
-    def _views(self, size: int) -> tuple[torch.Tensor, ...]:
+    def views(self, size: int) -> tuple[torch.Tensor, ...]:
         return (self.input_ids[:size], self.positions[:size], self.block_tables[:size],
                 self.context_lens[:size], self.slot_mapping[:size])
 
@@ -142,10 +160,10 @@ class CUDAGraphDecodeRunner:
         for size in reversed(sizes):
             if size in self._graphs:
                 continue
-            self._check_output(self.decode_fn(*self._views(size)))  # warm-up: compiles Triton kernels
+            self._check_output(self.decode_fn(*self.views(size)))  # warm-up: compiles Triton kernels
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self._pool):
-                out = self.decode_fn(*self._views(size))
+                out = self.decode_fn(*self.views(size))
                 if self._outputs is None:
                     self._outputs = out
                 else:

@@ -28,7 +28,7 @@ class LLMEngine:
                  gpu_memory_utilization: float = 0.5, block_size: int = 16, max_num_seqs: int = 256,
                  max_num_batched_tokens: int = 8192, max_model_len: int | None = None,
                  enforce_eager: bool = False, enable_prefix_caching: bool = True,
-                 num_kv_blocks: int | None = None, seed: int = 0) -> None:
+                 num_kv_blocks: int | None = None, seed: int = 0, max_decode_burst: int = 16) -> None:
         if not 0 < gpu_memory_utilization <= 1:
             raise ValueError(f"actor_rollout_ref.rollout.gpu_memory_utilization ({gpu_memory_utilization}) "
                              "must be in (0, 1]; try 0.5")
@@ -41,6 +41,10 @@ class LLMEngine:
         self.max_num_batched_tokens = max_num_batched_tokens
         self.enable_prefix_caching = enable_prefix_caching
         self.seed, self.num_calls = seed, 0
+        if max_decode_burst < 1:
+            raise ValueError(f"max_decode_burst ({max_decode_burst}) must be >= 1 (1: a host round trip every step)")
+        # Decode steps per host round trip: sampled tokens stay on the device in between.
+        self.max_decode_burst = max_decode_burst
         self.runner = ModelRunner(self.model, self.device, block_size, max_num_seqs, self.max_model_len,
                                   enforce_eager)
         self.num_kv_blocks = num_kv_blocks or self._profile_num_kv_blocks()
@@ -137,24 +141,26 @@ class LLMEngine:
 
     def _run(self, scheduler: Scheduler, params: SamplingParams) -> dict[str, float]:
         prefill_s = decode_s = 0.0
-        num_decode_steps = 0
+        num_decode_steps = num_bursts = 0
         while not scheduler.is_finished():
-            seqs, is_prefill = scheduler.schedule()
+            seqs, is_prefill, num_steps = scheduler.schedule(self.max_decode_burst)
             if not seqs:
                 raise RuntimeError("the scheduler made no progress (a sequence cannot get KV blocks)")
             start = time.perf_counter()
-            tokens, logprobs = self.runner.run(seqs, is_prefill, params)
-            elapsed = time.perf_counter() - start
             if is_prefill:
-                prefill_s += elapsed
+                tokens, logprobs = self.runner.run_prefill(seqs, params)
+                prefill_s += time.perf_counter() - start
             else:
-                decode_s += elapsed
-                num_decode_steps += 1
+                tokens, logprobs = self.runner.run_decode(seqs, num_steps, params)
+                decode_s += time.perf_counter() - start
+                num_decode_steps += num_steps
+                num_bursts += 1
             scheduler.postprocess(seqs, tokens, logprobs)
         return {
             "rollout/prefill_time_s": prefill_s,
             "rollout/decode_time_s": decode_s,
             "rollout/decode_steps": float(num_decode_steps),
+            "rollout/decode_bursts": float(num_bursts),
             "rollout/mean_decode_step_s": decode_s / max(num_decode_steps, 1),
             "rollout/num_preempted": float(scheduler.num_preempted),
             "rollout/prefix_cache_hit_tokens": float(scheduler.num_cached_tokens),

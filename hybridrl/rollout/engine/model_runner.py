@@ -11,6 +11,8 @@ import torch
 
 from hybridrl.rollout.base import SamplingParams
 from hybridrl.rollout.engine.attention import select_backend
+from hybridrl.rollout.engine.cuda_graph import CUDAGraphDecodeRunner
+from hybridrl.rollout.engine.decode_step import advance_decode_inputs, make_sampler
 from hybridrl.rollout.engine.layers import AttentionMetadata
 from hybridrl.rollout.engine.sampler import gumbel_argmax, sample
 from hybridrl.rollout.engine.sequence import Sequence
@@ -64,19 +66,14 @@ class ModelRunner:
         # Eager, the noise hash is ~17 kernels over (B, V); compiled, noise + argmax fuse into one.
         compiled = device.type == "cuda" and not enforce_eager
         self.gumbel_argmax = torch.compile(gumbel_argmax, dynamic=True) if compiled else gumbel_argmax
-        self.graph_runner = self._make_graph_runner(max_num_seqs, enforce_eager, backend.name)
-
-    def _make_graph_runner(self, max_num_seqs: int, enforce_eager: bool, backend_name: str):
         # Only the Triton backend is capturable: the torch store_kv_cache drops slot -1 rows with a
         # boolean gather (a host sync), which fails inside CUDA-graph capture (e.g. head_dim 96, Phi-3).
-        if self.device.type != "cuda" or enforce_eager or backend_name != "triton":
-            return None
-        try:
-            from hybridrl.rollout.engine.cuda_graph import CUDAGraphDecodeRunner
-        except ImportError:
-            return None
-        return CUDAGraphDecodeRunner(self.decode_fn, max_num_seqs, self.max_blocks_per_seq,
-                                     self.model.config.vocab_size, self.device)
+        # Otherwise the same runner runs eagerly: decode bursts edit its static buffers in place.
+        eager_reason = "enforce_eager=True" if enforce_eager else f"the {backend.name} attention backend"
+        self.graph_runner = CUDAGraphDecodeRunner(
+            self.decode_fn, max_num_seqs, self.max_blocks_per_seq, self.model.config.vocab_size, self.device,
+            enforce_eager=device.type == "cuda" and (enforce_eager or backend.name != "triton"),
+            eager_reason=eager_reason)
 
     # --- KV cache -------------------------------------------------------------------------------
     @property
@@ -93,8 +90,7 @@ class ModelRunner:
             layer.k_cache, layer.v_cache = self.kv_cache[0, i], self.kv_cache[1, i]
 
     def free_kv_cache(self) -> None:
-        if self.graph_runner is not None:
-            self.graph_runner.release()  # graphs hold the cache's addresses
+        self.graph_runner.release()  # graphs hold the cache's addresses
         for layer in self.layers:
             layer.k_cache = layer.v_cache = torch.empty(0)
         self.kv_cache = None
@@ -173,18 +169,45 @@ class ModelRunner:
         return self.model.compute_logits(self.model(input_ids, positions, meta))
 
     @torch.inference_mode()
-    def run(self, seqs: list[Sequence], is_prefill: bool, params: SamplingParams
-            ) -> tuple[list[int], list[float]]:
-        """One step for `seqs`: the next token of each and its log-prob."""
-        if is_prefill:
-            input_ids, positions, meta, last = self.prepare_prefill(seqs)
-            logits = self.model.compute_logits(self.model(input_ids, positions, meta)[last])
-        elif self.graph_runner is not None:
-            logits = self.graph_runner.run(*self.prepare_decode(seqs))
-        else:
-            logits = self.decode_fn(*self.prepare_decode(seqs))
-        keys = self._tensor([s.seed for s in seqs], torch.int64)
-        steps = self._tensor([s.num_completion_tokens for s in seqs], torch.int64)
-        tokens, logprobs = sample(logits, params.temperature, params.top_k, params.top_p, params.greedy,
-                                  keys, steps, self.gumbel_argmax)
-        return tokens.tolist(), logprobs.tolist()
+    def run_prefill(self, seqs: list[Sequence], params: SamplingParams) -> tuple[list[list[int]], list[list[float]]]:
+        """The prompts of `seqs` (after prefix-cache hits) -> each sequence's first token and its log-prob."""
+        input_ids, positions, meta, last = self.prepare_prefill(seqs)
+        logits = self.model.compute_logits(self.model(input_ids, positions, meta)[last])
+        tokens, logprobs = make_sampler(params, self.device, self.gumbel_argmax)(
+            logits, self._seeds(seqs), self._steps(seqs))
+        return tokens[:, None].tolist(), logprobs[:, None].tolist()
+
+    @torch.inference_mode()
+    def run_decode(self, seqs: list[Sequence], num_steps: int, params: SamplingParams
+                   ) -> tuple[list[list[int]], list[list[float]]]:
+        """A burst of `num_steps` decode steps with one host round trip -> (B, num_steps) tokens and
+        log-probs; a row's entries past its remaining budget are junk for the caller to drop.
+
+        The scheduler reserved the KV blocks; sampled tokens feed the next step on the device
+        (`advance_decode_inputs`), and each step replays the decode graph of the padded batch size.
+        """
+        batch = len(seqs)
+        size = self.graph_runner.stage(*self.prepare_decode(seqs))
+        if size is None:
+            raise ValueError(f"{batch} sequences in one decode step exceed max_num_seqs "
+                             f"({self.graph_runner.capture_sizes[-1]})")
+        ids, positions, tables, context_lens, slots = (v[:batch] for v in self.graph_runner.views(size))
+        budgets = np.fromiter((min(num_steps, s.num_remaining_tokens) for s in seqs), dtype=np.int64, count=batch)
+        limits = positions + self._from_numpy(budgets)
+        keys, steps = self._seeds(seqs), self._steps(seqs)
+        sampler = make_sampler(params, self.device, self.gumbel_argmax)
+        out_tokens = torch.empty(batch, num_steps, dtype=torch.int64, device=self.device)
+        out_logprobs = torch.empty(batch, num_steps, dtype=torch.float32, device=self.device)
+        for i in range(num_steps):
+            tokens, logprobs = sampler(self.graph_runner.replay(size)[:batch], keys, steps)
+            out_tokens[:, i], out_logprobs[:, i] = tokens, logprobs
+            if i + 1 < num_steps:
+                advance_decode_inputs(ids, positions, tables, context_lens, slots, tokens, limits, self.block_size)
+                steps += 1
+        return out_tokens.tolist(), out_logprobs.tolist()
+
+    def _seeds(self, seqs: list[Sequence]) -> torch.Tensor:
+        return self._tensor([s.seed for s in seqs], torch.int64)
+
+    def _steps(self, seqs: list[Sequence]) -> torch.Tensor:
+        return self._tensor([s.num_completion_tokens for s in seqs], torch.int64)

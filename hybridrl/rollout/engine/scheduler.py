@@ -31,12 +31,31 @@ class Scheduler:
     def is_finished(self) -> bool:
         return not self.waiting and not self.running
 
-    def schedule(self) -> tuple[list[Sequence], bool]:
-        """Pick the next step's sequences; returns (seqs, is_prefill)."""
+    def schedule(self, max_steps: int = 1) -> tuple[list[Sequence], bool, int]:
+        """Pick the next step's sequences; returns (seqs, is_prefill, num_steps).
+
+        Decode runs a burst of up to `max_steps` steps (one host round trip) when every running
+        sequence can reserve its blocks for it without preemption; else one step, which may preempt.
+        """
         scheduled = self._schedule_prefill()
         if scheduled:
-            return scheduled, True
-        return self._schedule_decode(), False
+            return scheduled, True, 1
+        num_steps = self._burst_length(max_steps)
+        if num_steps > 1:
+            for seq in self.running:
+                self.block_manager.reserve(seq, min(num_steps, seq.num_remaining_tokens))
+            return list(self.running), False, num_steps
+        return self._schedule_decode(), False, 1
+
+    def _burst_length(self, max_steps: int) -> int:
+        """Steps the next decode burst can run: the longest remaining budget (capped at max_steps), or
+        the shortest one while sequences wait (so finished ones make room early); 1 when blocks are short."""
+        if max_steps <= 1 or len(self.running) > self.max_num_seqs:
+            return 1
+        remaining = [seq.num_remaining_tokens for seq in self.running]
+        num_steps = min(max_steps, min(remaining) if self.waiting else max(remaining))
+        needed = sum(self.block_manager.blocks_to_reserve(s, min(num_steps, r)) for s, r in zip(self.running, remaining))
+        return num_steps if needed <= self.block_manager.num_free_blocks else 1
 
     def _schedule_prefill(self) -> list[Sequence]:
         scheduled: list[Sequence] = []
@@ -87,11 +106,14 @@ class Scheduler:
         self.block_manager.deallocate(seq)
         self.waiting.appendleft(seq)
 
-    def postprocess(self, seqs: list[Sequence], token_ids: list[int], logprobs: list[float]) -> list[Sequence]:
-        """Append each sequence's new token; free and return the ones that finished."""
+    def postprocess(self, seqs: list[Sequence], token_ids: list[list[int]], logprobs: list[list[float]]
+                    ) -> list[Sequence]:
+        """Append each sequence's new tokens (one list per sequence, one entry per step of the burst) up
+        to its stop; free and return the ones that finished. Tokens after a stop are dropped: a burst
+        keeps decoding finished rows until the host looks."""
         finished = []
-        for seq, token_id, logprob in zip(seqs, token_ids, logprobs):
-            if seq.append_token(token_id, logprob):
+        for seq, seq_tokens, seq_logprobs in zip(seqs, token_ids, logprobs):
+            if any(seq.append_token(t, lp) for t, lp in zip(seq_tokens, seq_logprobs)):
                 seq.status = SequenceStatus.FINISHED
                 self.block_manager.deallocate(seq)
                 finished.append(seq)

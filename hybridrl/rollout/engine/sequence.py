@@ -49,6 +49,11 @@ class Sequence:
         return self.token_ids[self.num_prompt_tokens:]
 
     @property
+    def num_remaining_tokens(self) -> int:
+        """Tokens it may still generate (stop ids aside)."""
+        return self.max_new_tokens - self.num_completion_tokens
+
+    @property
     def last_token(self) -> int:
         return self.token_ids[-1]
 

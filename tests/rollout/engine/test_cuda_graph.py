@@ -116,7 +116,7 @@ def graph_runner_on_cpu(monkeypatch, decode, max_batch_size=16):
             return "pool"
 
         def replay(self):
-            runner._outputs[:self.size] = decode(*runner._views(self.size))
+            runner._outputs[:self.size] = decode(*runner.views(self.size))
 
     @contextlib.contextmanager
     def fake_capture(graph, pool=None):

@@ -116,4 +116,32 @@ def test_cpu_uses_the_torch_attention_backend(model):
     assert select_backend(torch.device("cpu"), 16).name == "torch"
     engine = make_engine(model)
     assert {layer.backend.name for layer in engine.runner.layers} == {"torch"}
-    assert engine.runner.graph_runner is None
+    assert not engine.runner.graph_runner.use_graphs
+
+
+@pytest.mark.parametrize("stop", [False, True])
+def test_decode_bursts_match_single_steps(model, stop):
+    """Several decode steps per host round trip (tokens fed back on the device, KV slots reserved
+    ahead) must give exactly the tokens and log-probs of one step per round trip, EOS stops included."""
+    params = SamplingParams(n=3, seed=3, temperature=0.9, max_new_tokens=14, ignore_eos=not stop,
+                            eos_token_ids=[7, 11, 19, 23, 29, 31] if stop else [])
+    single = make_engine(model, max_decode_burst=1).generate(PROMPTS, params)
+    burst = make_engine(model, max_decode_burst=5).generate(PROMPTS, params)
+    assert burst.metrics["rollout/decode_bursts"] < single.metrics["rollout/decode_bursts"]
+    assert burst.token_ids == single.token_ids
+    torch.testing.assert_close(torch.tensor(sum(burst.log_probs, [])), torch.tensor(sum(single.log_probs, [])),
+                               atol=1e-5, rtol=0)
+    lengths = [len(t) for t in burst.token_ids]
+    assert (min(lengths) < 14) if stop else set(lengths) == {14}
+
+
+def test_bursts_with_tight_kv_fall_back_to_single_steps(model):
+    params = SamplingParams(n=3, seed=2, max_new_tokens=16, ignore_eos=True)
+    free = make_engine(model, max_decode_burst=8).generate(PROMPTS, params)
+    tight = make_engine(model, max_decode_burst=8, num_kv_blocks=10).generate(PROMPTS, params)
+    assert tight.metrics["rollout/num_preempted"] > 0 and tight.token_ids == free.token_ids
+
+
+def test_max_decode_burst_is_validated(model):
+    with pytest.raises(ValueError, match="max_decode_burst"):
+        make_engine(model, max_decode_burst=0)

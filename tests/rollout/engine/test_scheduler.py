@@ -7,13 +7,33 @@ from hybridrl.rollout.engine.scheduler import Scheduler, prefill_tokens
 from hybridrl.rollout.engine.sequence import Sequence
 
 
-def fake_token(seq):
+def fake_token(seq, token_ids=None):
     """Deterministic in (row, context): any divergence in recompute shows up in the tokens."""
-    return (seq.row * 31 + sum(seq.token_ids) * 7 + len(seq)) % 50 + 10
+    token_ids = seq.token_ids if token_ids is None else token_ids
+    return (seq.row * 31 + sum(token_ids) * 7 + len(token_ids)) % 50 + 10
+
+
+JUNK = -7  # what a burst "samples" for a row past its budget: the scheduler must drop it
+
+
+def fake_burst(seq, num_steps, kv, block_size):
+    """Decode `num_steps` tokens for `seq` as the device would: each step writes the KV of its input
+    token into a reserved slot, until the row's budget is spent (then junk, no writes)."""
+    ids, tokens = list(seq.token_ids), []
+    for _ in range(num_steps):
+        if len(tokens) >= seq.num_remaining_tokens:
+            tokens.append(JUNK)
+            continue
+        pos = len(ids) - 1
+        assert pos // block_size < len(seq.block_table), "a burst step has no reserved KV block"
+        kv[seq.block_table[pos // block_size] * block_size + pos % block_size] = tuple(ids)
+        tokens.append(fake_token(seq, ids))
+        ids.append(tokens[-1])
+    return tokens
 
 
 def simulate(prompts, n=1, max_new=12, num_blocks=64, block_size=4, max_num_seqs=8, max_tokens=32,
-             stop=frozenset()):
+             stop=frozenset(), burst=1):
     bm = BlockManager(num_blocks, block_size)
     sched = Scheduler(bm, max_num_seqs, max_tokens)
     seqs = [Sequence(i * n + j, p, max_new, seed=0, stop_ids=stop) for i, p in enumerate(prompts) for j in range(n)]
@@ -22,8 +42,8 @@ def simulate(prompts, n=1, max_new=12, num_blocks=64, block_size=4, max_num_seqs
     kv = {}  # slot -> token prefix whose last token's KV it holds
     steps = 0
     while not sched.is_finished():
-        batch, is_prefill = sched.schedule()
-        assert batch and len(batch) <= max_num_seqs
+        batch, is_prefill, num_steps = sched.schedule(burst)
+        assert batch and len(batch) <= max_num_seqs and 1 <= num_steps <= burst
         if is_prefill:
             assert len(batch) == 1 or sum(prefill_tokens(s) for s in batch) <= max_tokens
         for seq in batch:
@@ -33,11 +53,32 @@ def simulate(prompts, n=1, max_new=12, num_blocks=64, block_size=4, max_num_seqs
                 if pos >= first and pos >= seq.num_cached_tokens:
                     kv[slot] = tuple(seq.token_ids[:pos + 1])
                 assert kv.get(slot) == tuple(seq.token_ids[:pos + 1]), "stale or missing KV"
-        sched.postprocess(batch, [fake_token(s) for s in batch], [0.0] * len(batch))
+        tokens = [[fake_token(s)] if is_prefill else fake_burst(s, num_steps, kv, block_size) for s in batch]
+        sched.postprocess(batch, tokens, [[0.0] * num_steps for _ in batch])
         steps += 1
         assert steps < 10_000
     assert bm.num_free_blocks == num_blocks and all(b.ref_count == 0 for b in bm.blocks)
     return [s.completion_token_ids for s in seqs], sched
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_decode_bursts_give_the_same_tokens_as_single_steps(n):
+    prompts = [list(range(1, 10)), list(range(5, 8)), list(range(2, 20)), [3] * 5]
+    single, _ = simulate(prompts, n=n, max_num_seqs=4)
+    for burst in (2, 5, 16):
+        out, sched = simulate(prompts, n=n, max_num_seqs=4, burst=burst)
+        assert out == single and JUNK not in sum(out, [])
+    # tight blocks: bursts fall back to single steps (which may preempt) and still agree
+    tight, sched = simulate(prompts, n=n, num_blocks=12, max_num_seqs=4, burst=8)
+    assert tight == single
+
+
+def test_bursts_stop_at_stop_tokens_and_free_reserved_blocks():
+    prompts = [[i + 1] * (3 + i) for i in range(6)]
+    stop = frozenset({10, 11, 12})
+    single, _ = simulate(prompts, max_num_seqs=3, stop=stop)
+    burst, _ = simulate(prompts, max_num_seqs=3, stop=stop, burst=6)  # asserts every block is freed
+    assert burst == single and any(len(o) < 12 for o in burst)
 
 
 @pytest.mark.parametrize("n", [1, 3])

@@ -1,0 +1,52 @@
+"""What a decode burst does on the device between model forwards: sample, then advance the inputs.
+
+A burst runs several decode steps with no host round trip: the sampled tokens become the next
+inputs on the device, positions and context lengths advance, and KV slots are looked up in the
+block table. The host reserved blocks for each row's first `limit - start` positions (its remaining
+token budget, capped at the burst length); past its limit a row keeps running with no KV writes
+(slot -1) and a frozen context length, and the host drops those tokens.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from hybridrl.rollout.base import SamplingParams
+from hybridrl.rollout.engine.sampler import gumbel_argmax, sample
+
+# sampler(logits (B, V), keys (B,), steps (B,)) -> (tokens int64 (B,), log-probs float32 (B,))
+Sampler = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
+def advance_decode_inputs(input_ids: torch.Tensor, positions: torch.Tensor, block_tables: torch.Tensor,
+                          context_lens: torch.Tensor, slot_mapping: torch.Tensor, tokens: torch.Tensor,
+                          limits: torch.Tensor, block_size: int) -> None:
+    """In place, on the device: the next step's inputs after sampling `tokens` (B,).
+
+    limits (B,) int64: positions < limit have a reserved KV slot; the others write nothing."""
+    input_ids.copy_(tokens)
+    nxt = positions + 1
+    valid = nxt < limits
+    column = (nxt // block_size).clamp_(max=block_tables.shape[1] - 1)
+    slots = block_tables.gather(1, column[:, None])[:, 0].long() * block_size + nxt % block_size
+    slot_mapping.copy_(torch.where(valid, slots, -1))
+    context_lens.copy_(torch.where(valid, nxt + 1, context_lens.long()))
+    positions.copy_(torch.where(valid, nxt, positions))
+
+
+def make_sampler(params: SamplingParams, device: torch.device, argmax_fn: Callable = gumbel_argmax) -> Sampler:
+    """The fused Triton sampler on CUDA when it applies (no top-k / top-p), else `sampler.sample`."""
+    plain = not (0 < params.top_k) and params.top_p >= 1.0
+    if device.type == "cuda" and plain:
+        try:
+            from hybridrl.rollout.engine.sampling_kernel import fused_sample
+        except ImportError:  # no Triton: the torch path below
+            pass
+        else:
+            temperature = torch.tensor([params.temperature], dtype=torch.float32, device=device)
+            greedy = torch.tensor([int(params.greedy)], dtype=torch.int32, device=device)
+            return lambda logits, keys, steps: fused_sample(logits, keys, steps, temperature, greedy)
+    return lambda logits, keys, steps: sample(logits, params.temperature, params.top_k, params.top_p,
+                                              params.greedy, keys, steps, argmax_fn)
