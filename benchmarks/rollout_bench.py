@@ -42,6 +42,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--response-length", type=int, default=None, help="forced tokens, default 256 (quick: 8)")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.5)
     parser.add_argument("--enforce-eager", action="store_true", help="engine without CUDA graphs")
+    parser.add_argument("--max-decode-burst", type=int, default=16,
+                        help="decode steps per host round trip (1 = sync every step)")
+    parser.add_argument("--profile", default=None,
+                        help="write a torch.profiler table (top kernels) of one engine generate here")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     defaults = dict(num_prompts=4, n=2, response_length=8) if args.quick else dict(
@@ -56,13 +60,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def make_engine(model: torch.nn.Module, args: argparse.Namespace, max_num_seqs: int, max_model_len: int,
-                enable_prefix_caching: bool = True):
+                enable_prefix_caching: bool = True, max_decode_burst: int | None = None):
     from hybridrl.rollout.engine.llm_engine import LLMEngine
 
     return LLMEngine(model, dtype=args.dtype, device=args.device, max_num_seqs=max_num_seqs,
                      max_model_len=max_model_len, gpu_memory_utilization=args.gpu_memory_utilization,
                      enable_prefix_caching=enable_prefix_caching, enforce_eager=args.enforce_eager,
-                     seed=args.seed)
+                     seed=args.seed, max_decode_burst=max_decode_burst or args.max_decode_burst)
 
 
 def release_memory() -> None:
@@ -285,6 +289,40 @@ def kernel_bench(config, prompts: list[list[int]], args: argparse.Namespace) -> 
     return result
 
 
+def burst_comparison(model, prompts, args, main_engine_result: dict[str, Any]) -> dict[str, Any]:
+    """The main workload with one host round trip per decode step (max_decode_burst=1) vs the main run."""
+    max_len = max(map(len, prompts)) + args.varied_max_len
+    params = SamplingParams(n=args.n, max_new_tokens=args.response_length, ignore_eos=True, temperature=1.0,
+                            seed=args.seed)
+    engine = make_engine(model, args, len(prompts) * args.n, max_len, max_decode_burst=1)
+    single = run_engine(engine, prompts, params, args.device)
+    engine.sleep()
+    del engine
+    release_memory()
+    keep = ("gen_tok_s", "wall_s", "metrics")
+    return {"burst_1": {k: single[k] for k in keep},
+            f"burst_{args.max_decode_burst}": {k: main_engine_result[k] for k in keep},
+            "speedup": main_engine_result["gen_tok_s"] / single["gen_tok_s"]}
+
+
+def profile_generate(engine, prompts, args) -> dict[str, Any]:
+    """torch.profiler over one warm `generate` of the main workload: the top device-time ops, to a file."""
+    from torch.profiler import ProfilerActivity, profile
+
+    params = SamplingParams(n=args.n, max_new_tokens=args.response_length, ignore_eos=True, temperature=1.0,
+                            seed=args.seed + 1)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if args.device.startswith("cuda") else [])
+    with profile(activities=activities) as prof:
+        engine.generate(prompts, params)
+    sort_key = "cuda_time_total" if ProfilerActivity.CUDA in activities else "cpu_time_total"
+    table = prof.key_averages().table(sort_by=sort_key, row_limit=40)
+    with open(args.profile, "w") as f:
+        f.write(table)
+    events = sorted(prof.key_averages(), key=lambda e: getattr(e, "device_time_total", 0.0), reverse=True)
+    return {"file": args.profile, "top_device_ms": {e.key: getattr(e, "device_time_total", 0.0) / 1e3
+                                                     for e in events[:15]}}
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     config = qwen2_config(quick=args.quick)
@@ -301,8 +339,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     report["main"] = main_run["result"]
     if not args.skip_extras:
         report["varied_lengths"] = varied_lengths(model, config, prompts, args, main_run["engine"])
+    if args.profile:
+        report["profile"] = profile_generate(main_run["engine"], prompts, args)
     main_run.pop("engine").sleep()  # the last reference: the engine is freed here
     release_memory()
+    if not args.skip_extras and args.max_decode_burst > 1:
+        report["decode_burst"] = burst_comparison(model, prompts, args, report["main"]["engine"])
     if not args.skip_extras:
         report["prefix_caching"] = prefix_caching(model, prompts, args, report["main"]["engine"])
         if torch.device(args.device).type == "cuda":
