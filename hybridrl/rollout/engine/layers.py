@@ -39,6 +39,22 @@ def default_weight_loader(param: torch.Tensor, loaded: torch.Tensor, shard_id: o
     param.data.copy_(loaded)
 
 
+# Triton kernels for norms, RoPE and SiLU-and-mul on CUDA tensors (fused_ops.py); False: the torch code
+# below everywhere (the reference the kernels are tested against).
+USE_FUSED_OPS = True
+
+
+def fused_ops_for(x: torch.Tensor):
+    """The fused_ops module when `x` should use it (CUDA, Triton importable), else None."""
+    if not (USE_FUSED_OPS and x.is_cuda):
+        return None
+    try:
+        from hybridrl.rollout.engine import fused_ops
+    except ImportError:
+        return None
+    return fused_ops
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
@@ -48,6 +64,12 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None
                 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Normalise x (in fp32, like HF); with `residual`, add it first and also return the sum."""
+        fused = fused_ops_for(x)
+        if fused is not None and x.dtype == self.weight.dtype:
+            if residual is None:
+                return fused.rms_norm(x.reshape(-1, x.shape[-1]), self.weight, self.eps).view(x.shape)
+            if x.dim() == 2 and residual.dtype == x.dtype:
+                return fused.rms_norm(x, self.weight, self.eps, residual)
         if residual is not None:
             x = x + residual
             residual = x
@@ -72,6 +94,10 @@ class RotaryEmbedding(nn.Module):
     def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
                 ) -> tuple[torch.Tensor, torch.Tensor]:
         """q (N, Hq, D), k (N, Hkv, D) rotated at positions (N,). Math in the activation dtype, as HF."""
+        fused = fused_ops_for(q)
+        if fused is not None:  # in place: q and k are fresh views of this layer's qkv projection
+            return (fused.rotary_inplace(q, positions, self.cos, self.sin, self.rot_dim),
+                    fused.rotary_inplace(k, positions, self.cos, self.sin, self.rot_dim))
         cos = self.cos[positions].to(q.dtype)[:, None]  # (N, 1, rot_dim)
         sin = self.sin[positions].to(q.dtype)[:, None]
         return self._rotate(q, cos, sin), self._rotate(k, cos, sin)
@@ -113,6 +139,9 @@ class SiluAndMulMLP(nn.Module):
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        fused = fused_ops_for(x)
+        if fused is not None:
+            return self.down_proj(fused.silu_and_mul(self.gate_up_proj(x)))
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
         return self.down_proj(F.silu(gate) * up)
 

@@ -1,0 +1,114 @@
+"""Triton norm / RoPE / SiLU-and-mul kernels vs the torch layer code they replace on CUDA.
+
+Run in a TRITON_INTERPRET=1 subprocess on CPU (see test_triton_decode.py for why); the kernels must
+round where the torch code rounds, so bf16 results agree to within one bf16 ulp."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from hybridrl.rollout.engine.layers import RMSNorm, RotaryEmbedding, SiluAndMulMLP
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+interpreted = pytest.mark.skipif(not INTERPRETED, reason="runs in test_interpreted_fused_ops's subprocess")
+REPO = Path(__file__).resolve().parents[3]
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+def test_interpreted_fused_ops():
+    if INTERPRETED:
+        pytest.skip("already inside the interpreter subprocess")
+    pytest.importorskip("triton", reason="pip install triton to test the Triton kernels on CPU")
+    cmd = [sys.executable, "-m", "pytest", __file__, "-q", "-x", "-p", "no:cacheprovider", "-o", "addopts=",
+           "-m", "not gpu"]
+    proc = subprocess.run(cmd, cwd=REPO, env={**os.environ, "TRITON_INTERPRET": "1"}, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, f"interpreted fused-op tests failed:\n{proc.stdout[-6000:]}\n{proc.stderr[-2000:]}"
+    passed = re.search(r"(\d+) passed", proc.stdout)
+    assert passed and int(passed.group(1)) >= 8, f"interpreted tests did not run:\n{proc.stdout[-2000:]}"
+
+
+def close(got, want, dtype):
+    # fp32: summation order only; bf16: a couple of ulps (the interpreter truncates where the GPU rounds)
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(got, want, **tol)
+
+
+@interpreted
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rms_norm_with_and_without_residual(dtype):
+    from hybridrl.rollout.engine import fused_ops
+
+    torch.manual_seed(0)
+    norm = RMSNorm(96, 1e-6).to(dtype)
+    with torch.no_grad():
+        norm.weight.copy_(torch.rand(96) + 0.5)
+    x, residual = torch.randn(5, 96, dtype=dtype) * 3, torch.randn(5, 96, dtype=dtype)
+    close(fused_ops.rms_norm(x, norm.weight, norm.eps), norm(x), dtype)
+    out, res = fused_ops.rms_norm(x, norm.weight, norm.eps, residual)
+    want_out, want_res = norm(x, residual)
+    # one rounded add; exact in fp32 (the interpreter's fp32 -> bf16 cast truncates, the GPU's rounds)
+    assert torch.equal(res, want_res) if dtype == torch.float32 else close(res, want_res, dtype) is None
+    close(out, want_out, dtype)
+
+
+@interpreted
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_silu_and_mul(dtype):
+    from hybridrl.rollout.engine import fused_ops
+
+    torch.manual_seed(1)
+    mlp = SiluAndMulMLP(8, 1500)  # not a multiple of the kernel block
+    gate_up = torch.randn(3, 3000, dtype=dtype) * 4
+    gate, up = gate_up.chunk(2, dim=-1)
+    close(fused_ops.silu_and_mul(gate_up), torch.nn.functional.silu(gate) * up, dtype)
+    assert mlp is not None
+
+
+@interpreted
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("head_dim,rot_dim", [(64, 64), (96, 48)])  # full and partial (Phi-3 style) rotary
+def test_rotary_in_place_on_a_strided_view(dtype, head_dim, rot_dim):
+    from hybridrl.rollout.engine import fused_ops
+
+    torch.manual_seed(2)
+    inv_freq = 1.0 / 10000 ** (torch.arange(0, rot_dim, 2).float() / rot_dim)
+    rope = RotaryEmbedding(inv_freq, 1.0, 64).to(dtype)
+    n, hq, hk = 4, 7, 1
+    qkv = torch.randn(n, (hq + 2 * hk) * head_dim, dtype=dtype)
+    q = qkv[:, :hq * head_dim].view(n, hq, head_dim)
+    k = qkv[:, hq * head_dim:(hq + hk) * head_dim].view(n, hk, head_dim)
+    positions = torch.tensor([0, 5, 17, 63])
+    want_q, want_k = rope(positions, q.clone(), k.clone())
+    v_before = qkv[:, (hq + hk) * head_dim:].clone()
+    fused_ops.rotary_inplace(q, positions, rope.cos, rope.sin, rope.rot_dim)
+    fused_ops.rotary_inplace(k, positions, rope.cos, rope.sin, rope.rot_dim)
+    close(q, want_q, dtype)
+    close(k, want_k, dtype)
+    assert torch.equal(qkv[:, (hq + hk) * head_dim:], v_before)  # v untouched
+
+
+@pytest.mark.gpu
+def test_engine_with_fused_ops_matches_the_torch_layers_on_cuda(monkeypatch):
+    """A bf16 decoder on CUDA with and without the fused kernels: the same greedy tokens."""
+    from tests.rollout.engine.helpers import PROMPTS, make_model
+
+    from hybridrl.rollout.base import SamplingParams
+    from hybridrl.rollout.engine import layers
+    from hybridrl.rollout.engine.llm_engine import LLMEngine
+
+    model = make_model("qwen2", hidden_size=128, num_heads=4, num_kv_heads=2, vocab_size=512)
+    params = SamplingParams(do_sample=False, n=2, max_new_tokens=24, ignore_eos=True)
+    kwargs = dict(device="cuda", dtype=torch.bfloat16, num_kv_blocks=128, block_size=16, max_num_seqs=16)
+    fused = LLMEngine(model, **kwargs).generate(PROMPTS, params)
+    monkeypatch.setattr(layers, "USE_FUSED_OPS", False)
+    plain = LLMEngine(model, **kwargs).generate(PROMPTS, params)
+    agree = sum(a == b for a, b in zip(fused.token_ids, plain.token_ids))
+    assert agree >= len(plain.token_ids) - 1, (fused.token_ids, plain.token_ids)
