@@ -59,16 +59,28 @@ class BlockManager:
         block.hash, block.token_ids, block.ref_count = None, [], 1
         return block
 
-    def _register(self, block: Block, token_ids: list[int], prefix: bytes) -> bytes:
-        block.hash = hash_block(token_ids, prefix)
+    def _register(self, block: Block, token_ids: list[int], h: bytes) -> bytes:
+        block.hash = h
         block.token_ids = list(token_ids)
-        self.hash_to_block_id[block.hash] = block.block_id
-        return block.hash
+        self.hash_to_block_id[h] = block.block_id
+        return h
 
-    def _cached_block(self, token_ids: list[int], prefix: bytes) -> tuple[Block | None, bytes]:
+    def _block_hash(self, seq: Sequence, i: int, prefix: bytes) -> bytes:
+        """Hash of `seq`'s full block i; prompt blocks are hashed once per prompt (the n samples of a
+        prompt share `seq.prompt_block_hashes`), generated blocks every time (they differ per sample)."""
+        cache = seq.prompt_block_hashes
+        if i < len(cache):
+            return cache[i]
+        h = hash_block(seq.block_tokens(i, self.block_size), prefix)
+        if i == len(cache) and (i + 1) * self.block_size <= seq.num_prompt_tokens:
+            cache.append(h)
+        return h
+
+    def _cached_block(self, seq: Sequence, i: int, prefix: bytes) -> tuple[Block | None, bytes]:
+        token_ids = seq.block_tokens(i, self.block_size)
         if not self.enable_prefix_caching or len(token_ids) < self.block_size:
             return None, b""
-        h = hash_block(token_ids, prefix)
+        h = self._block_hash(seq, i, prefix)
         block_id = self.hash_to_block_id.get(h)
         if block_id is None or self.blocks[block_id].token_ids != token_ids:
             return None, h
@@ -78,7 +90,7 @@ class BlockManager:
         """How many leading tokens of `seq` `allocate` would find in the prefix cache (a dry run)."""
         prefix, num_cached = b"", 0
         for i in range(seq.num_tokens // self.block_size):
-            block, prefix = self._cached_block(seq.block_tokens(i, self.block_size), prefix)
+            block, prefix = self._cached_block(seq, i, prefix)
             if block is None:
                 break
             num_cached += self.block_size
@@ -94,8 +106,7 @@ class BlockManager:
         prefix, hit_streak = b"", True
         seq.num_cached_tokens = 0
         for i in range(seq.num_blocks(self.block_size)):
-            tokens = seq.block_tokens(i, self.block_size)
-            block, h = self._cached_block(tokens, prefix) if hit_streak else (None, b"")
+            block, h = self._cached_block(seq, i, prefix) if hit_streak else (None, b"")
             if block is not None:
                 if block.ref_count == 0:
                     del self.free_block_ids[block.block_id]
@@ -104,8 +115,9 @@ class BlockManager:
             else:
                 hit_streak = False
                 block = self._take_free_block()
+                tokens = seq.block_tokens(i, self.block_size)
                 if len(tokens) == self.block_size and self.enable_prefix_caching:
-                    h = self._register(block, tokens, prefix)
+                    h = self._register(block, tokens, self._block_hash(seq, i, prefix))
             prefix = h
             seq.block_table.append(block.block_id)
 
@@ -148,4 +160,5 @@ class BlockManager:
             prev = self.blocks[seq.block_table[i - 1]].hash if i > 0 else b""
             block = self.blocks[seq.block_table[i]]
             if prev is not None and block.hash is None:
-                self._register(block, seq.block_tokens(i, self.block_size), prev)
+                tokens = seq.block_tokens(i, self.block_size)
+                self._register(block, tokens, hash_block(tokens, prev))

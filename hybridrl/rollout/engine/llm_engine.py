@@ -115,8 +115,10 @@ class LLMEngine:
         seed = params.seed if params.seed is not None else self.seed + self.num_calls
         self.num_calls += 1
         stop_ids = frozenset() if params.ignore_eos else self.eos_ids | set(params.eos_token_ids)
-        return [Sequence(row, list(p), params.max_new_tokens, row_key(seed, params.row_offset + row), stop_ids)
-                for row, p in enumerate(p for p in prompts for _ in range(params.n))]
+        hashes = [[] for _ in prompts]  # one prefix-hash cache per prompt, shared by its n samples
+        samples = ((p, h) for p, h in zip(prompts, hashes) for _ in range(params.n))
+        return [Sequence(row, list(p), params.max_new_tokens, row_key(seed, params.row_offset + row), stop_ids, h)
+                for row, (p, h) in enumerate(samples)]
 
     def _check_fits(self, prompt_len: int, response_len: int) -> None:
         total = prompt_len + response_len

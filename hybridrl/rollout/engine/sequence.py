@@ -19,7 +19,7 @@ class Sequence:
     """
 
     def __init__(self, row: int, prompt_ids: list[int], max_new_tokens: int, seed: int,
-                 stop_ids: frozenset[int] = frozenset()) -> None:
+                 stop_ids: frozenset[int] = frozenset(), prompt_block_hashes: list[bytes] | None = None) -> None:
         if not prompt_ids:
             raise ValueError(f"prompt {row} is empty; every prompt needs at least one token")
         self.row = row
@@ -32,6 +32,9 @@ class Sequence:
         self.block_table: list[int] = []
         self.num_cached_tokens = 0  # leading tokens whose KV is already in the cache (prefix hits)
         self.output_logprobs: list[float] = []
+        # Prefix-cache hashes of the prompt's full blocks, filled by the block manager; pass one list to
+        # every sample of a prompt so each block is hashed once per prompt, not once per sample.
+        self.prompt_block_hashes = prompt_block_hashes if prompt_block_hashes is not None else []
 
     def __len__(self) -> int:
         return len(self.token_ids)
