@@ -11,6 +11,7 @@ import argparse
 import gc
 import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -306,21 +307,30 @@ def burst_comparison(model, prompts, args, main_engine_result: dict[str, Any]) -
 
 
 def profile_generate(engine, prompts, args) -> dict[str, Any]:
-    """torch.profiler over one warm `generate` of the main workload: the top device-time ops, to a file."""
+    """torch.profiler over one warm `generate` of the main workload, and over its prefill alone
+    (max_new_tokens=1): the top ops by device time (and, for prefill, host time) to `args.profile`."""
     from torch.profiler import ProfilerActivity, profile
 
-    params = SamplingParams(n=args.n, max_new_tokens=args.response_length, ignore_eos=True, temperature=1.0,
-                            seed=args.seed + 1)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if args.device.startswith("cuda") else [])
-    with profile(activities=activities) as prof:
-        engine.generate(prompts, params)
-    sort_key = "cuda_time_total" if ProfilerActivity.CUDA in activities else "cpu_time_total"
-    table = prof.key_averages().table(sort_by=sort_key, row_limit=40)
+    device_key = "cuda_time_total" if ProfilerActivity.CUDA in activities else "cpu_time_total"
+    summary: dict[str, Any] = {"file": args.profile}
     with open(args.profile, "w") as f:
-        f.write(table)
-    events = sorted(prof.key_averages(), key=lambda e: getattr(e, "device_time_total", 0.0), reverse=True)
-    return {"file": args.profile, "top_device_ms": {e.key: getattr(e, "device_time_total", 0.0) / 1e3
-                                                     for e in events[:15]}}
+        for name, new_tokens in (("generate", args.response_length), ("prefill_only", 1)):
+            params = SamplingParams(n=args.n, max_new_tokens=new_tokens, ignore_eos=True, temperature=1.0,
+                                    seed=args.seed + 1)
+            engine.sleep()  # empty prefix cache, as in the timed run
+            engine.wake_up()
+            start = time.perf_counter()
+            with profile(activities=activities) as prof:
+                engine.generate(prompts, params)
+            summary[f"{name}_wall_s"] = time.perf_counter() - start
+            averages = prof.key_averages()
+            for sort_key in dict.fromkeys((device_key, "cpu_time_total")):
+                f.write(f"== {name}, sorted by {sort_key}\n{averages.table(sort_by=sort_key, row_limit=30)}\n")
+            events = sorted(averages, key=lambda e: getattr(e, "device_time_total", 0.0), reverse=True)
+            summary[f"{name}_top_device_ms"] = {e.key[:80]: getattr(e, "device_time_total", 0.0) / 1e3
+                                                for e in events[:12]}
+    return summary
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
