@@ -11,6 +11,7 @@ cache itself; an extra `sleep()` on a sleeping engine, or `wake_up()` on an awak
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import time
@@ -78,6 +79,32 @@ def instrument(trainer, tracker, mode: str) -> list[str]:
     return wrapped
 
 
+def profile_phases(trainer, path: str, at_call: int) -> None:
+    """torch.profiler tables (top ops by device and host time) of each phase's `at_call`-th call, to `path`."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    sort_keys = ("cuda_time_total", "cpu_time_total") if torch.cuda.is_available() else ("cpu_time_total",)
+    for role, method, phase in PHASE_METHODS:
+        owner = trainer if role is None else getattr(trainer.roles, role, None)
+        calls = [0]
+
+        @contextlib.contextmanager
+        def around(phase=phase, calls=calls):
+            calls[0] += 1
+            if calls[0] != at_call:
+                yield
+                return
+            with profile(activities=activities) as prof:
+                yield
+            with open(path, "a") as f:
+                for key in sort_keys:
+                    f.write(f"== {phase} (call {at_call}), sorted by {key}\n"
+                            f"{prof.key_averages().table(sort_by=key, row_limit=25)}\n")
+
+        _wrap(owner, method, around)
+
+
 def record_steps(trainer, tracker) -> list[dict[str, float]]:
     """Each step's metrics, with the tracker's per-phase peaks (its overall peak replaces the trainer's)."""
     steps: list[dict[str, float]] = []
@@ -97,7 +124,8 @@ def summarize(steps: list[dict[str, float]], warmup: int) -> dict[str, Any]:
     """Steady-state means (steps after `warmup`) of timings and throughput; max of memory peaks."""
     steady = steps[warmup:] or steps
     keys = [k for k in steady[0] if k.startswith(("timing_s/", "rollout/", "response_length/mean",
-                                                  "prompt_length/mean", "actor/kl_loss", "actor/pg_loss"))]
+                                                  "prompt_length/mean", "actor/kl_loss", "actor/pg_loss",
+                                                  "training/rollout_probs_diff", "perf/update_weights"))]
     out: dict[str, Any] = {k: sum(s[k] for s in steady) / len(steady) for k in keys if k in steady[-1]}
     tokens = sum(s["perf/total_num_tokens"] for s in steady)
     seconds = sum(s["timing_s/step"] for s in steady)
@@ -128,6 +156,8 @@ def run(args, paths: dict[str, Path], mode: str) -> dict[str, Any]:
     phases = instrument(trainer, tracker, mode)
     backend = getattr(trainer.roles.rollout, "backend", None)
     kv_gb = getattr(backend, "kv_cache_bytes", 0) / 2**30
+    if getattr(args, "profile", None) and mode == "hybrid":
+        profile_phases(trainer, args.profile, at_call=args.steps)
     steps = record_steps(trainer, tracker)
     trainer.fit()
     result = summarize(steps, args.warmup_steps)
