@@ -7,6 +7,7 @@ coexist. A worker's stderr goes to a log file, echoed here as `(role rank N) ...
 from __future__ import annotations
 
 import atexit
+import contextlib
 import multiprocessing as mp
 import os
 import pickle
@@ -106,6 +107,27 @@ def _describe_exit(exitcode: int | None) -> str:
     return f"exited with code {exitcode}"
 
 
+@contextlib.contextmanager
+def _child_environment(device: str | None):
+    """Start a rank process with CUDA_VISIBLE_DEVICES already set to its GPU.
+
+    Setting it inside the child is too late if anything there touches CUDA first (e.g. a spawned
+    child re-imports the parent's main module, which may call torch.cuda.is_available()): CUDA reads
+    the variable once, so both ranks of a group would silently share physical GPU 0."""
+    if device is None:
+        yield
+        return
+    previous = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = device
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ["CUDA_VISIBLE_DEVICES"]
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = previous
+
+
 def _physical_gpu(device_id: int) -> str:
     """Translate an index into this process's visible GPUs to the id CUDA_VISIBLE_DEVICES uses."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -177,7 +199,8 @@ class LocalWorkerGroup(RankCalls):
             parent_conn, child_conn = ctx.Pipe(duplex=True)
             proc = ctx.Process(target=_rank_main, args=(child_conn, spec), name=f"hybridrl-{self.role}-{rank}")
             try:
-                proc.start()
+                with _child_environment(devices[rank]):
+                    proc.start()
             except (pickle.PicklingError, AttributeError, TypeError) as err:
                 raise TypeError(f"{self.role}: could not send worker_factory {factory!r} or its init_kwargs to "
                                 f"a spawned process ({err}); use a top-level class or function and picklable "

@@ -29,7 +29,19 @@ def setup_torch_distributed(*, rank: int, world_size: int, master_addr: str, mas
         os.environ["CUDA_VISIBLE_DEVICES"] = device
         os.environ["LOCAL_RANK"] = "0"  # the one visible device
         torch.cuda.set_device(0)
+        check_one_visible_gpu(device)
     dist.init_process_group(backend=backend, rank=rank, world_size=world_size)
+
+
+def check_one_visible_gpu(device: str) -> None:
+    """A rank must see exactly its own GPU; more means CUDA started before CUDA_VISIBLE_DEVICES was set
+    and every rank would run on the same physical device."""
+    count = torch.cuda.device_count()
+    if count != 1:
+        raise RuntimeError(f"this rank should see only GPU {device} but sees {count}: CUDA was initialised "
+                           "before CUDA_VISIBLE_DEVICES was set in the worker process; start workers through "
+                           "hybridrl's launchers (which set it at process start) and do not query CUDA at "
+                           "import time in the main module")
 
 
 def teardown_torch_distributed() -> None:

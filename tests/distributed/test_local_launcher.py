@@ -125,3 +125,28 @@ def test_gpu_device_ids_without_cuda_fail_before_starting_anything():
 def test_a_factory_spawned_processes_cannot_import_is_a_clear_error():
     with pytest.raises(TypeError, match="use a top-level class or function"):
         LocalWorkerGroup(lambda: ToyWorker(), {}, world_size=1, role="actor")
+
+
+def _report_visible_devices(queue) -> None:
+    queue.put(os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+def test_rank_processes_start_with_their_gpu_already_visible(monkeypatch):
+    """Regression: CUDA_VISIBLE_DEVICES was set inside the rank after start-up, too late when anything had
+    touched CUDA first, so both ranks of a 2-GPU group ran on GPU 0. It must be in the environment the
+    process starts with (and the parent's environment restored)."""
+    import multiprocessing as mp
+
+    from hybridrl.distributed.local_launcher import _child_environment
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    with _child_environment("5"):
+        proc = ctx.Process(target=_report_visible_devices, args=(queue,))
+        proc.start()
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "4,5"
+    assert queue.get(timeout=60) == "5"
+    proc.join(timeout=60)
+    with _child_environment(None):  # CPU ranks: nothing changes
+        assert os.environ["CUDA_VISIBLE_DEVICES"] == "4,5"
