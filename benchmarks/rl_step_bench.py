@@ -60,7 +60,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = set(args.runs) - set(RUNS)
     if unknown or (args.num_prompts * args.n) % args.micro_batch:
         parser.error(f"--only takes {RUNS} (got {sorted(unknown)}); --micro-batch must divide prompts x n")
-    # bf16 weights for both trainers (hybridrl has no fp32-master mixed precision yet); fp32 on CPU.
+    # bf16 weights for both trainers, like for like (the default is fp32 master + bf16 compute); fp32 on CPU.
     args.dtype = torch.float32 if args.device == "cpu" else torch.bfloat16
     args.train_dtype = "fp32" if args.dtype == torch.float32 else "bf16"
     return args

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from hybridrl.config.errors import ConfigError
+from hybridrl.config.index import config_value
 
 
 def resolve_micro_batch_size_per_gpu(
@@ -82,3 +83,38 @@ def micro_batch_problems(
             f"or {dynamic_key}=true"
         ]
     return micro, []
+
+
+ARR = "actor_rollout_ref"
+# Token-budget micro-batches (verl's use_dynamic_bsz), per phase of the step:
+# phase -> (switch key, budget key, the per-device micro batch key used when the switch is off).
+DYNAMIC_BSZ_KEYS: dict[str, tuple[str, str, str]] = {
+    "old_log_prob": (f"{ARR}.rollout.log_prob_use_dynamic_bsz",
+                     f"{ARR}.rollout.log_prob_max_token_len_per_gpu",
+                     f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu"),
+    "ref": (f"{ARR}.ref.log_prob_use_dynamic_bsz", f"{ARR}.ref.log_prob_max_token_len_per_gpu",
+            f"{ARR}.ref.log_prob_micro_batch_size_per_gpu"),
+    "values": ("critic.use_dynamic_bsz", "critic.forward_max_token_len_per_gpu",
+               "critic.forward_micro_batch_size_per_gpu"),
+    "update_critic": ("critic.use_dynamic_bsz", "critic.ppo_max_token_len_per_gpu",
+                      "critic.ppo_micro_batch_size_per_gpu"),
+    "update_actor": (f"{ARR}.actor.use_dynamic_bsz", f"{ARR}.actor.ppo_max_token_len_per_gpu",
+                     f"{ARR}.actor.ppo_micro_batch_size_per_gpu"),
+}
+
+
+def token_budget(cfg: object, phase: str) -> int | None:
+    """The phase's token budget per micro batch when its use_dynamic_bsz switch is on, else None."""
+    switch, budget, _ = DYNAMIC_BSZ_KEYS[phase]
+    return config_value(cfg, budget) if config_value(cfg, switch) else None
+
+
+def token_budget_problems(cfg: object) -> list[str]:
+    """A switched-on token budget must be a positive token count."""
+    problems = []
+    for phase, (switch, budget, _) in DYNAMIC_BSZ_KEYS.items():
+        value = token_budget(cfg, phase)
+        if value is not None and (not isinstance(value, int) or value < 1):
+            problems.append(f"{budget} ({value!r}) must be a positive token count when {switch}=true; "
+                            "verl's tip: at least 2 x (max_prompt_length + max_response_length)")
+    return problems

@@ -32,8 +32,6 @@ NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
     "critic.model.fsdp_config.param_offload": ((False,), f"critic parameter offload is {_LATER}"),
     "critic.model.fsdp_config.optimizer_offload": ((False,), f"critic optimizer offload is {_LATER}"),
     "actor_rollout_ref.model.enable_activation_offload": ((False,), f"activation offload is {_LATER}"),
-    "actor_rollout_ref.actor.use_dynamic_bsz": ((False,), f"token-budget micro-batches (use_dynamic_bsz) are {_LATER}"),
-    "critic.use_dynamic_bsz": ((False,), f"token-budget micro-batches (use_dynamic_bsz) are {_LATER}"),
     "trainer.val_only": ((False,), f"validation-only runs are {_LATER}"),
     "trainer.validation_data_dir": ((None,), f"dumping validation generations is {_LATER}"),
     "actor_rollout_ref.actor.ulysses_sequence_parallel_size": ((1,), f"Ulysses sequence parallelism is {_LATER}"),

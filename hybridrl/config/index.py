@@ -99,6 +99,14 @@ def get_in(tree: dict[str, Any], path: str) -> Any:
     return node
 
 
+def config_value(cfg: Any, path: str) -> Any:
+    """The value at a dotted path of a config object (`HybridRLConfig` or one of its sections)."""
+    node = cfg
+    for part in path.split("."):
+        node = getattr(node, part)
+    return node
+
+
 def set_in(tree: dict[str, Any], path: str, value: Any) -> None:
     """Set a dotted path, creating (or replacing null with) intermediate dicts."""
     *parents, leaf = path.split(".")

@@ -37,8 +37,8 @@ class ActorConfig:
     ppo_mini_batch_size: int = setting(256, "Prompts per optimizer step (global; x rollout.n responses).")
     ppo_micro_batch_size: int | None = setting(None, "Deprecated global micro batch (rows); per device = value // world size.")
     ppo_micro_batch_size_per_gpu: int | None = setting(None, "Rows per forward/backward on each device.")
-    use_dynamic_bsz: bool = setting(False, "Pack micro batches by token count instead of row count.")
-    ppo_max_token_len_per_gpu: int = setting(16384, "Token budget per micro batch when use_dynamic_bsz.")
+    use_dynamic_bsz: bool = setting(False, "Form micro batches by a token budget instead of a row count.")
+    ppo_max_token_len_per_gpu: int = setting(16384, "Real tokens (prompt+response) per micro batch (use_dynamic_bsz).")
     clip_ratio: float = setting(0.2, "PPO clip epsilon (fallback for clip_ratio_low/high).")
     clip_ratio_low: float = setting(0.2, "Lower clip epsilon.")
     clip_ratio_high: float = setting(0.2, "Upper clip epsilon (DAPO clip-higher: 0.28).")
@@ -68,7 +68,7 @@ class ActorConfig:
     entropy_from_logits_with_chunking: bool = setting(False, "Compute entropy in row chunks.")
     entropy_checkpointing: bool = setting(False, "Recompute entropy in backward.")
     use_remove_padding: bool = setting(
-        True, "Pack sequences without padding.", ref="${oc.select:actor_rollout_ref.model.use_remove_padding,false}"
+        True, "See model.use_remove_padding.", ref="${oc.select:actor_rollout_ref.model.use_remove_padding,false}"
     )
     use_fused_kernels: bool = setting(
         False, "See model.use_fused_kernels.", ref="${oc.select:actor_rollout_ref.model.use_fused_kernels,false}"
@@ -93,7 +93,7 @@ class RefConfig:
     log_prob_micro_batch_size: int | None = setting(None, "Deprecated global micro batch (rows) for ref log-probs.")
     log_prob_micro_batch_size_per_gpu: int | None = setting(None, "Rows per ref forward on each device.")
     log_prob_use_dynamic_bsz: bool = setting(
-        False, "Pack by token count.", ref="${actor_rollout_ref.actor.use_dynamic_bsz}"
+        False, "Token-budget micro batches for ref log-probs.", ref="${actor_rollout_ref.actor.use_dynamic_bsz}"
     )
     log_prob_max_token_len_per_gpu: int = setting(
         16384, "Token budget per micro batch.", ref="${actor_rollout_ref.actor.ppo_max_token_len_per_gpu}"

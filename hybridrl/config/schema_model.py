@@ -47,7 +47,9 @@ class ModelConfig:
     override_config: dict = setting({}, "Entries merged into the HF config, e.g. attn_implementation.")
     enable_gradient_checkpointing: bool = setting(True, "Recompute activations in backward to save memory.")
     enable_activation_offload: bool = setting(False, "Offload activations to CPU during training.")
-    use_remove_padding: bool = setting(True, "Pack sequences without padding for the forward pass.")
+    use_remove_padding: bool = setting(
+        True, "Drop columns that are padding in every row of a micro batch before the forward (no varlen packing)."
+    )
     lora_rank: int = setting(0, "LoRA rank; 0 = full fine-tuning.")
     lora_alpha: int = setting(16, "LoRA alpha (scale = alpha / rank).")
     target_modules: str | list[str] = setting("all-linear", "Modules that get LoRA adapters.")
@@ -101,7 +103,7 @@ class FsdpConfig:
     reshard_after_forward: bool = setting(True, "Free gathered parameters after forward.")
     fsdp_size: int = setting(-1, "Shard group size; -1 = all ranks.")
     forward_prefetch: bool = setting(False, "Prefetch the next all-gather during forward.")
-    model_dtype: str = setting("fp32", "Master weight dtype.")
+    model_dtype: str = setting("fp32", "Master weight dtype (parameters, gradients, optimizer updates).")
     use_orig_params: bool = setting(False, "FSDP1 use_orig_params.")
     seed: int = setting(42, "Engine seed.")
     full_determinism: bool = setting(False, "Deterministic kernels (slower).")
@@ -111,8 +113,10 @@ class FsdpConfig:
     entropy_checkpointing: bool = setting(False, "Recompute entropy in backward.")
     forward_only: bool = setting(False, "The role never trains (set for ref).")
     strategy: str = setting("fsdp", "Engine strategy of this role (fsdp and fsdp2 both mean FSDP2 here).")
-    dtype: str = setting("bfloat16", "Compute (mixed precision parameter) dtype.")
-    mixed_precision: dict = setting({}, "Mixed precision overrides: param_dtype, reduce_dtype, buffer_dtype.")
+    dtype: str = setting("bfloat16", "Compute dtype on GPU (mixed precision); CPU computes in model_dtype.")
+    mixed_precision: dict = setting(
+        {}, "param_dtype (compute, also on CPU), reduce_dtype (gradient reduce; fp32), buffer_dtype (checked only)."
+    )
 
 
 @dataclass

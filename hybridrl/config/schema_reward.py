@@ -29,7 +29,7 @@ class CriticModelConfig:
     use_shm: bool = setting(False, "Copy the model to /dev/shm before loading.")
     enable_gradient_checkpointing: bool = setting(True, "Recompute activations in backward.")
     enable_activation_offload: bool = setting(False, "Offload activations to CPU.")
-    use_remove_padding: bool = setting(False, "Pack sequences without padding.")
+    use_remove_padding: bool = setting(False, "Drop all-padding columns per micro batch (see actor_rollout_ref.model).")
     lora_rank: int = setting(0, "LoRA rank; 0 = full fine-tuning.")
     lora_alpha: int = setting(16, "LoRA alpha.")
     target_modules: str | list[str] = setting("all-linear", "Modules that get LoRA adapters.")
@@ -50,7 +50,9 @@ class CriticConfig:
     )
     ppo_micro_batch_size: int | None = setting(None, "Deprecated global micro batch (rows).")
     ppo_micro_batch_size_per_gpu: int | None = setting(None, "Rows per critic forward/backward on each device.")
-    use_dynamic_bsz: bool = setting(False, "Pack by token count.", ref="${actor_rollout_ref.actor.use_dynamic_bsz}")
+    use_dynamic_bsz: bool = setting(
+        False, "Token-budget micro batches for the critic.", ref="${actor_rollout_ref.actor.use_dynamic_bsz}"
+    )
     ppo_max_token_len_per_gpu: int = setting(32768, "Token budget per training micro batch.")
     forward_max_token_len_per_gpu: int = setting(32768, "Token budget per value micro batch.", ref="${.ppo_max_token_len_per_gpu}")
     forward_micro_batch_size: int | None = setting(None, "Deprecated global value micro batch.", ref="${.ppo_micro_batch_size}")
@@ -86,7 +88,7 @@ class RewardModelModelConfig:
     trust_remote_code: bool = setting(False, "Allow model code from the model repo.")
     override_config: dict = setting({}, "Entries merged into the HF config.")
     use_shm: bool = setting(False, "Copy the model to /dev/shm before loading.")
-    use_remove_padding: bool = setting(False, "Pack sequences without padding.")
+    use_remove_padding: bool = setting(False, "Accepted; no effect on the reward model (padded rows score the same).")
     use_fused_kernels: bool = setting(False, "Fused kernels (always chunked here).")
     fsdp_config: FsdpConfig = section(FsdpConfig, "Reward model FSDP settings.")
 
@@ -113,9 +115,11 @@ class RewardModelConfig:
     micro_batch_size: int | None = setting(None, "Deprecated global micro batch (rows).")
     micro_batch_size_per_gpu: int | None = setting(None, "Rows per reward forward on each device.")
     max_length: int | None = setting(None, "Maximum reward model input length.")
-    use_dynamic_bsz: bool = setting(False, "Pack by token count.", ref="${critic.use_dynamic_bsz}")
+    use_dynamic_bsz: bool = setting(
+        False, "Accepted; the reward model uses micro_batch_size_per_gpu rows.", ref="${critic.use_dynamic_bsz}"
+    )
     forward_max_token_len_per_gpu: int = setting(
-        32768, "Token budget per micro batch.", ref="${critic.forward_max_token_len_per_gpu}"
+        32768, "Accepted; no effect on the reward model.", ref="${critic.forward_max_token_len_per_gpu}"
     )
     reward_manager: str = setting("naive", "Deprecated spelling of reward_manager.name.")
     reward_loop_source: str = setting("register", "Where the reward loop class comes from.")

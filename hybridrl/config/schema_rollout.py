@@ -121,7 +121,7 @@ class RolloutConfig:
     log_prob_micro_batch_size: int | None = setting(None, "Deprecated global micro batch (rows) for old log-probs.")
     log_prob_micro_batch_size_per_gpu: int | None = setting(None, "Rows per old-log-prob forward on each device.")
     log_prob_use_dynamic_bsz: bool = setting(
-        False, "Pack by token count.", ref="${actor_rollout_ref.actor.use_dynamic_bsz}"
+        False, "Token-budget micro batches for old log-probs.", ref="${actor_rollout_ref.actor.use_dynamic_bsz}"
     )
     log_prob_max_token_len_per_gpu: int = setting(
         16384, "Token budget per micro batch.", ref="${actor_rollout_ref.actor.ppo_max_token_len_per_gpu}"

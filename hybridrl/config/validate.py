@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from hybridrl.config.batch_rules import check_mini_batch, micro_batch_problems
+from hybridrl.config.batch_rules import check_mini_batch, micro_batch_problems, token_budget_problems
 from hybridrl.config.errors import ConfigError
 from hybridrl.config.index import config_tree, get_in, schema_index
+from hybridrl.config.precision import precision_problems
 from hybridrl.config.roles import critic_enabled, ref_enabled
 from hybridrl.config.schema import HybridRLConfig
 from hybridrl.config.schema_trainer import LOGGERS
@@ -27,6 +28,8 @@ def validate_config(cfg: HybridRLConfig, world_size: int = 1) -> None:
         + _algorithm_problems(cfg)
         + _sampling_problems(cfg)
         + _trainer_problems(cfg)
+        + precision_problems(cfg)
+        + token_budget_problems(cfg)
     )
     if problems:
         raise ConfigError(f"{len(problems)} config problem(s):\n" + "\n".join(f"  - {p}" for p in problems))

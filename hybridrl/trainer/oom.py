@@ -20,6 +20,8 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from hybridrl.config.batch_rules import DYNAMIC_BSZ_KEYS
+
 ARR = "actor_rollout_ref"
 ROLLOUT, ACTOR, REF, MODEL = f"{ARR}.rollout", f"{ARR}.actor", f"{ARR}.ref", f"{ARR}.model"
 
@@ -151,6 +153,9 @@ def settings_in_force(cfg, phase: str) -> dict[str, str]:
         if value is None and key in MICRO_FIELDS and sizes is not None:
             text = f"null (= {getattr(sizes, MICRO_FIELDS[key][0])} rows per device)"
         shown[key] = text
+    dynamic = _halve_token_budget(cfg, DYNAMIC_BSZ_KEYS[phase][2]) if phase in DYNAMIC_BSZ_KEYS else None
+    if dynamic is not None:  # use_dynamic_bsz: the token budget, not the row count, sizes micro batches
+        shown[dynamic.key] = f"{dynamic.now} tokens per micro batch (use_dynamic_bsz)"
     return shown
 
 
@@ -159,7 +164,20 @@ def _largest_divisor_at_most(number: int, limit: int) -> int:
     return max(d for d in range(1, max(limit, 1) + 1) if number % d == 0)
 
 
+def _halve_token_budget(cfg, micro_key: str) -> Override | None:
+    """With use_dynamic_bsz on for the phase of `micro_key`, its token budget is what sizes micro batches."""
+    for switch, budget, key in DYNAMIC_BSZ_KEYS.values():
+        now = get_key(cfg, budget)
+        if key == micro_key and get_key(cfg, switch) and isinstance(now, int) and now > 1:
+            return Override(budget, now // 2, now, "fewer tokens per micro batch: activations and logits shrink in "
+                                                   "proportion")
+    return None
+
+
 def _halve_micro(cfg, key: str) -> Override | None:
+    budget = _halve_token_budget(cfg, key)
+    if budget is not None:
+        return budget
     sizes = _effective_sizes(cfg)
     now = get_key(cfg, key)
     current = now if now is not None else (getattr(sizes, MICRO_FIELDS[key][0]) if sizes else None)

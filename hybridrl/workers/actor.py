@@ -7,13 +7,15 @@ from collections import defaultdict
 import torch
 
 from hybridrl.algorithms import POLICY_LOSSES, agg_loss, kl_penalty
-from hybridrl.models.hf import load_causal_lm, resolve_dtype
+from hybridrl.models.hf import load_causal_lm
 from hybridrl.utils.batch import Batch
 from hybridrl.utils.metrics import to_float
 from hybridrl.workers.forward import batched_log_probs, response_log_probs
+from hybridrl.workers.micro_batches import MicroBatchPlan
 from hybridrl.workers.offload import PhaseOffloader
 from hybridrl.workers.optim import build_lr_scheduler, build_optimizer
-from hybridrl.workers.sharding import TrainState, clip_grad_norm, named_weights, shard_model
+from hybridrl.workers.precision import log_precision, resolve_precision
+from hybridrl.workers.sharding import TrainState, clip_grad_norm, gradient_sync, named_weights, shard_model
 from hybridrl.workers.sizes import BatchSizes
 
 UPDATE_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask",
@@ -27,7 +29,10 @@ class ActorWorker(TrainState):
         self.sizes = sizes
         self.device = device
         model_cfg = cfg.actor_rollout_ref.model
-        self.model = load_causal_lm(model_cfg.path, dtype=resolve_dtype(self.actor_cfg.fsdp_config.model_dtype),
+        fsdp = self.actor_cfg.fsdp_config
+        self.precision = resolve_precision(fsdp, device, "actor_rollout_ref.actor.fsdp_config")
+        log_precision("actor", self.precision)
+        self.model = load_causal_lm(model_cfg.path, dtype=self.precision.master,
                                     override_config=model_cfg.override_config,
                                     trust_remote_code=model_cfg.trust_remote_code,
                                     hf_config_path=model_cfg.hf_config_path,
@@ -40,20 +45,24 @@ class ActorWorker(TrainState):
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             if self.lora:
                 self.model.enable_input_require_grads()  # frozen embeddings: let checkpointed blocks see grads
-        self.sharded = shard_model(self.model, log_prob_forward=True)  # FSDP2 when running as a rank
+        self.sharded = shard_model(self.model, log_prob_forward=True, param_dtype=self.precision.fsdp_param_dtype,
+                                   reduce_dtype=self.precision.reduce)  # FSDP2 when running as a rank
         self.optimizer = build_optimizer(self.model.parameters(), self.actor_cfg.optim)
-        fsdp = self.actor_cfg.fsdp_config
         self.offloader = PhaseOffloader(self.model, self.optimizer, device, fsdp.param_offload, fsdp.optimizer_offload)
         self.lr_scheduler = build_lr_scheduler(self.optimizer, self.actor_cfg.optim, total_training_steps)
         self.policy_loss_fn = POLICY_LOSSES[self.actor_cfg.policy_loss.loss_mode]
+        self.remove_padding = self.actor_cfg.use_remove_padding
+        self.log_prob_plan = MicroBatchPlan.for_phase(cfg, "old_log_prob", sizes.log_prob_micro)
+        self.update_plan = MicroBatchPlan.for_phase(cfg, "update_actor", sizes.ppo_micro)
 
     # ------------------------------------------------------------ log-probs
     def compute_log_prob(self, batch: Batch) -> Batch:
         """old_log_probs (B, R) and entropys (B, R) with the current policy."""
         self.model.eval()
-        with self.offloader.for_compute():
-            log_probs, entropy = batched_log_probs(self.model, batch.to(self.device), self.sizes.log_prob_micro,
-                                                   batch.meta["temperature"], compute_entropy=True)
+        with self.offloader.for_compute(), self.precision.autocast(self.sharded):
+            micro_batches = self.log_prob_plan.split(batch.to(self.device), self.sharded)
+            log_probs, entropy = batched_log_probs(self.model, micro_batches, batch.meta["temperature"],
+                                                   compute_entropy=True, remove_padding=self.remove_padding)
         return Batch({"old_log_probs": log_probs.cpu(), "entropys": entropy.cpu()})
 
     # --------------------------------------------------------------- update
@@ -80,9 +89,12 @@ class ActorWorker(TrainState):
 
     def _update_mini_batch(self, mini: Batch, metrics: dict[str, list[float]]) -> None:
         self.optimizer.zero_grad(set_to_none=True)
-        for micro in mini.split(self.sizes.ppo_micro):
-            loss, micro_metrics = self._micro_loss(micro)
-            (loss * (len(micro) / len(mini))).backward()  # verl: loss / gradient_accumulation
+        parts = self.update_plan.split(mini, self.sharded).parts
+        for index, micro in enumerate(parts):
+            with gradient_sync(self.model, self.sharded, enabled=index == len(parts) - 1):  # one reduce per mini
+                loss, micro_metrics = self._micro_loss(micro)
+                # verl: loss / gradient_accumulation, or x micro rows / mini rows with dynamic bsz (the same here)
+                (loss * (len(micro) / len(mini))).backward()
             for key, value in micro_metrics.items():
                 metrics[key].append(value)
         grad_norm = clip_grad_norm(self.model, self.actor_cfg.grad_clip, self.sharded)
@@ -96,7 +108,9 @@ class ActorWorker(TrainState):
         cfg = self.actor_cfg
         mask = micro["response_mask"]
         need_entropy = cfg.entropy_coeff != 0
-        log_prob, entropy = response_log_probs(self.model, micro, micro.meta["temperature"], need_entropy)
+        with self.precision.autocast(self.sharded):
+            log_prob, entropy = response_log_probs(self.model, micro, micro.meta["temperature"], need_entropy,
+                                                   self.remove_padding)
         pg_loss, pg_metrics = self.policy_loss_fn(
             micro["old_log_probs"], log_prob, micro["advantages"], mask,
             clip_ratio_low=cfg.clip_ratio_low if cfg.clip_ratio_low is not None else cfg.clip_ratio,

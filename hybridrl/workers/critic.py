@@ -7,12 +7,14 @@ from collections import defaultdict
 import torch
 
 from hybridrl.algorithms import compute_value_loss, masked_mean
-from hybridrl.models.hf import load_value_model, resolve_dtype
+from hybridrl.models.hf import load_value_model
 from hybridrl.utils.batch import Batch
 from hybridrl.utils.metrics import to_float
 from hybridrl.workers.forward import response_values
+from hybridrl.workers.micro_batches import MicroBatchPlan
 from hybridrl.workers.optim import build_lr_scheduler, build_optimizer
-from hybridrl.workers.sharding import TrainState, clip_grad_norm, shard_model
+from hybridrl.workers.precision import log_precision, resolve_precision
+from hybridrl.workers.sharding import TrainState, clip_grad_norm, gradient_sync, shard_model
 from hybridrl.workers.sizes import BatchSizes
 
 UPDATE_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask", "values", "returns")
@@ -24,22 +26,29 @@ class CriticWorker(TrainState):
         self.sizes = sizes
         self.device = device
         model_cfg = self.cfg.model
+        self.precision = resolve_precision(model_cfg.fsdp_config, device, "critic.model.fsdp_config")
+        log_precision("critic", self.precision)
         path = model_cfg.path or cfg.actor_rollout_ref.model.path
-        self.model = load_value_model(path, dtype=resolve_dtype(model_cfg.fsdp_config.model_dtype),
+        self.model = load_value_model(path, dtype=self.precision.master,
                                       override_config=model_cfg.override_config,
                                       trust_remote_code=model_cfg.trust_remote_code).to(device)
         if model_cfg.enable_gradient_checkpointing:
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        self.sharded = shard_model(self.model)  # FSDP2 when running as a rank
+        self.sharded = shard_model(self.model, param_dtype=self.precision.fsdp_param_dtype,
+                                   reduce_dtype=self.precision.reduce)  # FSDP2 when running as a rank
         self.optimizer = build_optimizer(self.model.parameters(), self.cfg.optim)
         self.lr_scheduler = build_lr_scheduler(self.optimizer, self.cfg.optim, total_training_steps)
+        self.remove_padding = model_cfg.use_remove_padding
+        self.values_plan = MicroBatchPlan.for_phase(cfg, "values", sizes.critic_forward_micro)
+        self.update_plan = MicroBatchPlan.for_phase(cfg, "update_critic", sizes.critic_micro)
 
     @torch.no_grad()
     def compute_values(self, batch: Batch) -> Batch:
         self.model.eval()
-        data = batch.to(self.device)
-        values = [response_values(self.model, micro) for micro in data.split(self.sizes.critic_forward_micro)]
-        return Batch({"values": torch.cat(values).cpu()})
+        micro_batches = self.values_plan.split(batch.to(self.device), self.sharded)
+        with self.precision.autocast(self.sharded):
+            values = [response_values(self.model, micro, self.remove_padding) for micro in micro_batches.parts]
+        return Batch({"values": micro_batches.restore(torch.cat(values)).cpu()})
 
     def update_critic(self, batch: Batch) -> dict[str, float]:
         self.model.train()
@@ -58,12 +67,15 @@ class CriticWorker(TrainState):
 
     def _update_mini_batch(self, mini: Batch, metrics: dict[str, list[float]]) -> None:
         self.optimizer.zero_grad(set_to_none=True)
-        for micro in mini.split(self.sizes.critic_micro):
+        parts = self.update_plan.split(mini, self.sharded).parts
+        for index, micro in enumerate(parts):
             mask = micro["response_mask"]
-            vpreds = response_values(self.model, micro)
-            vf_loss, vf_clipfrac = compute_value_loss(vpreds, micro["returns"], micro["values"], mask,
-                                                      self.cfg.cliprange_value, self.cfg.loss_agg_mode)
-            (vf_loss * (len(micro) / len(mini))).backward()
+            with gradient_sync(self.model, self.sharded, enabled=index == len(parts) - 1):  # one reduce per mini
+                with self.precision.autocast(self.sharded):
+                    vpreds = response_values(self.model, micro, self.remove_padding)
+                vf_loss, vf_clipfrac = compute_value_loss(vpreds, micro["returns"], micro["values"], mask,
+                                                          self.cfg.cliprange_value, self.cfg.loss_agg_mode)
+                (vf_loss * (len(micro) / len(mini))).backward()  # x micro rows / mini rows, as verl
             metrics["critic/vf_loss"].append(to_float(vf_loss))
             metrics["critic/vf_clipfrac"].append(to_float(vf_clipfrac))
             metrics["critic/vpred_mean"].append(to_float(masked_mean(vpreds, mask)))

@@ -15,6 +15,8 @@ import torch
 from hybridrl.algorithms import logprobs_and_entropy_from_hidden
 from hybridrl.models.hf import decoder_of, unwrap_peft
 from hybridrl.utils.batch import Batch
+from hybridrl.workers.micro_batches import MicroBatches
+from hybridrl.workers.padding import find_trim, pad_responses, trim_sequences
 
 LOGPROB_CHUNK_ROWS = 1024
 FSDP_LOG_PROB_METHOD = "hybridrl_response_log_probs"
@@ -27,15 +29,24 @@ def _body_hidden(model: torch.nn.Module, batch: Batch | dict[str, torch.Tensor])
     return out.last_hidden_state
 
 
-def response_log_probs(model: torch.nn.Module, batch: Batch, temperature: float,
-                       compute_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(log_probs (B, R), entropy (B, R) or None) of `batch["responses"]` under `model`."""
+def response_log_probs(model: torch.nn.Module, batch: Batch, temperature: float, compute_entropy: bool,
+                       remove_padding: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(log_probs (B, R), entropy (B, R) or None) of `batch["responses"]` under `model`.
+
+    `remove_padding`: the forward sees only the columns that hold a token of some row (padding.py);
+    the trimmed response columns come back as zeros.
+    """
+    tensors = {key: batch[key] for key in ("input_ids", "attention_mask", "position_ids", "responses")}
+    trim = find_trim(batch["attention_mask"], batch["response_mask"]) if remove_padding else None
+    if trim is not None:
+        tensors = trim_sequences(tensors, trim)
+    args = (tensors["input_ids"], tensors["attention_mask"], tensors["position_ids"], tensors["responses"],
+            temperature, compute_entropy)
     fsdp_forward = getattr(model, FSDP_LOG_PROB_METHOD, None)
-    if fsdp_forward is not None:
-        return fsdp_forward(batch["input_ids"], batch["attention_mask"], batch["position_ids"], batch["responses"],
-                            temperature, compute_entropy)
-    return _response_log_probs(model, batch["input_ids"], batch["attention_mask"], batch["position_ids"],
-                               batch["responses"], temperature, compute_entropy)
+    log_probs, entropy = fsdp_forward(*args) if fsdp_forward is not None else _response_log_probs(model, *args)
+    if trim is not None:
+        log_probs, entropy = pad_responses(log_probs, trim), pad_responses(entropy, trim)
+    return log_probs, entropy
 
 
 def enable_fsdp_log_prob_forward(model: torch.nn.Module) -> None:
@@ -74,24 +85,33 @@ def _response_log_probs(model: torch.nn.Module, input_ids: torch.Tensor, attenti
     return log_probs.view(num_rows, response_len), entropy
 
 
-def response_values(critic: torch.nn.Module, batch: Batch) -> torch.Tensor:
-    """Values (B, R) of a token-classification critic, taken with the same shift as log-probs."""
-    response_len = batch["responses"].shape[1]
-    out = critic(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                 position_ids=batch["position_ids"], use_cache=False)
+def response_values(critic: torch.nn.Module, batch: Batch, remove_padding: bool = False) -> torch.Tensor:
+    """Values (B, R) of a token-classification critic, taken with the same shift as log-probs (0 where
+    response_mask is 0); `remove_padding` as for `response_log_probs`."""
+    tensors = {key: batch[key] for key in ("input_ids", "attention_mask", "position_ids")}
+    response_mask = batch["response_mask"]
+    trim = find_trim(batch["attention_mask"], response_mask) if remove_padding else None
+    if trim is not None:
+        tensors = trim_sequences(tensors, trim)
+    out = critic(**tensors, use_cache=False)
     values = out.logits.squeeze(-1).float()
+    response_len = trim.response_width if trim is not None else response_mask.shape[1]
     prompt_len = values.shape[1] - response_len
-    return values[:, prompt_len - 1: prompt_len - 1 + response_len] * batch["response_mask"]
+    values = values[:, prompt_len - 1: prompt_len - 1 + response_len]
+    if trim is not None:
+        values = pad_responses(values, trim)
+    return values * response_mask
 
 
 @torch.no_grad()
-def batched_log_probs(model: torch.nn.Module, batch: Batch, micro_batch_size: int, temperature: float,
-                      compute_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """`response_log_probs` over micro-batches of `micro_batch_size` rows, concatenated."""
+def batched_log_probs(model: torch.nn.Module, micro_batches: MicroBatches, temperature: float,
+                      compute_entropy: bool, remove_padding: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`response_log_probs` (fp32) over the micro-batches, in the row order of the batch they came from."""
     log_probs, entropies = [], []
-    for micro in batch.split(micro_batch_size):
-        lp, ent = response_log_probs(model, micro, temperature, compute_entropy)
+    for micro in micro_batches.parts:
+        lp, ent = response_log_probs(model, micro, temperature, compute_entropy, remove_padding)
         log_probs.append(lp.float())
         if ent is not None:
             entropies.append(ent.float())
-    return torch.cat(log_probs), (torch.cat(entropies) if compute_entropy else None)
+    entropy = micro_batches.restore(torch.cat(entropies)) if compute_entropy else None
+    return micro_batches.restore(torch.cat(log_probs)), entropy

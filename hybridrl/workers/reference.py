@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import torch
 
-from hybridrl.models.hf import load_causal_lm, resolve_dtype
+from hybridrl.models.hf import load_causal_lm
 from hybridrl.utils.batch import Batch
 from hybridrl.workers.forward import batched_log_probs
+from hybridrl.workers.micro_batches import MicroBatchPlan
 from hybridrl.workers.offload import PhaseOffloader
+from hybridrl.workers.precision import log_precision, resolve_precision
 from hybridrl.workers.sharding import shard_model
 
 
@@ -15,39 +17,47 @@ class ReferenceWorker:
     def __init__(self, cfg, micro_batch_size: int, device: torch.device):
         model_cfg = cfg.actor_rollout_ref.model
         ref_cfg = cfg.actor_rollout_ref.ref
+        self.precision = resolve_precision(ref_cfg.fsdp_config, device, "actor_rollout_ref.ref.fsdp_config")
+        log_precision("reference", self.precision)
         path = getattr(getattr(ref_cfg, "model", None), "path", None) or model_cfg.path
-        self.model = load_causal_lm(path, dtype=resolve_dtype(ref_cfg.fsdp_config.model_dtype),
+        self.model = load_causal_lm(path, dtype=self.precision.master,
                                     override_config=model_cfg.override_config,
                                     trust_remote_code=model_cfg.trust_remote_code,
                                     key="actor_rollout_ref.model.path").to(device)
         self.model.requires_grad_(False).eval()
-        shard_model(self.model, log_prob_forward=True)  # FSDP2 when running as a rank
-        self.micro_batch_size = micro_batch_size
+        self.sharded = shard_model(self.model, log_prob_forward=True, param_dtype=self.precision.fsdp_param_dtype,
+                                   reduce_dtype=self.precision.reduce)  # FSDP2 when running as a rank
+        self.plan = MicroBatchPlan.for_phase(cfg, "ref", micro_batch_size)
+        self.remove_padding = model_cfg.use_remove_padding  # verl's ref follows the model's switch
         self.device = device
         # ref.fsdp_config.param_offload: parameters live on the CPU between this role's forwards.
         self.offloader = PhaseOffloader(self.model, None, device, ref_cfg.fsdp_config.param_offload, False)
 
     def compute_ref_log_prob(self, batch: Batch) -> Batch:
-        with self.offloader.for_compute():
-            log_probs, _ = batched_log_probs(self.model, batch.to(self.device), self.micro_batch_size,
-                                             batch.meta["temperature"], compute_entropy=False)
+        with self.offloader.for_compute(), self.precision.autocast(self.sharded):
+            micro_batches = self.plan.split(batch.to(self.device), self.sharded)
+            log_probs, _ = batched_log_probs(self.model, micro_batches, batch.meta["temperature"],
+                                             compute_entropy=False, remove_padding=self.remove_padding)
         return Batch({"ref_log_prob": log_probs.cpu()})
 
 
 class LoraReferenceWorker:
     """With LoRA the reference policy is the actor's base model: the same module, adapter disabled
-    (no second copy of the weights). Phases run one after another, so sharing the module is safe."""
+    (no second copy of the weights). Phases run one after another, so sharing the module is safe.
+    Precision and padding removal are the actor's; micro-batches follow the `ref.*` keys."""
 
     def __init__(self, actor, micro_batch_size: int):
         self.actor = actor
-        self.micro_batch_size = micro_batch_size
+        self.plan = MicroBatchPlan.for_phase(actor.cfg, "ref", micro_batch_size)
 
     def compute_ref_log_prob(self, batch: Batch) -> Batch:
         from hybridrl.models.lora import reference_forward_context
 
-        model = self.actor.model
-        model.eval()
-        with self.actor.offloader.for_compute(), reference_forward_context(model):
-            log_probs, _ = batched_log_probs(model, batch.to(self.actor.device), self.micro_batch_size,
-                                             batch.meta["temperature"], compute_entropy=False)
+        actor = self.actor
+        actor.model.eval()
+        with actor.offloader.for_compute(), reference_forward_context(actor.model), \
+                actor.precision.autocast(actor.sharded):
+            micro_batches = self.plan.split(batch.to(actor.device), actor.sharded)
+            log_probs, _ = batched_log_probs(actor.model, micro_batches, batch.meta["temperature"],
+                                             compute_entropy=False, remove_padding=actor.remove_padding)
         return Batch({"ref_log_prob": log_probs.cpu()})

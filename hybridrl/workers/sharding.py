@@ -11,7 +11,8 @@ rank of the group in the same order.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
@@ -23,12 +24,15 @@ def is_distributed() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
-def shard_model(model: nn.Module, *, log_prob_forward: bool = False) -> bool:
+def shard_model(model: nn.Module, *, log_prob_forward: bool = False, param_dtype: torch.dtype | None = None,
+                reduce_dtype: torch.dtype = torch.float32) -> bool:
     """Shard `model` with FSDP2 in place when running as a rank; returns whether it did.
 
     Call it after gradient-checkpointing set-up and before building the optimizer (the optimizer must
     see the sharded parameters). `log_prob_forward`: the model serves `response_log_probs`, which
     calls the body and the LM head directly, so that path is registered as an FSDP forward method.
+    `param_dtype` / `reduce_dtype`: FSDP2's mixed precision (`Precision.fsdp_param_dtype`, `.reduce`);
+    param_dtype None computes in the weights' own dtype, as one process does.
     """
     if not is_distributed():
         return False
@@ -38,10 +42,35 @@ def shard_model(model: nn.Module, *, log_prob_forward: bool = False) -> bool:
     # HF heads return views (e.g. logits); FSDP2 warns in case they are modified in place, which no
     # hybridrl forward path does, so the per-call warning is noise here.
     warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
-    apply_fsdp2(model)  # param_dtype None: compute in the weights' own dtype, as one process does
+    apply_fsdp2(model, param_dtype=param_dtype, reduce_dtype=reduce_dtype)
     if log_prob_forward:
         enable_fsdp_log_prob_forward(model)
     return True
+
+
+def max_over_ranks(value: int, sharded: bool) -> int:
+    """The largest `value` of all ranks (collective when sharded): ranks must run as many FSDP forwards."""
+    if not sharded:
+        return value
+    tensor = torch.tensor([value], dtype=torch.long)
+    if dist.get_backend() == "nccl":
+        tensor = tensor.cuda()
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return int(tensor.item())
+
+
+@contextmanager
+def gradient_sync(model: nn.Module, sharded: bool, enabled: bool) -> Iterator[None]:
+    """FSDP2: skip (enabled=False) the gradient reduce-scatter of the backward passes inside; gradients
+    accumulate unsharded until a backward with sync on reduces the sum once. No-op in one process."""
+    if not sharded or enabled:
+        yield
+        return
+    model.set_requires_gradient_sync(False)
+    try:
+        yield
+    finally:
+        model.set_requires_gradient_sync(True)
 
 
 def clip_grad_norm(model: nn.Module, max_norm: float, sharded: bool) -> torch.Tensor:

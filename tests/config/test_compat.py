@@ -79,7 +79,6 @@ def test_external_engines_get_the_own_engine_message(engine):
         ("actor_rollout_ref.actor.strategy=megatron", "the Megatron engine is not implemented"),
         ("algorithm.adv_estimator=opo", "this advantage estimator is not implemented"),
         ("actor_rollout_ref.actor.policy_loss.loss_mode=clip_cov", "this policy loss is not implemented"),
-        ("actor_rollout_ref.actor.use_dynamic_bsz=true", "use_dynamic_bsz) are not implemented"),
         ("+algorithm.filter_groups.enable=true", "filter_groups) is not implemented"),
         ("critic.model.fsdp_config.optimizer_offload=true", "critic optimizer offload"),
         ("actor_rollout_ref.rollout.tensor_model_parallel_size=2", "tensor-parallel rollout"),

@@ -42,9 +42,25 @@ def test_micro_must_divide_per_device_mini():
     assert "(256 x 5 / 8 = 160 rows); try 40 or 80" in message
 
 
-def test_dynamic_batching_is_refused_until_implemented():
-    with pytest.raises(ConfigError, match="use_dynamic_bsz"):
-        load_config(GRPO + ["actor_rollout_ref.actor.use_dynamic_bsz=true"])
+def test_dynamic_batching_needs_no_micro_batch_but_a_positive_budget():
+    dynamic = ["actor_rollout_ref.actor.use_dynamic_bsz=true", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=null",
+               "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=null"]
+    cfg = load_config(GRPO + dynamic)
+    validate_config(cfg, world_size=8)
+    assert cfg.actor_rollout_ref.rollout.log_prob_use_dynamic_bsz and cfg.critic.use_dynamic_bsz  # verl's ${...} links
+    message = problems(dynamic + ["actor_rollout_ref.actor.ppo_max_token_len_per_gpu=0"])
+    assert "actor_rollout_ref.actor.ppo_max_token_len_per_gpu (0) must be a positive token count" in message
+    assert "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu (0)" in message  # follows the actor's budget
+
+
+def test_dtype_keys_are_checked_by_name():
+    message = problems(["actor_rollout_ref.actor.fsdp_config.model_dtype=fp33",
+                        "actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:bf17,reduce:fp32}"])
+    assert "actor_rollout_ref.actor.fsdp_config.model_dtype='fp33' is not a dtype; use one of fp32" in message
+    assert "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype='bf17' is not a dtype" in message
+    assert "mixed_precision has unknown key(s) ['reduce']; accepted: param_dtype, reduce_dtype, buffer_dtype" in message
+    validate_config(load_config(GRPO + ["actor_rollout_ref.actor.fsdp_config.mixed_precision="
+                                        "{param_dtype:bf16,reduce_dtype:fp32,buffer_dtype:fp32}"]))
 
 
 def test_train_rows_divisible_by_devices():
