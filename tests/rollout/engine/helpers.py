@@ -8,14 +8,17 @@ from hybridrl.rollout.engine.llm_engine import LLMEngine
 PROMPTS = [list(range(3, 15)), [7, 8, 9], [40, 41, 42, 43, 44, 45, 46, 47, 48]]
 
 
-def make_model(arch="qwen2", seed=1, **overrides):
-    """A tiny model whose random weights are large enough that it does not just echo its input."""
+def make_model(arch="qwen2", seed=1, scale=2.0, **overrides):
+    """A tiny model whose random weights are large enough that it does not just echo its input.
+
+    `scale` 2 (default) makes attention nearly one-hot: greedy paths are decisive in fp32 but chaotic
+    under bf16 rounding (one ulp in RoPE flips an attention argmax); bf16 parity tests use 1."""
     model = build_tiny_model(arch, seed=seed, **overrides)
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
             noise = torch.randn(p.shape, generator=gen)
-            p.copy_(1 + 0.3 * noise if "norm" in name else 2 * noise / p.shape[-1] ** 0.5)
+            p.copy_(1 + 0.3 * noise if "norm" in name else scale * noise / p.shape[-1] ** 0.5)
     return model
 
 
