@@ -306,6 +306,21 @@ def burst_comparison(model, prompts, args, main_engine_result: dict[str, Any]) -
             "speedup": main_engine_result["gen_tok_s"] / single["gen_tok_s"]}
 
 
+def python_profile(engine, prompts, params) -> str:
+    """cProfile of one `generate` on an empty prefix cache: where the host's time goes."""
+    import cProfile
+    import io
+    import pstats
+
+    engine.sleep()
+    engine.wake_up()
+    profiler = cProfile.Profile()
+    profiler.runcall(engine.generate, prompts, params)
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(35)
+    return out.getvalue()
+
+
 def profile_generate(engine, prompts, args) -> dict[str, Any]:
     """torch.profiler over one warm `generate` of the main workload, and over its prefill alone
     (max_new_tokens=1): the top ops by device time (and, for prefill, host time) to `args.profile`."""
@@ -324,6 +339,8 @@ def profile_generate(engine, prompts, args) -> dict[str, Any]:
             with profile(activities=activities) as prof:
                 engine.generate(prompts, params)
             summary[f"{name}_wall_s"] = time.perf_counter() - start
+            f.write(f"== {name}: host Python (cProfile of a second run, top by cumulative time)\n"
+                    f"{python_profile(engine, prompts, params)}\n")
             averages = prof.key_averages()
             for sort_key in dict.fromkeys((device_key, "cpu_time_total")):
                 f.write(f"== {name}, sorted by {sort_key}\n{averages.table(sort_by=sort_key, row_limit=30)}\n")
