@@ -30,13 +30,8 @@ from hybridrl.distributed import (
 from hybridrl.logging.log import get_logger
 from hybridrl.rollout import SamplingParams
 from hybridrl.trainer.control import Request
-from hybridrl.trainer.group_roles import (
-    GroupRollout,
-    RankWeights,
-    gather_weights,
-    pool_rollout_metrics,
-    pop_rank_metrics,
-)
+from hybridrl.trainer.group_roles import GroupRollout, pool_rollout_metrics, pop_rank_metrics
+from hybridrl.trainer.weight_sync import RankWeights, WeightHandoff
 from hybridrl.utils.batch import Batch
 from hybridrl.workers.colocated import ROW_INDEX_KEY
 
@@ -110,12 +105,15 @@ class ElasticRollout:
     """The trainer's rollout plus borrowed replicas; anything else is looked up on the wrapped rollout."""
 
     def __init__(self, base, placement: ElasticPlacement, start_replica: Callable[[int], WorkerGroup],
-                 current_weights: Callable[[], object]):
+                 current_weights: Callable[[], object], handoff: WeightHandoff | None = None):
+        """`handoff`: how the actor's weights reach the replicas (the run's, shared with a `GroupRollout`
+        base so one gather serves all); None: pickled, as trained (in-process groups, tests)."""
         self.base = base
         self.placement = placement
         self.replicas: dict[int, WorkerGroup] = {}  # borrowed device -> its one-rank rollout group
         self._start_replica = start_replica
         self._current_weights = current_weights
+        self.handoff = handoff if handoff is not None else WeightHandoff("pickle", None)
 
     def __getattr__(self, name: str):
         if name == "base":  # not set yet (e.g. while unpickling): no recursion
@@ -164,21 +162,24 @@ class ElasticRollout:
         batch = group.call_sharded("generate_sequences", shard, params=params)
         return batch, pop_rank_metrics(batch)
 
-    def sync_weights(self, named_tensors) -> None:
+    def sync_weights(self, named_tensors) -> dict[str, float] | None:
+        """The base's sync plus the replicas', from ONE gather of the actor's weights; returns the metrics of
+        the handoff (None when nothing left the actor's ranks)."""
         if not self.replicas:
-            self.base.sync_weights(named_tensors)
-            return
+            return self.base.sync_weights(named_tensors)
         if not isinstance(named_tensors, RankWeights):
             named_tensors = list(named_tensors)  # a generator: consumed by the base and by the gathering below
-        weights = gather_weights(named_tensors)
+        payload = self.handoff.gather(named_tensors)
         same_ranks = isinstance(named_tensors, RankWeights) and named_tensors.group is getattr(self.base, "group", None)
-        self.base.sync_weights(named_tensors if same_ranks or not isinstance(self.base, GroupRollout) else weights)
-        self._load(list(self.replicas), weights)
+        self.base.sync_weights(named_tensors if same_ranks or not isinstance(self.base, GroupRollout) else payload)
+        self._load(list(self.replicas), payload)
+        return self.handoff.metrics()
 
-    def _load(self, devices: list[int], weights: dict[str, torch.Tensor]) -> None:
-        """The same weights into each replica (in parallel); a replica that fails is returned."""
+    def _load(self, devices: list[int], payload) -> None:
+        """The same weights (a `WeightHandoff.gather` payload) into each replica, in parallel; a replica that
+        fails is returned."""
         with ThreadPoolExecutor(max_workers=max(len(devices), 1)) as pool:
-            futures = {d: pool.submit(self.replicas[d].call_all, "load_rollout_weights", weights) for d in devices}
+            futures = {d: pool.submit(self.handoff.load, self.replicas[d], payload) for d in devices}
         for device, future in futures.items():
             try:
                 future.result()
@@ -209,7 +210,7 @@ class ElasticRollout:
                             f"{_first_line(err)}); it is left out")
         new = [d for d in devices if d in self.replicas]
         if new:
-            self._load(new, gather_weights(self._current_weights()))
+            self._load(new, self.handoff.gather(self._current_weights()))
         if any(d in self.replicas for d in new):
             log.info(f"rollout grown to {len(self.devices)} devices: {self.devices}")
 
@@ -263,4 +264,4 @@ def make_elastic_rollout(trainer) -> ElasticRollout:
         return start_rollout_replica(cfg, device_id, device_type, total_steps=trainer.total_steps)
 
     return ElasticRollout(trainer.roles.rollout, placement_of(cfg, trainer.device, trainer.num_devices), start,
-                          lambda: trainer.roles.actor.named_weights())
+                          lambda: trainer.roles.actor.named_weights(), trainer.roles.handoff)

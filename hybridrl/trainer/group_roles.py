@@ -8,8 +8,8 @@ one node) or Ray (`trainer.launcher`, `choose_launcher`). Each adapter below exp
 ranks (`call_sharded`), updates return metrics reduced across ranks (`call_sharded_metrics`),
 collectives (weight sync, checkpoints) run on every rank (`call_all`). Reward scoring stays on the
 controller. `GroupActor.named_weights()` is a token for the weights on the actor's ranks: a rollout on
-the same ranks syncs there; a rollout on other ranks gets them gathered by the actor's group and passed
-on by the controller.
+the same ranks syncs there; a rollout on other ranks gets them through a `weight_sync.WeightHandoff`
+(shared memory with the local launcher, pickled with Ray).
 """
 
 from __future__ import annotations
@@ -19,8 +19,10 @@ from dataclasses import dataclass, replace
 import torch
 
 from hybridrl.distributed import WorkerGroup
+from hybridrl.distributed.weight_handoff import WeightManifest
 from hybridrl.logging.log import get_logger
 from hybridrl.rollout import SamplingParams
+from hybridrl.trainer.weight_sync import RankWeights, WeightHandoff
 from hybridrl.utils.batch import Batch
 from hybridrl.utils.metrics import reduce_metrics
 from hybridrl.workers.colocated import ROLES, ROLLOUT_METRICS_META, ROW_INDEX_KEY, ColocatedWorker
@@ -91,6 +93,7 @@ class RankGroups:
 
     groups: dict[str, WorkerGroup]
     role_group: dict[str, WorkerGroup]
+    launcher: str = "local"  # or "ray": decides how weights reach a rollout on other ranks (weight_sync)
     pools: object | None = None
     owns_ray: bool = False
 
@@ -111,7 +114,7 @@ def launch_groups(cfg, plans: list[GroupPlan], device_type: str, *, total_steps:
 
     ray_init = dict(cfg.ray_kwargs.ray_init or {})
     launcher = choose_launcher(cfg.trainer.launcher, cfg.trainer.nnodes, ray_init.get("address"))
-    running = RankGroups({}, {})
+    running = RankGroups({}, {}, launcher)
     if launcher == "ray":
         from hybridrl.distributed.ray_launcher import import_ray
 
@@ -145,13 +148,6 @@ def _start_group(plan: GroupPlan, launcher: str, pools, device_type: str, init_k
 
 
 # ---------------------------------------------------------------- the role adapters
-@dataclass(frozen=True)
-class RankWeights:
-    """The actor's weights, which stay on the ranks of `group` (see `GroupRollout.sync_weights`)."""
-
-    group: WorkerGroup
-
-
 class GroupRole:
     role: str
 
@@ -200,32 +196,30 @@ class GroupRollout(GroupRole):
 
     role = "rollout"
 
+    def __init__(self, group: WorkerGroup, handoff: WeightHandoff):
+        super().__init__(group)
+        self.handoff = handoff
+
     def generate_sequences(self, prompts: Batch, params: SamplingParams) -> tuple[Batch, dict[str, float]]:
         rows = prompts.repeat(params.n, interleave=True)  # the row order one process produces
         rows[ROW_INDEX_KEY] = torch.arange(len(rows))
         batch = self.group.call_sharded("generate_sequences", rows, params=replace(params, n=1))
         return batch, pool_rollout_metrics(pop_rank_metrics(batch))
 
-    def sync_weights(self, named_tensors) -> None:
-        """On the ranks when the actor shares them; else the actor's group gathers and the controller hands over.
-
-        Also takes weights already gathered on the controller (a dict, see `gather_weights`)."""
-        if isinstance(named_tensors, dict):
-            self.group.call_all("load_rollout_weights", named_tensors)
-        elif not isinstance(named_tensors, RankWeights):
-            raise TypeError("rollout ranks take the actor's weights as GroupActor.named_weights() (a RankWeights)")
-        elif named_tensors.group is self.group:
+    def sync_weights(self, named_tensors) -> dict[str, float]:
+        """On the ranks when the actor shares them (colocated: nothing leaves them); else the handoff gathers
+        the weights from the actor's group and every rollout rank loads them. Also takes a payload already
+        gathered by the handoff (a `WeightManifest` or a dict of tensors). Returns the handoff's metrics."""
+        if isinstance(named_tensors, RankWeights) and named_tensors.group is self.group:
             self.group.call_all("sync_rollout_weights")
-        else:
-            self.group.call_all("load_rollout_weights", gather_weights(named_tensors))
-
-
-def gather_weights(named_tensors) -> dict[str, torch.Tensor]:
-    """The actor's full weights on the controller's CPU: gathered by its group (a `RankWeights`) or copied
-    from an in-process actor's (name, tensor) pairs; what a rollout on other ranks loads."""
-    if isinstance(named_tensors, RankWeights):
-        return named_tensors.group.call_all("actor_weights")[0]
-    return {name: tensor.detach().to("cpu", copy=True) for name, tensor in named_tensors}
+            return {}
+        if isinstance(named_tensors, RankWeights):
+            named_tensors = self.handoff.gather(named_tensors)
+        elif not isinstance(named_tensors, (dict, WeightManifest)):
+            raise TypeError("rollout ranks take the actor's weights as GroupActor.named_weights() (a RankWeights) "
+                            f"or a payload of WeightHandoff.gather, not {type(named_tensors).__name__}")
+        self.handoff.load(self.group, named_tensors)
+        return self.handoff.metrics()
 
 
 def pop_rank_metrics(batch: Batch) -> list[dict[str, float]]:

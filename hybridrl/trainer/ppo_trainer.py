@@ -206,8 +206,8 @@ class PPOTrainer:
         if self.cfg.trainer.critic_warmup <= self.global_step:
             with self._phase("update_actor", timings):
                 metrics.update(self.roles.actor.update_actor(batch))
-            with self._phase("update_weights", timings):
-                self.roles.rollout.sync_weights(self.roles.actor.named_weights())
+            with self._phase("update_weights", timings):  # to rollout ranks elsewhere: perf/update_weights_gb
+                metrics.update(self.roles.rollout.sync_weights(self.roles.actor.named_weights()) or {})
 
     # =========================================================== validation
     def validate(self) -> dict[str, float]:

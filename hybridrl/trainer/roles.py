@@ -12,11 +12,12 @@ from typing import Any
 import torch
 
 from hybridrl.logging.log import get_logger
+from hybridrl.trainer.weight_sync import HANDOFF_BY_LAUNCHER, WeightHandoff
 from hybridrl.workers.actor import ActorWorker
 from hybridrl.workers.critic import CriticWorker
 from hybridrl.workers.reference import ReferenceWorker
 from hybridrl.workers.reward import RewardWorker
-from hybridrl.workers.rollout import RolloutWorker
+from hybridrl.workers.rollout import RolloutWorker, rollout_weights_dtype
 from hybridrl.workers.sizes import BatchSizes
 
 
@@ -31,11 +32,15 @@ class Roles:
     reference: ReferenceWorker | None = None
     critic: CriticWorker | None = None
     group: Any = None  # group_roles.RankGroups when the roles run on worker ranks
+    handoff: Any = None  # weight_sync.WeightHandoff: the actor's weights to rollout ranks in other processes
 
     def shutdown(self) -> None:
-        """Stop the worker ranks (no-op for in-process roles); safe to call twice or after a failure."""
+        """Stop the worker ranks (no-op for in-process roles) and remove the weight buffer; safe to call twice
+        or after a failure."""
         if self.group is not None:
             self.group.shutdown()
+        if self.handoff is not None:
+            self.handoff.close()
 
 
 def build_critic(cfg, sizes: BatchSizes, device: torch.device, total_steps: int):
@@ -81,8 +86,10 @@ def build_roles(cfg, needs, tokenizer, device: torch.device, total_steps: int, w
         rollout.sync_weights(actor.named_weights())
     reference = _build_reference(cfg, actor, sizes, device) if needs.reference else None
     critic = build_critic(cfg, sizes, device, total_steps) if needs.critic else None
+    # for rollout replicas borrowed later (elastic): local processes, so shared memory reaches them
+    handoff = WeightHandoff("shared_memory", rollout_weights_dtype(cfg, device.type))
     return Roles(actor=actor, rollout=rollout, reward=RewardWorker(cfg, tokenizer), reference=reference,
-                 critic=critic)
+                 critic=critic, handoff=handoff)
 
 
 def build_group_roles(cfg, needs, tokenizer, device: torch.device, total_steps: int, world_size: int) -> Roles:
@@ -94,12 +101,13 @@ def build_group_roles(cfg, needs, tokenizer, device: torch.device, total_steps: 
         (("critic",) if needs.critic and not remote_critic else ())
     running = gr.launch_groups(cfg, gr.plan_groups(cfg, world_size, wanted), device.type, total_steps=total_steps)
     try:
+        handoff = WeightHandoff(HANDOFF_BY_LAUNCHER[running.launcher], rollout_weights_dtype(cfg, device.type))
         on = running.role_group
         critic = None
         if needs.critic:
             critic = build_critic(cfg, None, device, total_steps) if remote_critic else gr.GroupCritic(on["critic"])
-        return Roles(actor=gr.GroupActor(on["actor"]), rollout=gr.GroupRollout(on["rollout"]),
-                     reward=RewardWorker(cfg, tokenizer), critic=critic, group=running,
+        return Roles(actor=gr.GroupActor(on["actor"]), rollout=gr.GroupRollout(on["rollout"], handoff),
+                     reward=RewardWorker(cfg, tokenizer), critic=critic, group=running, handoff=handoff,
                      reference=gr.GroupReference(on["reference"]) if needs.reference else None)
     except BaseException:
         running.shutdown()

@@ -6,7 +6,9 @@ FSDP2-sharded over the group (each role class shards itself when torch.distribut
 generates the rank's shard of the prompts with a plain (unsharded) copy of the policy, refreshed from
 the actor after every update by gathering the actor's parameters one at a time
 (`sync_rollout_weights`), or, when the rollout has devices of its own, from weights gathered by the
-actor's group and handed over by the controller (`actor_weights` → `load_rollout_weights`). The
+actor's group and handed over by the controller: written by the actor's rank 0 into a shared-memory
+buffer (`write_actor_weights`, one node) or returned pickled (`actor_weights`, Ray), then loaded by
+every rollout rank (`load_rollout_weights`). The
 controller drives it through a worker group (`call_sharded` for data, `call_all` for collectives);
 every method that touches a sharded model is a collective and runs on all ranks of the group.
 """
@@ -21,6 +23,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from hybridrl.distributed.weight_handoff import (BufferSpec, SpilledWeights, WeightManifest, cast_to_cpu,
+                                                 open_weights, write_weights)
 from hybridrl.models.hf import load_causal_lm, load_tokenizer, resolve_dtype
 from hybridrl.rollout import SamplingParams
 from hybridrl.utils.batch import Batch
@@ -101,16 +105,28 @@ class ColocatedWorker:
         """Gather the actor's parameters one at a time into the rollout replica (collective)."""
         self._role("rollout").sync_weights(self._role("actor").named_weights())
 
-    def actor_weights(self) -> dict[str, torch.Tensor]:
-        """The actor's full weights on CPU, on rank 0 ({} elsewhere), for a rollout on other ranks (collective)."""
+    def actor_weights(self, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+        """The actor's full weights on CPU in `dtype` (the rollout's; None: as trained), on rank 0 ({} elsewhere),
+        for a rollout on other ranks, sent pickled (collective)."""
         weights = {}
         for name, tensor in self._role("actor").named_weights():
             if self.rank == 0:
-                weights[name] = tensor.detach().to("cpu", copy=True)
+                weights[name] = cast_to_cpu(tensor, dtype, copy=True)
         return weights
 
-    def load_rollout_weights(self, weights: dict[str, torch.Tensor]) -> None:
-        self._role("rollout").sync_weights(weights.items())
+    def write_actor_weights(self, spec: BufferSpec) -> WeightManifest | SpilledWeights | None:
+        """Rank 0 writes the actor's full weights into the shared-memory buffer `spec` one tensor at a time and
+        returns where each lies (None elsewhere); every rank takes part in the gather (collective)."""
+        named = self._role("actor").named_weights()
+        if self.rank == 0:
+            return write_weights(named, spec)
+        for _ in named:
+            pass
+        return None
+
+    def load_rollout_weights(self, weights: WeightManifest | dict[str, torch.Tensor]) -> None:
+        """Load a handoff (a shared-memory manifest, or tensors sent pickled) into the rollout's engine."""
+        self._role("rollout").sync_weights(open_weights(weights))
 
     # ------------------------------------------------------------------ checkpoints (collective)
     def save_checkpoint(self, role: str, role_dir: str, contents: list[str]) -> None:

@@ -6,7 +6,8 @@ from contextlib import contextmanager, nullcontext
 
 import torch
 
-from hybridrl.rollout import SamplingParams, build_rollout_backend
+from hybridrl.models.hf import resolve_dtype
+from hybridrl.rollout import SamplingParams, build_rollout_backend, resolve_backend_name
 from hybridrl.rollout.hf_backend import HFRolloutBackend
 from hybridrl.utils.batch import Batch
 
@@ -20,6 +21,16 @@ def sampling_params(rollout_cfg, *, validate: bool, greedy: bool = False, seed: 
         temperature=src.temperature, top_k=src.top_k, top_p=src.top_p, do_sample=do_sample,
         n=1 if greedy else src.n, max_new_tokens=rollout_cfg.response_length,
         ignore_eos=rollout_cfg.ignore_eos, eos_token_ids=tuple(eos_token_ids), seed=seed)
+
+
+def rollout_weights_dtype(cfg, device_type: str) -> torch.dtype:
+    """The dtype a rollout replica holds its weights in, so a weight handoff sends no more bytes than it
+    keeps: our engine's `rollout.dtype`; the hf backend generates with a plain copy of the model loaded in
+    the actor's `fsdp_config.model_dtype` (it ignores `rollout.dtype`)."""
+    arr = cfg.actor_rollout_ref
+    if resolve_backend_name(arr.rollout.name, device_type) == "hybrid":
+        return resolve_dtype(arr.rollout.dtype)
+    return resolve_dtype(arr.actor.fsdp_config.model_dtype)
 
 
 def _right_pad(rows: list[list], width: int, value, dtype) -> torch.Tensor:

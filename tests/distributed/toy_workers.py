@@ -56,3 +56,9 @@ class ToyWorker:
     def sleep(self, seconds: float) -> None:
         print(f"rank {self.rank} about to sleep {seconds}s", file=sys.stderr, flush=True)
         time.sleep(seconds)
+
+    def write_weights(self, spec) -> object:
+        """Rank 0 writes a small set of weights into a shared-memory buffer (the actor's side of a handoff)."""
+        from hybridrl.distributed.weight_handoff import write_weights
+
+        return write_weights([("w", torch.ones(1000))], spec) if self.rank == 0 else None

@@ -106,6 +106,8 @@ def test_roles_on_separate_ranks_give_the_metrics_of_one_process(tmp_path, arith
     trainer.fit()
     records = read_metrics(out)
     assert records[1]["training/rollout_probs_diff_mean"] < 1e-5  # the rollout group got the updated weights
+    assert all(r["perf/update_weights_shared_memory"] == 1.0 and r["perf/update_weights_gb"] > 0 for r in records)
+    assert not os.path.exists(trainer.roles.handoff.path)  # fit() removed the shared-memory buffer
     for got, want in zip(records, read_metrics(one)):
         assert_same_metrics(got, want)
 
