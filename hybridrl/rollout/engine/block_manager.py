@@ -34,25 +34,34 @@ class Block:
 
 
 class BlockManager:
-    """Owns `num_blocks` KV blocks of `block_size` tokens; free blocks keep their hash until reused."""
+    """Owns `num_blocks` KV blocks of `block_size` tokens; free blocks keep their hash until reused.
+
+    Blocks are created on first use: an H200 KV cache holds ~10^5-10^6 blocks, and a new manager is
+    built at every engine wake-up and weight update (the prefix cache is invalid then), so building
+    them all up front cost most of a second per RL step.
+    """
 
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True) -> None:
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
-        self.blocks = [Block(i) for i in range(num_blocks)]
-        # Insertion-ordered: the longest-free block is reused first, so recently freed prefixes survive.
-        self.free_block_ids: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self.num_blocks = num_blocks
+        self.blocks: dict[int, Block] = {}  # every block id handed out so far
+        self._next_fresh = 0  # ids >= this were never used
+        # Freed blocks, insertion-ordered: the longest-free is reused first (after never-used ones),
+        # so recently freed prefixes survive longest.
+        self.free_block_ids: OrderedDict[int, None] = OrderedDict()
         self.hash_to_block_id: dict[bytes, int] = {}
 
     @property
-    def num_blocks(self) -> int:
-        return len(self.blocks)
-
-    @property
     def num_free_blocks(self) -> int:
-        return len(self.free_block_ids)
+        return self.num_blocks - self._next_fresh + len(self.free_block_ids)
 
     def _take_free_block(self) -> Block:
+        if self._next_fresh < self.num_blocks:
+            block = self.blocks[self._next_fresh] = Block(self._next_fresh)
+            self._next_fresh += 1
+            block.ref_count = 1
+            return block
         block = self.blocks[self.free_block_ids.popitem(last=False)[0]]
         if block.hash is not None and self.hash_to_block_id.get(block.hash) == block.block_id:
             del self.hash_to_block_id[block.hash]  # its old contents are about to be overwritten

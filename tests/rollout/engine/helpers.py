@@ -50,3 +50,14 @@ def hf_logprobs(model, prompt, response, temperature):
     ids = torch.tensor([prompt + response])
     logits = model(ids).logits[0, len(prompt) - 1:-1].float() / temperature
     return logits.log_softmax(-1).gather(-1, torch.tensor(response)[:, None])[:, 0]
+
+
+def to_bf16_keeping_rope_fp32(model, device):
+    """`model.to(device, bf16)` as `from_pretrained(dtype=bf16)` leaves it: RoPE inverse frequencies stay
+    fp32 (a plain `.to` rounds them to bf16, which shifts HF's angles by ~0.4% and so its tokens)."""
+    rope = {name: buf.detach().clone() for name, buf in model.named_buffers() if "inv_freq" in name}
+    model = model.to(device, torch.bfloat16)
+    for name, buf in rope.items():
+        owner, attr = name.rsplit(".", 1)
+        setattr(model.get_submodule(owner), attr, buf.to(device))
+    return model

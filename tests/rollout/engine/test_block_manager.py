@@ -23,7 +23,7 @@ def test_samples_share_full_prompt_blocks_and_release_them():
     for seq in seqs:
         bm.deallocate(seq)
     assert bm.num_free_blocks == 16
-    assert all(b.ref_count == 0 for b in bm.blocks)
+    assert all(b.ref_count == 0 for b in bm.blocks.values())
 
 
 def test_repeated_prompt_hits_freed_blocks_until_reused():
@@ -77,3 +77,20 @@ def test_prefix_caching_off_shares_nothing():
     bm.allocate(a)
     bm.allocate(b)
     assert b.num_cached_tokens == 0 and set(a.block_table).isdisjoint(b.block_table)
+
+
+def test_blocks_are_created_on_first_use_and_fresh_ones_go_first():
+    """A new manager (built at every wake-up and weight update) creates no per-block objects up front;
+    never-used blocks are handed out before freed ones, which keep their prefix hashes longer."""
+    from hybridrl.rollout.engine.sequence import Sequence
+
+    bm = BlockManager(1_000_000, 4)
+    assert bm.blocks == {} and bm.num_free_blocks == 1_000_000
+    first = Sequence(0, list(range(8)), 4, seed=0)
+    bm.allocate(first)
+    bm.deallocate(first)
+    second = Sequence(1, list(range(100, 108)), 4, seed=0)
+    bm.allocate(second)
+    assert set(second.block_table).isdisjoint(first.block_table)  # fresh ids first
+    assert bm.num_cached_tokens(Sequence(2, list(range(8)), 4, seed=0)) == 8  # first's prefix still cached
+    assert len(bm.blocks) == 4 and bm.num_free_blocks == 1_000_000 - 2

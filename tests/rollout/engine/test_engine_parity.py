@@ -10,7 +10,7 @@ import torch
 
 from hybridrl.rollout.base import SamplingParams
 from tests.rollout.engine.helpers import (
-    PROMPTS, hf_generate_greedy, hf_greedy_no_eos, hf_logprobs, make_engine, make_model,
+    PROMPTS, hf_generate_greedy, hf_greedy_no_eos, hf_logprobs, make_engine, make_model, to_bf16_keeping_rope_fp32,
 )
 
 ARCHS = {
@@ -91,32 +91,33 @@ def test_loads_from_model_dir(tiny_model_dir):
 
 
 @pytest.mark.gpu
-def test_bf16_greedy_parity_with_hf_generate_on_ragged_prompts():
-    """bf16 on CUDA (Triton decode and fused ops, CUDA graphs, decode bursts) vs HF `generate` (sdpa, bf16).
+def test_bf16_greedy_parity_with_hf_on_ragged_prompts():
+    """bf16 on CUDA (Triton decode and fused ops, CUDA graphs, decode bursts) vs HF (sdpa, bf16).
 
-    bf16 kernels round differently, so greedy paths may part where two candidates are within bf16
-    noise (HF's own cached `generate` and its uncached forward disagree there too). Rule: at a
-    sequence's first mismatch, HF's uncached forward scores HF's token and the engine's within 5% of
-    the logit scale; at least half the sequences match fully. The model is well-conditioned (scale 1):
-    with one-hot attention a single rounding step flips the path (see helpers.make_model).
+    Teacher-forced: one HF forward over prompt + the engine's tokens scores every step, and each engine
+    token must be HF's arg-max there up to a bf16 tie (within 2% of the logit scale); >= 90% exact.
+    HF's own cached `generate` differs from its uncached forward by ~0.3 logits on this model, so its
+    token path is a noisier reference; it must still equal the engine's for half the prompts.
     """
     torch.manual_seed(0)
-    model = make_model("qwen2", hidden_size=128, num_heads=4, num_kv_heads=2, vocab_size=512, scale=1.0).to(
-        "cuda", torch.bfloat16)
+    model = to_bf16_keeping_rope_fp32(
+        make_model("qwen2", hidden_size=128, num_heads=4, num_kv_heads=2, vocab_size=512, scale=1.0), "cuda")
+    assert model.model.rotary_emb.inv_freq.dtype == torch.float32
     prompts = [[int(t) for t in torch.randint(3, 500, (length,))] for length in (5, 17, 33, 64, 9, 100, 48, 2)]
     engine = make_engine(model, device="cuda", num_kv_blocks=256, block_size=16)
     out = engine.generate(prompts, SamplingParams(do_sample=False, max_new_tokens=32, ignore_eos=True))
-    full_matches = 0
+    exact = total = generate_matches = 0
     for prompt, got in zip(prompts, out.token_ids):
+        with torch.no_grad():
+            logits = model(torch.tensor([prompt + got], device="cuda")).logits[0, len(prompt) - 1:-1].float()
+        best = logits.max(-1).values
+        chosen = logits.gather(-1, torch.tensor(got, device="cuda")[:, None])[:, 0]
+        assert (best - chosen < 0.02 * logits.abs().amax(-1)).all(), f"non-argmax token for prompt {len(prompt)}"
+        exact += int((best == chosen).sum())
+        total += len(got)
         ids = torch.tensor([prompt], device="cuda")
         want = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=32,
                               min_new_tokens=32, pad_token_id=0)[0, len(prompt):].tolist()
-        first = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)
-        if first is None:
-            full_matches += 1
-            continue
-        with torch.no_grad():
-            logits = model(torch.tensor([prompt + want[:first]], device="cuda")).logits[0, -1].float()
-        gap = abs(logits[want[first]] - logits[got[first]])
-        assert gap < 0.05 * logits.abs().max(), f"diverged at token {first}: candidates {gap:.3f} apart"
-    assert full_matches >= len(prompts) // 2
+        generate_matches += int(want == got)
+    assert exact >= 0.9 * total
+    assert generate_matches >= len(prompts) // 2

@@ -57,7 +57,7 @@ def simulate(prompts, n=1, max_new=12, num_blocks=64, block_size=4, max_num_seqs
         sched.postprocess(batch, tokens, [[0.0] * num_steps for _ in batch])
         steps += 1
         assert steps < 10_000
-    assert bm.num_free_blocks == num_blocks and all(b.ref_count == 0 for b in bm.blocks)
+    assert bm.num_free_blocks == num_blocks and all(b.ref_count == 0 for b in bm.blocks.values())
     return [s.completion_token_ids for s in seqs], sched
 
 
