@@ -156,11 +156,13 @@ def run(args, paths: dict[str, Path], mode: str) -> dict[str, Any]:
     phases = instrument(trainer, tracker, mode)
     backend = getattr(trainer.roles.rollout, "backend", None)
     kv_gb = getattr(backend, "kv_cache_bytes", 0) / 2**30
-    if getattr(args, "profile", None) and mode == "hybrid":
-        profile_phases(trainer, args.profile, at_call=args.steps)
+    profiling = bool(getattr(args, "profile", None)) and mode == "hybrid"
+    if profiling:  # one extra step, profiled and left out of the summary (the profiler slows it down)
+        trainer.total_steps += 1
+        profile_phases(trainer, args.profile, at_call=trainer.total_steps)
     steps = record_steps(trainer, tracker)
     trainer.fit()
-    result = summarize(steps, args.warmup_steps)
+    result = summarize(steps[:-1] if profiling else steps, args.warmup_steps)
     result.update({"build_s": build_s, "kv_cache_gb": kv_gb, "phases_tracked": phases,
                    "kv_cache_during_training": mode == "separate"})
     del trainer, backend
