@@ -38,19 +38,34 @@ def _chunk_logprobs_entropy(hidden: torch.Tensor, weight: torch.Tensor, bias: to
     return label_logits - log_normalizer, entropy
 
 
+def _fused_available(hidden: torch.Tensor) -> bool:
+    if not hidden.is_cuda:
+        return False
+    import importlib.util
+
+    return importlib.util.find_spec("triton") is not None
+
+
 def logprobs_and_entropy_from_hidden(hidden: torch.Tensor, lm_head_weight: torch.Tensor, labels: torch.Tensor,
                                      temperature: float, chunk_size: int = 1024, compute_entropy: bool = True,
-                                     lm_head_bias: torch.Tensor | None = None
+                                     lm_head_bias: torch.Tensor | None = None, fused: bool | None = None
                                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs `(N,)` and entropies `(N,)` (or None) from hidden `(N, H)`, lm_head `(V, H)`, labels `(N,)`.
 
-    Rows go through in chunks of `chunk_size`; under autograd each chunk is recomputed in backward
-    (non-reentrant checkpoint), so at most one chunk's `(C, V)` fp32 logits are alive at a time.
+    Rows go through in chunks of `chunk_size`, so one chunk's `(C, V)` logits at most are alive at a
+    time. `fused` (default: on CUDA when Triton imports): Triton row kernels over logits kept in the
+    GEMM's dtype (fused_logprob.py); else torch ops on fp32 logits, each chunk recomputed in backward
+    (non-reentrant checkpoint).
     """
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1 (got {chunk_size})")
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 to scale logits (got {temperature}); greedy uses 1.0 here")
+    if fused if fused is not None else _fused_available(hidden):
+        from hybridrl.algorithms.fused_logprob import fused_logprobs_and_entropy
+
+        return fused_logprobs_and_entropy(hidden, lm_head_weight, labels, temperature, chunk_size, compute_entropy,
+                                          lm_head_bias)
     inputs_need_grad = any(t is not None and t.requires_grad for t in (hidden, lm_head_weight, lm_head_bias))
     use_checkpoint = torch.is_grad_enabled() and inputs_need_grad
     logprob_chunks, entropy_chunks = [], []

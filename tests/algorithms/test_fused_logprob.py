@@ -1,0 +1,89 @@
+"""The Triton log-prob path vs the torch path: values and gradients (hidden, head weight, bias).
+
+Run in a TRITON_INTERPRET=1 subprocess on CPU (kernels on CPU tensors), natively on CUDA (gpu marker)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from hybridrl.algorithms.logprob import logprobs_and_entropy_from_hidden
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+REPO = Path(__file__).resolve().parents[2]
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+def test_interpreted_fused_logprob():
+    if INTERPRETED:
+        pytest.skip("already inside the interpreter subprocess")
+    pytest.importorskip("triton", reason="pip install triton to test the Triton kernels on CPU")
+    cmd = [sys.executable, "-m", "pytest", __file__, "-q", "-x", "-p", "no:cacheprovider", "-o", "addopts=",
+           "-m", "not gpu"]
+    proc = subprocess.run(cmd, cwd=REPO, env={**os.environ, "TRITON_INTERPRET": "1"}, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, f"interpreted log-prob tests failed:\n{proc.stdout[-6000:]}\n{proc.stderr[-2000:]}"
+    passed = re.search(r"(\d+) passed", proc.stdout)
+    assert passed and int(passed.group(1)) >= 4, f"interpreted tests did not run:\n{proc.stdout[-2000:]}"
+
+
+def case(device, vocab=5000, rows=37, hidden=24, bias=False, dtype=torch.float32):
+    gen = torch.Generator().manual_seed(0)
+    h = (torch.randn(rows, hidden, generator=gen) * 2).to(device, dtype).requires_grad_()
+    w = (torch.randn(vocab, hidden, generator=gen) / hidden ** 0.5).to(device, dtype).requires_grad_()
+    b = (torch.randn(vocab, generator=gen) * 0.1).to(device, dtype).requires_grad_() if bias else None
+    labels = torch.randint(0, vocab, (rows,), generator=gen).to(device)
+    return h, w, b, labels
+
+
+def run(fused, h, w, b, labels, temperature, entropy_weight, chunk):
+    for t in (h, w, b):
+        if t is not None:
+            t.grad = None
+    lp, ent = logprobs_and_entropy_from_hidden(h, w, labels, temperature, chunk_size=chunk, compute_entropy=True,
+                                               lm_head_bias=b, fused=fused)
+    (lp * torch.linspace(-1, 1, lp.numel(), device=lp.device)).sum().add(entropy_weight * ent.sum()).backward()
+    return lp.detach(), ent.detach(), [t.grad.clone() for t in (h, w, b) if t is not None]
+
+
+def on_device(device):
+    if device == "cpu" and not INTERPRETED:
+        pytest.skip("runs in test_interpreted_fused_logprob's subprocess")
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    return device
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("temperature,entropy_weight,bias,chunk", [
+    (1.0, 0.0, False, 16), (0.7, 0.0, True, 64), (1.3, 0.5, False, 8), (1.0, -0.2, True, 1000)])
+def test_fused_matches_torch_values_and_gradients(device, temperature, entropy_weight, bias, chunk):
+    h, w, b, labels = case(on_device(device), bias=bias)
+    want = run(False, h, w, b, labels, temperature, entropy_weight, chunk)
+    got = run(True, h, w, b, labels, temperature, entropy_weight, chunk)
+    torch.testing.assert_close(got[0], want[0], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(got[1], want[1], atol=1e-4, rtol=1e-4)
+    for g, w_ in zip(got[2], want[2]):
+        torch.testing.assert_close(g, w_, atol=1e-4, rtol=1e-3)
+
+
+@pytest.mark.gpu
+def test_fused_bf16_under_autocast_on_cuda_matches_torch():
+    """fp32 master weights, bf16 compute (the actor's mixed precision): the fused path's log-probs and
+    gradients agree with the torch path to bf16 noise, and gradients keep the parameters' dtypes."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    h, w, _, labels = case("cuda", vocab=151936, rows=300, hidden=64)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        want = run(False, h, w, None, labels, 1.0, 0.0, 128)
+        got = run(True, h, w, None, labels, 1.0, 0.0, 128)
+    torch.testing.assert_close(got[0], want[0], atol=2e-2, rtol=0)
+    assert got[2][0].dtype == torch.float32 and got[2][1].dtype == torch.float32
+    for g, w_ in zip(got[2], want[2]):
+        assert (g - w_).norm() <= 0.02 * w_.norm()
