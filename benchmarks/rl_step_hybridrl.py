@@ -125,7 +125,7 @@ def summarize(steps: list[dict[str, float]], warmup: int) -> dict[str, Any]:
     steady = steps[warmup:] or steps
     keys = [k for k in steady[0] if k.startswith(("timing_s/", "rollout/", "response_length/mean",
                                                   "prompt_length/mean", "actor/kl_loss", "actor/pg_loss",
-                                                  "training/rollout_probs_diff", "perf/update_weights"))]
+                                                  "training/rollout_probs_diff", "training/rollout_log_probs_diff", "perf/update_weights"))]
     out: dict[str, Any] = {k: sum(s[k] for s in steady) / len(steady) for k in keys if k in steady[-1]}
     tokens = sum(s["perf/total_num_tokens"] for s in steady)
     seconds = sum(s["timing_s/step"] for s in steady)

@@ -269,7 +269,12 @@ def _rollout_probs_diff(rollout_log_probs: torch.Tensor, old_log_probs: torch.Te
     if not valid.any():
         return {}
     diff = (rollout_log_probs.exp() - old_log_probs.exp()).abs()[valid]
-    return {"training/rollout_probs_diff_mean": diff.mean().item(), "training/rollout_probs_diff_max": diff.max().item()}
+    # Log-prob gaps too: with a large vocabulary most token probabilities are tiny, so probability
+    # gaps look like zero even when the two forwards disagree.
+    lp_diff = (rollout_log_probs - old_log_probs).abs()[valid]
+    return {"training/rollout_probs_diff_mean": diff.mean().item(), "training/rollout_probs_diff_max": diff.max().item(),
+            "training/rollout_log_probs_diff_mean": lp_diff.mean().item(),
+            "training/rollout_log_probs_diff_max": lp_diff.max().item()}
 
 
 def _config_dict(cfg) -> dict:
