@@ -8,6 +8,7 @@ from typing import Iterable
 
 import torch
 
+from hybridrl.logging.log import get_logger
 from hybridrl.rollout.base import RolloutOutput, SamplingParams
 from hybridrl.rollout.engine.block_manager import BlockManager
 from hybridrl.rollout.engine.loader import build_engine_model
@@ -18,6 +19,7 @@ from hybridrl.rollout.engine.scheduler import Scheduler
 from hybridrl.rollout.engine.sequence import Sequence
 
 CPU_KV_CAP_BYTES = 1 << 30
+log = get_logger("rollout.engine")
 
 
 class LLMEngine:
@@ -59,12 +61,25 @@ class LLMEngine:
         return self.num_kv_blocks * self.runner.block_bytes
 
     def _profile_num_kv_blocks(self) -> int:
-        """CPU: room for max_num_seqs x max_model_len tokens, at most 1 GiB. CUDA: util x total memory
-        minus the engine's weights and the activation peak of a warm-up step (vLLM >= 0.7 semantics)."""
+        """Blocks for max_num_seqs sequences of max_model_len tokens (more can never be in use at once),
+        capped by a memory budget. CPU budget: 1 GiB. CUDA budget: util x total memory minus the engine's
+        weights and the activation peak of a warm-up step (vLLM >= 0.7 semantics; vLLM then takes the
+        whole budget, which for a small policy reserved ~65 GB of an H200 that no step could use)."""
+        workload = self.max_num_seqs * -(-self.max_model_len // self.block_size)
         if self.device.type != "cuda":
-            tokens = self.max_num_seqs * self.max_model_len
-            return max(1, min(tokens * self.runner.block_bytes // self.block_size, CPU_KV_CAP_BYTES)
-                       // self.runner.block_bytes)
+            return max(1, min(workload, CPU_KV_CAP_BYTES // self.runner.block_bytes))
+        budget = self._cuda_kv_budget_bytes() // self.runner.block_bytes
+        blocks = min(workload, budget)
+        log.info("KV cache: %d blocks of %d tokens (%.2f GiB), %s", blocks, self.block_size,
+                 blocks * self.runner.block_bytes / 2**30,
+                 f"enough for max_num_seqs={self.max_num_seqs} x max_model_len={self.max_model_len}; "
+                 f"gpu_memory_utilization={self.gpu_memory_utilization} would allow {max(budget, 0)}"
+                 if blocks == workload else
+                 f"all that gpu_memory_utilization={self.gpu_memory_utilization} allows (the workload could use "
+                 f"{workload}: longer batches preempt)")
+        return int(blocks)
+
+    def _cuda_kv_budget_bytes(self) -> int:
         torch.cuda.empty_cache()
         before = torch.cuda.memory_allocated(self.device)
         torch.cuda.reset_peak_memory_stats(self.device)
@@ -74,8 +89,7 @@ class LLMEngine:
         # Deltas, not totals: a trainer sharing this process and GPU is not the engine's share.
         free, total = torch.cuda.mem_get_info(self.device)
         budget = self.gpu_memory_utilization * total - weight_bytes - activation_bytes
-        budget = min(budget, free - (512 << 20))  # never plan past what is actually free
-        return int(budget // self.runner.block_bytes)
+        return int(min(budget, free - (512 << 20)))  # never plan past what is actually free
 
     def sleep(self) -> None:
         """Free the KV cache and decode CUDA graphs; weights stay (`update_weights` works while asleep)."""

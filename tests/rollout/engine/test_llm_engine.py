@@ -145,3 +145,15 @@ def test_bursts_with_tight_kv_fall_back_to_single_steps(model):
 def test_max_decode_burst_is_validated(model):
     with pytest.raises(ValueError, match="max_decode_burst"):
         make_engine(model, max_decode_burst=0)
+
+
+@pytest.mark.gpu
+def test_cuda_kv_cache_is_sized_for_the_workload_when_the_budget_allows_more(model):
+    """max_num_seqs x max_model_len tokens can never be exceeded at once: no point reserving more."""
+    from hybridrl.rollout.engine.llm_engine import LLMEngine
+
+    engine = LLMEngine(model, device="cuda", max_num_seqs=8, max_model_len=64, block_size=16,
+                       gpu_memory_utilization=0.5)
+    assert engine.num_kv_blocks == 8 * 64 // 16
+    out = engine.generate(PROMPTS, SamplingParams(n=2, max_new_tokens=20, ignore_eos=True))
+    assert [len(t) for t in out.token_ids] == [20] * 6
