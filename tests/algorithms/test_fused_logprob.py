@@ -4,33 +4,15 @@ Run in a TRITON_INTERPRET=1 subprocess on CPU (kernels on CPU tensors), natively
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
 from hybridrl.algorithms.logprob import logprobs_and_entropy_from_hidden
-
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-REPO = Path(__file__).resolve().parents[2]
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+from tests.triton_interpreter import DEVICES, on_device, run_interpreted
 
 
 def test_interpreted_fused_logprob():
-    if INTERPRETED:
-        pytest.skip("already inside the interpreter subprocess")
-    pytest.importorskip("triton", reason="pip install triton to test the Triton kernels on CPU")
-    cmd = [sys.executable, "-m", "pytest", __file__, "-q", "-x", "-p", "no:cacheprovider", "-o", "addopts=",
-           "-m", "not gpu"]
-    proc = subprocess.run(cmd, cwd=REPO, env={**os.environ, "TRITON_INTERPRET": "1"}, capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, f"interpreted log-prob tests failed:\n{proc.stdout[-6000:]}\n{proc.stderr[-2000:]}"
-    passed = re.search(r"(\d+) passed", proc.stdout)
-    assert passed and int(passed.group(1)) >= 4, f"interpreted tests did not run:\n{proc.stdout[-2000:]}"
+    run_interpreted(__file__, min_passed=4)
 
 
 def case(device, vocab=5000, rows=37, hidden=24, bias=False, dtype=torch.float32):
@@ -50,14 +32,6 @@ def run(fused, h, w, b, labels, temperature, entropy_weight, chunk):
                                                lm_head_bias=b, fused=fused)
     (lp * torch.linspace(-1, 1, lp.numel(), device=lp.device)).sum().add(entropy_weight * ent.sum()).backward()
     return lp.detach(), ent.detach(), [t.grad.clone() for t in (h, w, b) if t is not None]
-
-
-def on_device(device):
-    if device == "cpu" and not INTERPRETED:
-        pytest.skip("runs in test_interpreted_fused_logprob's subprocess")
-    if device == "cuda" and not torch.cuda.is_available():
-        pytest.skip("needs a CUDA device")
-    return device
 
 
 @pytest.mark.parametrize("device", DEVICES)

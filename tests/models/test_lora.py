@@ -151,7 +151,8 @@ def test_save_adapter_and_export_merged_round_trip(qwen, tmp_path):
     out = export_merged(peft_model, build_char_tokenizer(), str(tmp_path / "merged"))
     assert (tmp_path / "merged" / "model.safetensors").exists()
     plain = AutoModelForCausalLM.from_pretrained(out).eval()
-    assert torch.allclose(logits(plain), expected, atol=1e-5)
+    # (W + s·BA)x vs Wx + s·B(Ax): the same in exact arithmetic, ~1e-5 apart in fp32 (was flaky at 1e-5)
+    torch.testing.assert_close(logits(plain), expected, atol=1e-4, rtol=1e-4)
     assert torch.allclose(logits(peft_model), expected)  # export left the live model untouched
 
 

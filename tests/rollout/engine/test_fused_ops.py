@@ -5,45 +5,17 @@ round where the torch code rounds, so bf16 results agree to within one bf16 ulp.
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
 from hybridrl.rollout.engine.layers import RMSNorm, RotaryEmbedding
+from tests.triton_interpreter import DEVICES, on_device, run_interpreted
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-REPO = Path(__file__).resolve().parents[3]
 DTYPES = [torch.float32, torch.bfloat16]
 
 
 def test_interpreted_fused_ops():
-    if INTERPRETED:
-        pytest.skip("already inside the interpreter subprocess")
-    pytest.importorskip("triton", reason="pip install triton to test the Triton kernels on CPU")
-    cmd = [sys.executable, "-m", "pytest", __file__, "-q", "-x", "-p", "no:cacheprovider", "-o", "addopts=",
-           "-m", "not gpu"]
-    proc = subprocess.run(cmd, cwd=REPO, env={**os.environ, "TRITON_INTERPRET": "1"}, capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, f"interpreted fused-op tests failed:\n{proc.stdout[-6000:]}\n{proc.stderr[-2000:]}"
-    passed = re.search(r"(\d+) passed", proc.stdout)
-    assert passed and int(passed.group(1)) >= 8, f"interpreted tests did not run:\n{proc.stdout[-2000:]}"
-
-
-def on_device(request_device: str):
-    """cpu: only inside the TRITON_INTERPRET subprocess; cuda: the gpu marker and a visible GPU."""
-    if request_device == "cpu" and not INTERPRETED:
-        pytest.skip("runs in test_interpreted_fused_ops's subprocess")
-    if request_device == "cuda" and not torch.cuda.is_available():
-        pytest.skip("needs a CUDA device")
-    return request_device
-
-
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+    run_interpreted(__file__, min_passed=8)
 
 
 def close(got, want, dtype):

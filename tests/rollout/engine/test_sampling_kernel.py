@@ -4,34 +4,18 @@ Triton tests run in a TRITON_INTERPRET=1 subprocess on CPU (see test_triton_deco
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
 from hybridrl.rollout.engine.decode_step import advance_decode_inputs
 from hybridrl.rollout.engine.sampler import row_key, sample
+from tests.triton_interpreter import INTERPRETED, run_interpreted
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 interpreted = pytest.mark.skipif(not INTERPRETED, reason="runs in test_interpreted_sampler's subprocess")
-REPO = Path(__file__).resolve().parents[3]
 
 
 def test_interpreted_sampler():
-    if INTERPRETED:
-        pytest.skip("already inside the interpreter subprocess")
-    pytest.importorskip("triton", reason="pip install triton to test the Triton kernels on CPU")
-    cmd = [sys.executable, "-m", "pytest", __file__, "-q", "-x", "-p", "no:cacheprovider", "-o", "addopts=",
-           "-m", "not gpu"]
-    proc = subprocess.run(cmd, cwd=REPO, env={**os.environ, "TRITON_INTERPRET": "1"}, capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, f"interpreted sampler tests failed:\n{proc.stdout[-6000:]}\n{proc.stderr[-2000:]}"
-    passed = re.search(r"(\d+) passed", proc.stdout)
-    assert passed and int(passed.group(1)) >= 6, f"interpreted tests did not run:\n{proc.stdout[-2000:]}"
+    run_interpreted(__file__, min_passed=6)
 
 
 def random_case(rows: int, vocab: int, dtype=torch.bfloat16, device="cpu", seed=0):

@@ -7,19 +7,13 @@ process); the `interpreted` tests below only run inside that subprocess.
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+from tests.triton_interpreter import INTERPRETED, run_interpreted
+
 interpreted = pytest.mark.skipif(not INTERPRETED,
                                  reason="runs in test_interpreted_suite's TRITON_INTERPRET=1 subprocess")
-REPO = Path(__file__).resolve().parents[3]
 
 
 def reference_decode(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window=None):
@@ -60,16 +54,7 @@ def make_case(context_lens, num_heads, num_kv_heads, head_dim, page, dtype=torch
 
 
 def test_interpreted_suite():
-    if INTERPRETED:
-        pytest.skip("already inside the interpreter subprocess")
-    pytest.importorskip("triton", reason="pip install triton to test the Triton kernels on CPU")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    cmd = [sys.executable, "-m", "pytest", __file__, "-q", "-x", "-p", "no:cacheprovider", "-o", "addopts=",
-           "-m", "not gpu"]
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, f"interpreted Triton tests failed:\n{proc.stdout[-6000:]}\n{proc.stderr[-2000:]}"
-    passed = re.search(r"(\d+) passed", proc.stdout)
-    assert passed and int(passed.group(1)) >= 15, f"interpreted tests did not run:\n{proc.stdout[-2000:]}"
+    run_interpreted(__file__, min_passed=15)
 
 
 @interpreted

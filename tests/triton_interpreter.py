@@ -1,0 +1,46 @@
+"""Run a test file's Triton tests on CPU: TRITON_INTERPRET=1 must be set before triton is imported, so
+the file re-runs itself in a subprocess with it set (nothing leaks into the main test process)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_interpreted(test_file: str, min_passed: int) -> None:
+    """Run `test_file` (its non-GPU tests) under the interpreter; fail with its output unless at least
+    `min_passed` tests passed (so a suite that silently skips everything cannot pass)."""
+    if INTERPRETED:
+        pytest.skip("already inside the interpreter subprocess")
+    pytest.importorskip("triton", reason="pip install triton to test the Triton kernels on CPU")
+    cmd = [sys.executable, "-m", "pytest", test_file, "-q", "-x", "-p", "no:cacheprovider", "-o", "addopts=",
+           "-m", "not gpu"]
+    proc = subprocess.run(cmd, cwd=REPO, env={**os.environ, "TRITON_INTERPRET": "1"}, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, f"interpreted Triton tests failed:\n{proc.stdout[-6000:]}\n{proc.stderr[-2000:]}"
+    passed = re.search(r"(\d+) passed", proc.stdout)
+    assert passed and int(passed.group(1)) >= min_passed, f"interpreted tests did not run:\n{proc.stdout[-2000:]}"
+
+
+def on_device(device: str) -> str:
+    """For tests parametrized over DEVICES: cpu runs only inside the interpreter subprocess, cuda only
+    with a GPU (and the gpu marker)."""
+    if device == "cpu" and not INTERPRETED:
+        pytest.skip("runs in the TRITON_INTERPRET=1 subprocess")
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            pytest.skip("needs a CUDA device")
+    return device
+
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
