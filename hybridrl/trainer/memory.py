@@ -30,6 +30,8 @@ class PhaseMemory:
         self.peaks: dict[str, int] = {}  # bytes, max over this step's entries of the phase
         self.overall = 0
         self._open: list[tuple[str, int]] = []  # (phase, running peak) innermost last
+        if self.enabled:  # measure from here: earlier work in the process (loading, other runs) is not a step's
+            torch.cuda.reset_peak_memory_stats(self.device)
 
     def _read_and_reset(self) -> int:
         """Peak since the last reset (folded into every open phase and the overall); then reset."""

@@ -18,7 +18,8 @@ pytestmark = pytest.mark.gpu
 
 def test_two_step_grpo_with_hybrid_engine_and_weight_sync(tmp_path, arith_model_dir, arithmetic_files):
     overrides = tiny_run_overrides(arith_model_dir, arithmetic_files, str(tmp_path), extra=[
-        "trainer.device=cuda", "actor_rollout_ref.rollout.name=auto", "actor_rollout_ref.rollout.dtype=float32",
+        "trainer.device=cuda", "trainer.n_gpus_per_node=1",  # one process, even where more GPUs are visible
+        "actor_rollout_ref.rollout.name=auto", "actor_rollout_ref.rollout.dtype=float32",
         "actor_rollout_ref.rollout.gpu_memory_utilization=0.05",
         "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32"])  # fp32 actor forward too (GPU: bf16)
     overrides = [o for o in overrides if not o.startswith(("trainer.device=cpu", "actor_rollout_ref.rollout.name=hf"))]
