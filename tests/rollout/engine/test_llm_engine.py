@@ -157,3 +157,19 @@ def test_cuda_kv_cache_is_sized_for_the_workload_when_the_budget_allows_more(mod
     assert engine.num_kv_blocks == 8 * 64 // 16
     out = engine.generate(PROMPTS, SamplingParams(n=2, max_new_tokens=20, ignore_eos=True))
     assert [len(t) for t in out.token_ids] == [20] * 6
+
+
+@pytest.mark.parametrize("max_model_len,expected", [(None, 24 + 40), (100, 100)])
+def test_trainer_engine_max_model_len_follows_the_rollout_config(model, max_model_len, expected):
+    """rollout.max_model_len null means prompt_length + response_length (the key's documented default;
+    the engine used to take the model's max_position_embeddings, which also sized the KV cache)."""
+    from hybridrl.config import load_config
+    from hybridrl.rollout import build_rollout_backend
+
+    cfg = load_config(["data.max_prompt_length=24", "data.max_response_length=40",
+                       f"actor_rollout_ref.rollout.max_model_len={'null' if max_model_len is None else max_model_len}",
+                       "actor_rollout_ref.rollout.dtype=float32"])
+    engine = build_rollout_backend("hybrid", model, pad_token_id=0, eos_token_ids=[], device_type="cpu",
+                                   rollout_cfg=cfg.actor_rollout_ref.rollout)
+    assert engine.max_model_len == expected
+    assert engine.num_kv_blocks == cfg.actor_rollout_ref.rollout.max_num_seqs * -(-expected // engine.block_size)
