@@ -13,7 +13,7 @@ copies land in pinned memory (faster and async); one synchronize at the end make
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 
@@ -99,6 +99,26 @@ def load_optimizer(optim: torch.optim.Optimizer, device: torch.device | str) -> 
     move_optimizer(optim, device)
 
 
+class _Residency:
+    """On the device while any (nested) user holds it, moved out when the last one lets go."""
+
+    def __init__(self, enabled: bool, load: Callable[[], None], offload: Callable[[], None]) -> None:
+        self.enabled, self.load, self.offload = enabled, load, offload
+        self.users = 0
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        if self.enabled and self.users == 0:
+            self.load()
+        self.users += 1
+        try:
+            yield
+        finally:
+            self.users -= 1
+            if self.enabled and self.users == 0:
+                self.offload()
+
+
 class PhaseOffloader:
     """Keeps a role's parameters and/or optimizer state on the CPU while idle, on `device` in its phases.
 
@@ -114,43 +134,22 @@ class PhaseOffloader:
         self.device = torch.device(device)
         self.param_offload = param_offload
         self.optimizer_offload = optimizer_offload and optimizer is not None
-        self._param_users = 0
-        self._optimizer_users = 0
+        self._params = _Residency(self.param_offload, lambda: load_module(module, self.device),
+                                  lambda: offload_module(module))
+        # state created lazily by the first optimizer step goes out too
+        self._optimizer = _Residency(self.optimizer_offload, lambda: load_optimizer(optimizer, self.device),
+                                     lambda: offload_optimizer(optimizer))
         if self.param_offload:
             offload_module(module)
         if self.optimizer_offload:
             offload_optimizer(optimizer)
 
     @contextmanager
-    def _params_in(self) -> Iterator[None]:
-        if self.param_offload and self._param_users == 0:
-            load_module(self.module, self.device)
-        self._param_users += 1
-        try:
-            yield
-        finally:
-            self._param_users -= 1
-            if self.param_offload and self._param_users == 0:
-                offload_module(self.module)
-
-    @contextmanager
-    def _optimizer_in(self) -> Iterator[None]:
-        if self.optimizer_offload and self._optimizer_users == 0:
-            load_optimizer(self.optimizer, self.device)
-        self._optimizer_users += 1
-        try:
-            yield
-        finally:
-            self._optimizer_users -= 1
-            if self.optimizer_offload and self._optimizer_users == 0:
-                offload_optimizer(self.optimizer)  # state created lazily by the first step goes out too
-
-    @contextmanager
     def for_compute(self) -> Iterator[None]:
-        with self._params_in():
+        with self._params.held():
             yield
 
     @contextmanager
     def for_update(self) -> Iterator[None]:
-        with self._params_in(), self._optimizer_in():
+        with self._params.held(), self._optimizer.held():
             yield

@@ -102,8 +102,8 @@ def test_nested_phases_move_once():
     assert not offloader.optimizer_offload  # no optimizer (e.g. the reference model): nothing to move
     with offloader.for_compute():
         with offloader.for_update():
-            assert offloader._param_users == 2
-    assert offloader._param_users == 0
+            assert offloader._params.users == 2
+    assert offloader._params.users == 0
 
 
 # --------------------------------------------------------------------------------------------- GPU

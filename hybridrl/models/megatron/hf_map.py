@@ -64,6 +64,18 @@ def _trim_vocab(weight: torch.Tensor, vocab_size: int, key: str) -> torch.Tensor
     return weight[:vocab_size]
 
 
+def _renamed(spec: GptSpec) -> list[tuple[str, str]]:
+    """(Megatron name, HF name) inside one layer of the weights that only change names, both ways."""
+    pairs = [(f"{_ATTN}.linear_proj.weight", "self_attn.o_proj.weight"),
+             ("input_layernorm.weight", "input_layernorm.weight"),
+             ("pre_mlp_layernorm.weight", "post_attention_layernorm.weight"),
+             ("mlp.linear_fc2.weight", "mlp.down_proj.weight")]
+    if spec.qk_layernorm:
+        pairs += [(f"{_ATTN}.q_layernorm.weight", "self_attn.q_norm.weight"),
+                  (f"{_ATTN}.k_layernorm.weight", "self_attn.k_norm.weight")]
+    return pairs
+
+
 def _layer_to_hf(src: _Taker, i: int, spec: GptSpec) -> dict[str, torch.Tensor]:
     m, h = f"decoder.layers.{i}.", f"model.layers.{i}."
     out = {}
@@ -74,15 +86,9 @@ def _layer_to_hf(src: _Taker, i: int, spec: GptSpec) -> dict[str, torch.Tensor]:
         qb, kb, vb = split_qkv(src.take(f"{m}{_ATTN}.linear_qkv.bias"), spec)
         out.update({f"{h}self_attn.q_proj.bias": qb, f"{h}self_attn.k_proj.bias": kb,
                     f"{h}self_attn.v_proj.bias": vb})
-    if spec.qk_layernorm:
-        out[f"{h}self_attn.q_norm.weight"] = src.take(f"{m}{_ATTN}.q_layernorm.weight")
-        out[f"{h}self_attn.k_norm.weight"] = src.take(f"{m}{_ATTN}.k_layernorm.weight")
-    out[f"{h}self_attn.o_proj.weight"] = src.take(f"{m}{_ATTN}.linear_proj.weight")
-    out[f"{h}input_layernorm.weight"] = src.take(f"{m}input_layernorm.weight")
-    out[f"{h}post_attention_layernorm.weight"] = src.take(f"{m}pre_mlp_layernorm.weight")
+    out.update({h + hf: src.take(m + mg) for mg, hf in _renamed(spec)})
     gate, up = torch.chunk(src.take(f"{m}mlp.linear_fc1.weight"), 2, dim=0)
-    out.update({f"{h}mlp.gate_proj.weight": gate, f"{h}mlp.up_proj.weight": up,
-                f"{h}mlp.down_proj.weight": src.take(f"{m}mlp.linear_fc2.weight")})
+    out.update({f"{h}mlp.gate_proj.weight": gate, f"{h}mlp.up_proj.weight": up})
     return out
 
 
@@ -117,15 +123,9 @@ def _layer_from_hf(src: _Taker, i: int, spec: GptSpec) -> dict[str, torch.Tensor
     if spec.qkv_bias:
         out[f"{m}{_ATTN}.linear_qkv.bias"] = fuse_qkv(src.take(f"{a}q_proj.bias"), src.take(f"{a}k_proj.bias"),
                                                       src.take(f"{a}v_proj.bias"), spec)
-    if spec.qk_layernorm:
-        out[f"{m}{_ATTN}.q_layernorm.weight"] = src.take(f"{a}q_norm.weight")
-        out[f"{m}{_ATTN}.k_layernorm.weight"] = src.take(f"{a}k_norm.weight")
-    out[f"{m}{_ATTN}.linear_proj.weight"] = src.take(f"{a}o_proj.weight")
-    out[f"{m}input_layernorm.weight"] = src.take(f"{h}input_layernorm.weight")
-    out[f"{m}pre_mlp_layernorm.weight"] = src.take(f"{h}post_attention_layernorm.weight")
+    out.update({m + mg: src.take(h + hf) for mg, hf in _renamed(spec)})
     out[f"{m}mlp.linear_fc1.weight"] = torch.cat([src.take(f"{h}mlp.gate_proj.weight"),
                                                   src.take(f"{h}mlp.up_proj.weight")])
-    out[f"{m}mlp.linear_fc2.weight"] = src.take(f"{h}mlp.down_proj.weight")
     return out
 
 
