@@ -12,6 +12,7 @@ actor_rollout_ref.rollout.device_ids=[1] trainer.n_gpus_per_node=2`.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import signal
@@ -30,16 +31,13 @@ KEYS = ("timing_s/gen", "timing_s/step", "timing_s/update_weights", "timing_s/up
 
 
 def parse_args(argv: list[str] | None):
-    argv = list(argv or sys.argv[1:])
-    grow_after, steps = 2, 5
-    for flag in ("--grow-after", "--elastic-steps"):
-        if flag in argv:
-            i = argv.index(flag)
-            value = int(argv.pop(i + 1))
-            argv.pop(i)
-            grow_after, steps = (value, steps) if flag == "--grow-after" else (grow_after, value)
-    args = rl_step_bench.parse_args(argv + ["--only", "hybrid", "--steps", str(steps)])
-    args.grow_after = grow_after
+    """Its own two flags; everything else is rl_step_bench's (one hybrid run of `--elastic-steps` steps)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], add_help=False)
+    parser.add_argument("--grow-after", type=int, default=2, help="send SIGUSR1 after this step")
+    parser.add_argument("--elastic-steps", type=int, default=5, help="RL steps in all")
+    own, rest = parser.parse_known_args(argv)
+    args = rl_step_bench.parse_args(rest + ["--only", "hybrid", "--steps", str(own.elastic_steps)])
+    args.grow_after = own.grow_after
     placement = ["trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.device_ids=[0]",
                  "actor_rollout_ref.rollout.device_ids=[1]", "actor_rollout_ref.rollout.free_cache_engine=true"]
     args.hybridrl_override = placement + args.hybridrl_override

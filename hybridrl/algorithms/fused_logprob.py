@@ -81,13 +81,13 @@ def _logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     return F.linear(hidden.to(weight.dtype) if not torch.is_autocast_enabled() else hidden, weight, bias).contiguous()
 
 
-def _row_stats(logits: torch.Tensor, labels: torch.Tensor, temperature: float, entropy: bool):
+def _row_stats(logits: torch.Tensor, labels: torch.Tensor, temperature: float, entropy: bool,
+               lse: torch.Tensor, logprobs: torch.Tensor, entropies: torch.Tensor) -> None:
+    """Per row of `logits`, into the given (rows,) fp32 slices: log-sum-exp, label log-prob, entropy."""
     rows, vocab = logits.shape
-    out = [torch.empty(rows, dtype=torch.float32, device=logits.device) for _ in range(3)]
     if rows:
-        _forward_kernel[(rows,)](logits, labels, out[0], out[1], out[2], vocab, logits.stride(0), 1.0 / temperature,
+        _forward_kernel[(rows,)](logits, labels, lse, logprobs, entropies, vocab, logits.stride(0), 1.0 / temperature,
                                  ENTROPY=entropy, BLOCK=BLOCK_V, num_warps=8)
-    return out
 
 
 class FusedLinearLogprob(torch.autograd.Function):
@@ -100,9 +100,8 @@ class FusedLinearLogprob(torch.autograd.Function):
                                   for _ in range(3))
         for start in range(0, hidden.shape[0], chunk_size):
             end = start + chunk_size
-            stats = _row_stats(_logits(hidden[start:end], weight, bias), labels[start:end], temperature,
-                               compute_entropy)
-            lse[start:end], logprobs[start:end], entropy[start:end] = stats
+            _row_stats(_logits(hidden[start:end], weight, bias), labels[start:end], temperature, compute_entropy,
+                       lse[start:end], logprobs[start:end], entropy[start:end])
         ctx.save_for_backward(hidden, weight, bias, labels, lse, entropy)
         ctx.temperature, ctx.chunk_size, ctx.compute_entropy = temperature, chunk_size, compute_entropy
         if not compute_entropy:

@@ -3,6 +3,9 @@ that never materialises fp32 logits for all rows at once (verl torch_functional)
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+
 import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
@@ -38,12 +41,13 @@ def _chunk_logprobs_entropy(hidden: torch.Tensor, weight: torch.Tensor, bias: to
     return label_logits - log_normalizer, entropy
 
 
-def _fused_available(hidden: torch.Tensor) -> bool:
-    if not hidden.is_cuda:
-        return False
-    import importlib.util
-
+@functools.cache
+def _triton_installed() -> bool:
     return importlib.util.find_spec("triton") is not None
+
+
+def _fused_available(hidden: torch.Tensor) -> bool:
+    return hidden.is_cuda and _triton_installed()
 
 
 def logprobs_and_entropy_from_hidden(hidden: torch.Tensor, lm_head_weight: torch.Tensor, labels: torch.Tensor,

@@ -38,7 +38,7 @@ def advance_decode_inputs(input_ids: torch.Tensor, positions: torch.Tensor, bloc
 
 def make_sampler(params: SamplingParams, device: torch.device, argmax_fn: Callable = gumbel_argmax) -> Sampler:
     """The fused Triton sampler on CUDA when it applies (no top-k / top-p), else `sampler.sample`."""
-    plain = not (0 < params.top_k) and params.top_p >= 1.0
+    plain = params.top_k <= 0 and params.top_p >= 1.0  # top_k -1/0: off
     if device.type == "cuda" and plain:
         try:
             from hybridrl.rollout.engine.sampling_kernel import fused_sample

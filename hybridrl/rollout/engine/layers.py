@@ -6,6 +6,8 @@ Fused linears carry a `weight_loader(param, tensor, shard_id)` that copies one H
 
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass
 
 import torch
@@ -44,15 +46,20 @@ def default_weight_loader(param: torch.Tensor, loaded: torch.Tensor, shard_id: o
 USE_FUSED_OPS = True
 
 
-def fused_ops_for(x: torch.Tensor):
-    """The fused_ops module when `x` should use it (CUDA, Triton importable), else None."""
-    if not (USE_FUSED_OPS and x.is_cuda):
-        return None
+@functools.cache
+def _fused_ops_module():
     try:
         from hybridrl.rollout.engine import fused_ops
-    except ImportError:
+    except ImportError:  # no Triton
         return None
     return fused_ops
+
+
+def fused_ops_for(x: torch.Tensor):
+    """The fused_ops module when `x` should use it (CUDA, Triton importable), else None.
+
+    Called per layer and op in eager prefill: the import is resolved once."""
+    return _fused_ops_module() if USE_FUSED_OPS and x.is_cuda else None
 
 
 class RMSNorm(nn.Module):
