@@ -61,6 +61,10 @@ class ActorConfig:
     kl_loss_coef: float = setting(0.001, "Weight of the KL loss.")
     kl_loss_type: str = setting("low_var_kl", "KL estimator: kl|k1|abs|mse|k2|low_var_kl|k3 (+ suffix: k2 gradient).")
     ppo_epochs: int = setting(1, "Passes over each batch.")
+    reuse_on_policy_log_prob: bool = setting(
+        True, "hybridrl: when the update is exactly on-policy (ppo_epochs=1, one mini-batch per step, no KL in "
+        "the reward), take old log-probs from the update's own forward (detached; the ratio is 1 either way, as in "
+        "TRL and verl's on_policy branch) and skip the old_log_prob pass. false: always run that pass.")
     shuffle: bool = setting(False, "Shuffle rows between mini batches.")
     data_loader_seed: int = setting(42, "Seed of the mini-batch shuffling.")
     grad_clip: float = setting(1.0, "Gradient-norm clip.")

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 import torch
 
 from hybridrl.algorithms import agg_loss, apply_kl_penalty, compute_advantage, get_kl_controller
+from hybridrl.algorithms.agreement import rollout_agreement_metrics
 from hybridrl.logging.log import get_logger
 from hybridrl.trainer import checkpointing
 from hybridrl.trainer.metrics import (compute_data_metrics, compute_throughput_metrics, compute_timing_metrics,
@@ -134,8 +135,9 @@ class PPOTrainer:
                     batch["reward_baselines"] = self.greedy_baseline(prompts)
             with self._phase("reward", timings):
                 batch = self.score(batch, metrics)
-            with self._phase("old_log_prob", timings):
-                batch = self.old_log_prob(batch, metrics)
+            if not self.takes_old_log_probs_from_update(len(batch)):
+                with self._phase("old_log_prob", timings):
+                    batch = self.old_log_prob(batch, metrics)
             if self.needs.reference:
                 with self._phase("ref", timings):
                     batch = batch.union(self.roles.reference.compute_ref_log_prob(batch))
@@ -179,8 +181,18 @@ class PPOTrainer:
         mask = batch["response_mask"]
         loss_agg_mode = self.cfg.actor_rollout_ref.actor.loss_agg_mode
         metrics["actor/entropy"] = agg_loss(entropys, mask, loss_agg_mode).item()
-        metrics.update(_rollout_probs_diff(batch["rollout_log_probs"], batch["old_log_probs"], mask))
+        metrics.update(rollout_agreement_metrics(batch["rollout_log_probs"], batch["old_log_probs"], mask))
         return batch
+
+    def takes_old_log_probs_from_update(self, num_rows: int) -> bool:
+        """The on-policy shortcut (TRL's default, verl's `on_policy` branch of the update): with one epoch over
+        one mini-batch and no KL in the reward, the update's first forward sees the very weights that would
+        compute old log-probs, so it supplies them (detached) and the separate old_log_prob pass is skipped.
+        The update then reports actor/entropy and training/rollout_probs_diff_* from that forward."""
+        actor, algo = self.cfg.actor_rollout_ref.actor, self.cfg.algorithm
+        return (actor.reuse_on_policy_log_prob and actor.ppo_epochs == 1 and not algo.use_kl_in_reward
+                and num_rows <= actor.ppo_mini_batch_size * self.cfg.actor_rollout_ref.rollout.n
+                and self.cfg.trainer.critic_warmup <= self.global_step)
 
     def advantages(self, batch: Batch, metrics: dict[str, float]) -> Batch:
         algo = self.cfg.algorithm
@@ -260,21 +272,6 @@ def _refuse_single_process_features(cfg, num_devices: int) -> None:
 def _uids(prefix: str, count: int) -> list[str]:
     """Deterministic group ids (a prompt's n samples share one), so runs are reproducible."""
     return [f"{prefix}-{i}" for i in range(count)]
-
-
-def _rollout_probs_diff(rollout_log_probs: torch.Tensor, old_log_probs: torch.Tensor,
-                        mask: torch.Tensor) -> dict[str, float]:
-    """Agreement of the rollout backend with the trainer (verl's `training/rollout_probs_diff_*`)."""
-    valid = mask.bool()
-    if not valid.any():
-        return {}
-    diff = (rollout_log_probs.exp() - old_log_probs.exp()).abs()[valid]
-    # Log-prob gaps too: with a large vocabulary most token probabilities are tiny, so probability
-    # gaps look like zero even when the two forwards disagree.
-    lp_diff = (rollout_log_probs - old_log_probs).abs()[valid]
-    return {"training/rollout_probs_diff_mean": diff.mean().item(), "training/rollout_probs_diff_max": diff.max().item(),
-            "training/rollout_log_probs_diff_mean": lp_diff.mean().item(),
-            "training/rollout_log_probs_diff_max": lp_diff.max().item()}
 
 
 def _config_dict(cfg) -> dict:

@@ -7,6 +7,7 @@ from collections import defaultdict
 import torch
 
 from hybridrl.algorithms import POLICY_LOSSES, agg_loss, kl_penalty
+from hybridrl.algorithms.agreement import rollout_agreement_metrics
 from hybridrl.models.hf import load_causal_lm
 from hybridrl.utils.batch import Batch
 from hybridrl.utils.metrics import to_float
@@ -67,15 +68,26 @@ class ActorWorker(TrainState):
 
     # --------------------------------------------------------------- update
     def update_actor(self, batch: Batch) -> dict[str, float]:
-        """ppo_epochs × mini-batches of `ppo_mini_batch_size × n` rows, one optimizer step per mini-batch."""
+        """ppo_epochs × mini-batches of `ppo_mini_batch_size × n` rows, one optimizer step per mini-batch.
+
+        A batch without `old_log_probs` is the on-policy shortcut (trainer's `takes_old_log_probs_from_update`):
+        one epoch over one mini-batch, old log-probs = the forward's own (detached); actor/entropy and the
+        rollout agreement metrics then come from that forward.
+        """
         self.model.train()
-        keys = UPDATE_KEYS + (("ref_log_prob",) if self.actor_cfg.use_kl_loss else ())
+        on_policy = "old_log_probs" not in batch
+        keys = [k for k in UPDATE_KEYS if not (on_policy and k == "old_log_probs")]
+        keys += (["ref_log_prob"] if self.actor_cfg.use_kl_loss else []) + (
+            ["rollout_log_probs"] if on_policy and "rollout_log_probs" in batch else [])
         data = batch.select(keys).to(self.device)
         metrics: dict[str, list[float]] = defaultdict(list)
         with self.offloader.for_update():
             for epoch in range(self.actor_cfg.ppo_epochs):
-                for mini in self._mini_batches(data, epoch):
-                    self._update_mini_batch(mini, metrics)
+                minis = self._mini_batches(data, epoch)
+                if on_policy:
+                    _check_on_policy(self.actor_cfg.ppo_epochs, len(minis))
+                for mini in minis:
+                    self._update_mini_batch(mini, metrics, on_policy)
         self.lr_scheduler.step()
         out = {k: sum(v) / len(v) for k, v in metrics.items()}
         out["actor/lr"] = self.optimizer.param_groups[0]["lr"]
@@ -87,15 +99,20 @@ class ActorWorker(TrainState):
             data = data.index(torch.randperm(len(data), generator=gen))
         return data.split(self.sizes.ppo_mini)
 
-    def _update_mini_batch(self, mini: Batch, metrics: dict[str, list[float]]) -> None:
+    def _update_mini_batch(self, mini: Batch, metrics: dict[str, list[float]], on_policy: bool = False) -> None:
         self.optimizer.zero_grad(set_to_none=True)
         parts = self.update_plan.split(mini, self.sharded).parts
+        forwards = []  # on-policy: (log_prob, entropy) of each micro-batch, detached, for the old_log_prob metrics
         for index, micro in enumerate(parts):
             with gradient_sync(self.model, self.sharded, enabled=index == len(parts) - 1):  # one reduce per mini
-                loss, micro_metrics = self._micro_loss(micro)
+                loss, micro_metrics, forward = self._micro_loss(micro, on_policy)
                 # verl: loss / gradient_accumulation, or x micro rows / mini rows with dynamic bsz (the same here)
                 (loss * (len(micro) / len(mini))).backward()
+            forwards.append(forward)
             for key, value in micro_metrics.items():
+                metrics[key].append(value)
+        if on_policy:
+            for key, value in self._old_log_prob_metrics(parts, forwards).items():
                 metrics[key].append(value)
         grad_norm = clip_grad_norm(self.model, self.actor_cfg.grad_clip, self.sharded)
         if torch.isfinite(grad_norm):
@@ -104,22 +121,24 @@ class ActorWorker(TrainState):
             metrics["actor/num_skipped_steps"].append(1.0)
         metrics["actor/grad_norm"].append(to_float(grad_norm))
 
-    def _micro_loss(self, micro: Batch) -> tuple[torch.Tensor, dict[str, float]]:
+    def _micro_loss(self, micro: Batch, on_policy: bool = False):
+        """(loss, metrics, (log_prob, entropy) detached) of one micro-batch."""
         cfg = self.actor_cfg
         mask = micro["response_mask"]
-        need_entropy = cfg.entropy_coeff != 0
+        need_entropy = cfg.entropy_coeff != 0 or on_policy  # on-policy: actor/entropy comes from here
         with self.precision.autocast(self.sharded):
             log_prob, entropy = response_log_probs(self.model, micro, micro.meta["temperature"], need_entropy,
                                                    self.remove_padding)
+        old_log_prob = log_prob.detach() if on_policy else micro["old_log_probs"]
         pg_loss, pg_metrics = self.policy_loss_fn(
-            micro["old_log_probs"], log_prob, micro["advantages"], mask,
+            old_log_prob, log_prob, micro["advantages"], mask,
             clip_ratio_low=cfg.clip_ratio_low if cfg.clip_ratio_low is not None else cfg.clip_ratio,
             clip_ratio_high=cfg.clip_ratio_high if cfg.clip_ratio_high is not None else cfg.clip_ratio,
             clip_ratio_c=cfg.clip_ratio_c, loss_agg_mode=cfg.loss_agg_mode)
         loss = pg_loss
         metrics = {"actor/pg_loss": to_float(pg_loss)}
         metrics.update({f"actor/{k}": to_float(v) for k, v in pg_metrics.items()})
-        if need_entropy:
+        if cfg.entropy_coeff != 0:
             entropy_agg = agg_loss(entropy, mask, cfg.loss_agg_mode)
             loss = loss - cfg.entropy_coeff * entropy_agg
             metrics["actor/entropy_loss"] = to_float(entropy_agg)
@@ -128,7 +147,18 @@ class ActorWorker(TrainState):
             kl_loss = agg_loss(kld, mask, cfg.loss_agg_mode)
             loss = loss + cfg.kl_loss_coef * kl_loss
             metrics.update({"actor/kl_loss": to_float(kl_loss), "actor/kl_coef": cfg.kl_loss_coef})
-        return loss, metrics
+        return loss, metrics, (log_prob.detach(), entropy.detach() if entropy is not None else None)
+
+    def _old_log_prob_metrics(self, parts: list[Batch], forwards: list) -> dict[str, float]:
+        """What the skipped old_log_prob pass would report: actor/entropy, training/rollout_probs_diff_*."""
+        mask = torch.cat([micro["response_mask"] for micro in parts])
+        log_prob = torch.cat([lp for lp, _ in forwards]).float()
+        entropy = torch.cat([ent for _, ent in forwards]).float()
+        out = {"actor/entropy": to_float(agg_loss(entropy, mask, self.actor_cfg.loss_agg_mode))}
+        if "rollout_log_probs" in parts[0]:
+            rollout = torch.cat([micro["rollout_log_probs"] for micro in parts])
+            out.update(rollout_agreement_metrics(rollout, log_prob, mask))
+        return out
 
     # ------------------------------------------------------- state & weights
     def named_weights(self):
@@ -148,6 +178,15 @@ class ActorWorker(TrainState):
             self._base_synced = True
             yield from weights
 
+
+
+def _check_on_policy(ppo_epochs: int, num_mini_batches: int) -> None:
+    if ppo_epochs != 1 or num_mini_batches != 1:
+        raise ValueError(
+            f"update_actor got a batch without old_log_probs, which only an on-policy update may take (one epoch "
+            f"over one mini-batch), but this one runs {ppo_epochs} epoch(s) over {num_mini_batches} mini-batches; "
+            "compute old log-probs first (ActorWorker.compute_log_prob) or set "
+            "actor_rollout_ref.actor.reuse_on_policy_log_prob=false")
 
 
 def _apply_lora(model, model_cfg):
