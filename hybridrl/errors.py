@@ -10,7 +10,7 @@ from typing import Callable
 USER_FACING = ("ConfigError", "ModelLoadError", "CheckpointError", "RewardFunctionError", "DatasetError",
                "RolloutCapacityError", "PhaseOOMError", "PlacementError", "WorkerDiedError",
                "WorkerError", "RemoteScoringError", "MissingDependencyError",
-               "MegatronCheckpointError", "GroupClosedError", "RayInitError")
+               "MegatronCheckpointError", "GroupClosedError", "RayInitError", "CompileError")
 
 
 def run_with_actionable_errors(fn: Callable[[], object]) -> int:

@@ -57,7 +57,10 @@ class ActorConfig:
     calculate_entropy: bool = setting(False, "Compute entropy even when entropy_coeff is 0 (metric only).")
     use_kl_loss: bool = setting(False, "Add a KL-to-reference loss (GRPO style); needs the ref model.")
     use_prefix_grouper: bool = setting(False, "Share prompt prefixes across a group in the forward pass.")
-    use_torch_compile: bool = setting(True, "torch.compile the log-prob/entropy helpers.")
+    use_torch_compile: bool = setting(
+        True, "torch.compile each decoder layer in place (regional; CUDA only, CPU stays eager): fuses norms, RoPE, "
+        "SiLU-mul and residual adds in forward and backward; the first steps include compilation. With "
+        "fsdp_config.use_torch_compile, either false runs eagerly.")
     kl_loss_coef: float = setting(0.001, "Weight of the KL loss.")
     kl_loss_type: str = setting("low_var_kl", "KL estimator: kl|k1|abs|mse|k2|low_var_kl|k3 (+ suffix: k2 gradient).")
     ppo_epochs: int = setting(1, "Passes over each batch.")
@@ -93,7 +96,8 @@ class RefConfig:
     strategy: str = setting(
         "fsdp2", "Engine strategy.", ref="${actor_rollout_ref.actor.strategy}", choices=("fsdp", "fsdp2", "megatron")
     )
-    use_torch_compile: bool = setting(True, "torch.compile helpers.", ref="${actor_rollout_ref.actor.use_torch_compile}")
+    use_torch_compile: bool = setting(True, "torch.compile the reference's decoder layers (see actor.use_torch_compile).",
+                                      ref="${actor_rollout_ref.actor.use_torch_compile}")
     log_prob_micro_batch_size: int | None = setting(None, "Deprecated global micro batch (rows) for ref log-probs.")
     log_prob_micro_batch_size_per_gpu: int | None = setting(None, "Rows per ref forward on each device.")
     log_prob_use_dynamic_bsz: bool = setting(

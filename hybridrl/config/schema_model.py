@@ -109,7 +109,8 @@ class FsdpConfig:
     full_determinism: bool = setting(False, "Deterministic kernels (slower).")
     ulysses_sequence_parallel_size: int = setting(1, "Ulysses sequence-parallel size.")
     entropy_from_logits_with_chunking: bool = setting(False, "Compute entropy in row chunks.")
-    use_torch_compile: bool = setting(True, "torch.compile the entropy/log-prob helpers.")
+    use_torch_compile: bool = setting(True, "This role's regional torch.compile of decoder layers on CUDA (the actor "
+                                      "and ref also need their own use_torch_compile; either false turns it off).")
     entropy_checkpointing: bool = setting(False, "Recompute entropy in backward.")
     forward_only: bool = setting(False, "The role never trains (set for ref).")
     strategy: str = setting("fsdp", "Engine strategy of this role (fsdp and fsdp2 both mean FSDP2 here).")

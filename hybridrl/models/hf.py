@@ -129,3 +129,15 @@ def _value_model_from_megatron(path: str, dtype: torch.dtype, override_config: d
     if bad:
         raise ModelLoadError(f"the Megatron checkpoint at {path} does not match a value model: {bad[:5]}")
     return model
+
+
+def enable_activation_checkpointing(model: PreTrainedModel) -> None:
+    """Non-reentrant activation checkpointing of every decoder layer (`model.enable_gradient_checkpointing`).
+
+    transformers 5 renamed `gradient_checkpointing_enable` (now a deprecated alias that warns) to
+    `activation_checkpointing_enable`; older releases only have the former."""
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    if enable is not None:
+        enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

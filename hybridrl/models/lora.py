@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
@@ -71,7 +72,9 @@ def apply_lora(model: PreTrainedModel, *, rank: int, alpha: int, target_modules:
                                      "upgrade with `pip install -U 'peft>=0.14'` or unset exclude_modules")
     config = peft.LoraConfig(task_type="CAUSAL_LM", r=rank, lora_alpha=alpha, bias="none",
                              target_modules=_as_modules(target_modules), **excluded)
-    return peft.get_peft_model(model, config)
+    with warnings.catch_warnings():  # peft calls transformers' deprecated alias; nothing a user can change
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.* is deprecated", category=FutureWarning)
+        return peft.get_peft_model(model, config)
 
 
 def _load_adapter(peft: Any, model: PreTrainedModel, adapter_path: str, rank: int, alpha: int) -> PeftModel:

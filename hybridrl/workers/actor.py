@@ -8,7 +8,8 @@ import torch
 
 from hybridrl.algorithms import POLICY_LOSSES, agg_loss, kl_penalty
 from hybridrl.algorithms.agreement import rollout_agreement_metrics
-from hybridrl.models.hf import load_causal_lm
+from hybridrl.models.compile import compile_decoder_layers
+from hybridrl.models.hf import enable_activation_checkpointing, load_causal_lm
 from hybridrl.utils.batch import Batch
 from hybridrl.utils.metrics import to_float
 from hybridrl.workers.forward import batched_log_probs, response_log_probs
@@ -43,9 +44,11 @@ class ActorWorker(TrainState):
         if self.lora:
             self.model = _apply_lora(self.model, model_cfg)
         if model_cfg.enable_gradient_checkpointing:
-            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            enable_activation_checkpointing(self.model)
             if self.lora:
                 self.model.enable_input_require_grads()  # frozen embeddings: let checkpointed blocks see grads
+        compile_decoder_layers(self.model, device, "actor", enabled=self.actor_cfg.use_torch_compile
+                               and fsdp.use_torch_compile, off_key="actor_rollout_ref.actor.use_torch_compile")
         self.sharded = shard_model(self.model, log_prob_forward=True, param_dtype=self.precision.fsdp_param_dtype,
                                    reduce_dtype=self.precision.reduce)  # FSDP2 when running as a rank
         self.optimizer = build_optimizer(self.model.parameters(), self.actor_cfg.optim)

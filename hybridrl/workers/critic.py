@@ -7,7 +7,8 @@ from collections import defaultdict
 import torch
 
 from hybridrl.algorithms import compute_value_loss, masked_mean
-from hybridrl.models.hf import load_value_model
+from hybridrl.models.compile import compile_decoder_layers
+from hybridrl.models.hf import enable_activation_checkpointing, load_value_model
 from hybridrl.utils.batch import Batch
 from hybridrl.utils.metrics import to_float
 from hybridrl.workers.forward import response_values
@@ -33,7 +34,9 @@ class CriticWorker(TrainState):
                                       override_config=model_cfg.override_config,
                                       trust_remote_code=model_cfg.trust_remote_code).to(device)
         if model_cfg.enable_gradient_checkpointing:
-            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            enable_activation_checkpointing(self.model)
+        compile_decoder_layers(self.model, device, "critic", enabled=model_cfg.fsdp_config.use_torch_compile,
+                               off_key="critic.model.fsdp_config.use_torch_compile")
         self.sharded = shard_model(self.model, param_dtype=self.precision.fsdp_param_dtype,
                                    reduce_dtype=self.precision.reduce)  # FSDP2 when running as a rank
         self.optimizer = build_optimizer(self.model.parameters(), self.cfg.optim)
