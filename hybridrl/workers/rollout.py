@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager, nullcontext
 
 import torch
@@ -10,6 +11,7 @@ from hybridrl.models.hf import resolve_dtype
 from hybridrl.rollout import SamplingParams, build_rollout_backend, resolve_backend_name
 from hybridrl.rollout.hf_backend import HFRolloutBackend
 from hybridrl.utils.batch import Batch
+from hybridrl.utils.metrics import timed
 
 
 def sampling_params(rollout_cfg, *, validate: bool, greedy: bool = False, seed: int | None = None,
@@ -81,25 +83,34 @@ class RolloutWorker:
             self.backend.sleep()
 
     def generate_sequences(self, prompts: Batch, params: SamplingParams) -> tuple[Batch, dict[str, float]]:
+        start = time.perf_counter()
         prompt_ids = [ids[mask.bool()].tolist() for ids, mask in zip(prompts["input_ids"], prompts["attention_mask"])]
-        with self.model_context(), self._kv_cache():
+        timings: dict[str, float] = {}
+        with self.model_context(), self._kv_cache(timings):
+            generate_start = time.perf_counter()
             out = self.backend.generate(prompt_ids, params)
+            timings["timing_s/gen_engine"] = time.perf_counter() - generate_start
         batch = assemble(prompts, out.token_ids, out.log_probs, params.n, self.cfg.response_length,
                          self.pad_token_id)
         batch.meta["temperature"] = params.temperature if not params.greedy else 1.0
-        return batch, dict(out.metrics)
+        # Where a gen phase goes: the worker's own wall time vs the engine's; timing_s/gen minus gen_worker is transport.
+        timings["timing_s/gen_worker"] = time.perf_counter() - start
+        return batch, {**out.metrics, **timings}
 
     @contextmanager
-    def _kv_cache(self):
-        """Allocate the KV cache for this generation and free it afterwards (free_cache_engine)."""
+    def _kv_cache(self, timings: dict[str, float]):
+        """Allocate the KV cache for this generation and free it afterwards (free_cache_engine); records
+        timing_s/gen_wake_up and timing_s/gen_sleep in `timings`."""
         if not self.free_cache:
             yield
             return
-        self.backend.wake_up()
+        with timed("timing_s/gen_wake_up", timings):
+            self.backend.wake_up()
         try:
             yield
         finally:
-            self.backend.sleep()
+            with timed("timing_s/gen_sleep", timings):
+                self.backend.sleep()
 
     def sync_weights(self, named_tensors) -> None:
         if self.replica is not None:

@@ -25,7 +25,8 @@ class ToyWorker:
 
     def rank_info(self) -> dict:
         keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TOY_FLAG")
-        return {"rank": self.rank, "world_size": self.world_size, **{k: os.environ.get(k) for k in keys}}
+        return {"rank": self.rank, "world_size": self.world_size, "threads": torch.get_num_threads(),
+                **{k: os.environ.get(k) for k in keys}}
 
     def double(self, batch: Batch) -> Batch:
         out = Batch(tensors={"y": batch["x"] * self.scale,

@@ -102,7 +102,11 @@ class CUDAGraphDecodeRunner:
         if self.use_graphs and size not in self._graphs:
             # Lazily, per size: RL rollouts decode at a handful of batch sizes, and with
             # free_cache_engine the graphs are re-captured after every wake-up (KV cache moved).
-            self.capture([size] if self._graphs else [self.capture_sizes[-1], size])
+            # The first size of a pool is its base (output buffer, pool memory); a batch larger than
+            # the base (rows admitted after others finished) starts a fresh pool from it.
+            if self._graphs and size > self._outputs.shape[0]:
+                self.release()
+            self.capture([size])
         self._stage(size, input_ids, positions, block_tables, context_lens, slot_mapping)
         return size
 
@@ -152,7 +156,10 @@ class CUDAGraphDecodeRunner:
             return
         if sizes is None or not self._graphs:
             self.release()  # a fresh pool: the largest graph first defines it and the output buffer
-        sizes = sorted(set(sizes or self.capture_sizes) | ({self.capture_sizes[-1]} if not self._graphs else set()))
+        sizes = sorted(set(sizes or self.capture_sizes))
+        if self._graphs and sizes[-1] > self._outputs.shape[0]:
+            raise ValueError(f"cannot add a graph of {sizes[-1]} rows to a pool based on {self._outputs.shape[0]} "
+                             "rows; release() first")
         start = time.perf_counter()
         # Warm-up and capture run on all-padding inputs (slot -1: no K/V written; shapes are what
         # matter). This clobbers any staged batch: `run` stages only after capturing.

@@ -137,13 +137,18 @@ def test_first_replay_after_capture_reads_the_staged_batch(monkeypatch):
     decode = RecordingDecode()
     runner = graph_runner_on_cpu(monkeypatch, decode)
     inputs = make_inputs(3)
-    out = runner.run(*inputs)  # captures sizes 16 (the pool) and 4 lazily, then replays size 4
-    assert runner.captured and decode.batch_sizes[-1] == 4
+    out = runner.run(*inputs)  # captures size 4 lazily (the pool's base), then replays it
+    assert runner.captured and decode.batch_sizes[-1] == 4 and list(runner._graphs) == [4]
     capture_calls = decode.slot_mappings[:-1]
-    assert len(capture_calls) == 2 * 2  # a warm-up and a capture for each of the two sizes
+    assert len(capture_calls) == 2  # a warm-up and a capture: no graph of a size nothing used
     assert all(s.eq(-1).all() for s in capture_calls)  # capture never writes the KV cache
     torch.testing.assert_close(out, decode(*inputs))
+    torch.testing.assert_close(runner.run(*make_inputs(2)), decode(*make_inputs(2)))  # size 2 joins the pool
+    assert sorted(runner._graphs) == [2, 4]
+    # A batch larger than the base (rows admitted after others finished) restarts the pool from its size.
     torch.testing.assert_close(runner.run(*make_inputs(7, offset=9)), decode(*make_inputs(7, offset=9)))
+    assert list(runner._graphs) == [8] and runner._outputs.shape[0] == 8
+    torch.testing.assert_close(runner.run(*inputs), decode(*inputs))
     runner.release()
     assert not runner.captured
     torch.testing.assert_close(runner.run(*inputs), decode(*inputs))  # recaptured, same again
