@@ -49,12 +49,22 @@ def compile_decoder_layers(model: torch.nn.Module, device: torch.device, role: s
         log.info("%s: use_torch_compile applies on CUDA; this %s run stays eager", role, device.type)
         return 0
     layers = decoder_layers(model)
+    _allow_recompiles()
     for layer in layers:
         # What nn.Module.compile does (the compiled call replaces _call_impl), plus an actionable error.
         layer._compiled_call_impl = _explained(torch.compile(layer._call_impl, backend=backend), role, off_key)
     log.info("%s: torch.compile (%s) on its %d decoder layers; the first steps include compilation", role,
              backend, len(layers))
     return len(layers)
+
+
+def _allow_recompiles(limit: int = 32) -> None:
+    """Every compiled layer shares one code object (`Module._call_impl`), whose cache holds a graph per
+    role x mode (train / no-grad) x shape regime (first shape, then dynamic); Dynamo's default limit of 8
+    would send the ninth back to eager. Raised, never lowered, for this process."""
+    config = torch._dynamo.config
+    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+    setattr(config, name, max(getattr(config, name), limit))
 
 
 def _explained(compiled, role: str, off_key: str):

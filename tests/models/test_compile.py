@@ -66,3 +66,20 @@ def test_a_failing_compilation_names_the_key_to_turn_it_off(tiny_model_dir):
     with pytest.raises(CompileError, match=f"{OFF_KEY}=false") as err:
         log_probs_and_grads(model, ragged_batch(4, token_range=(5, 40)))
     assert "actor" in str(err.value) and "no kernels for this layer" in str(err.value)
+
+
+@pytest.mark.gpu
+def test_inductor_layers_match_eager_in_bf16_on_cuda(tiny_model_dir):
+    torch._dynamo.reset()
+    cuda = torch.device("cuda")
+    eager, compiled = (tiny_policy(tiny_model_dir).to(cuda, torch.bfloat16) for _ in range(2))
+    assert compile_decoder_layers(compiled, cuda, "actor", enabled=True, off_key=OFF_KEY) > 0
+    for seed in (0, 1):
+        batch = ragged_batch(6, seed=seed, token_range=(5, 40)).to(cuda)
+        want_lp, want_grads = log_probs_and_grads(eager, batch)
+        got_lp, got_grads = log_probs_and_grads(compiled, batch)
+        mask = batch["response_mask"].bool()
+        torch.testing.assert_close(got_lp[mask].float(), want_lp[mask].float(), rtol=0, atol=0.05)
+        for name, grad in want_grads.items():  # bf16: Inductor keeps fused intermediates in fp32
+            scale = grad.float().abs().max().clamp(min=1e-6)
+            assert (got_grads[name].float() - grad.float()).abs().max() / scale < 0.05, name
