@@ -125,7 +125,9 @@ class RewardModelConfig:
     reward_loop_source: str = setting("register", "Where the reward loop class comes from.")
     reward_loop_module_path: str | None = setting(None, "File of a custom reward loop.")
     reward_loop_class_name: str | None = setting(None, "Class of a custom reward loop.")
-    launch_reward_fn_async: bool = setting(False, "Score in the background while old log-probs are computed.")
+    launch_reward_fn_async: bool = setting(
+        False, "Score with the reward function on a thread while the old_log_prob/ref/values forwards run "
+        "(reward models stay synchronous); timing_s/reward is then only the wait left.")
     sandbox_fusion: SandboxFusionConfig = section(SandboxFusionConfig, "Code sandbox.")
     ulysses_sequence_parallel_size: int = setting(1, "Ulysses sequence parallel.")
     use_reward_loop: bool = setting(True, "verl's reward-loop path (accepted; scoring runs after generation here).")

@@ -59,6 +59,10 @@ class PPOTrainer:
         kl = cfg.algorithm.kl_ctrl
         self.kl_ctrl = get_kl_controller(kl.type, kl.kl_coef, kl.target_kl, kl.horizon)
         self.global_step = 0
+        self._reward_pool = None  # reward_model.launch_reward_fn_async: one scoring thread, made on first use
+        if cfg.reward_model.launch_reward_fn_async and getattr(self.roles.reward, "reward_model", None) is not None:
+            log.warning("reward_model.launch_reward_fn_async applies to reward functions; with a reward model "
+                        "(reward_model.enable=true) scoring stays synchronous")
 
     # ================================================================= loop
     def fit(self) -> dict[str, float]:
@@ -75,6 +79,8 @@ class PPOTrainer:
             self.control.close()  # the previous signal handlers back, the pid file removed
             self.roles.rollout = self.roles.rollout.close()  # borrowed replicas stopped; the run's own rollout
             self.roles.shutdown()  # worker ranks, if any (a failed group is already stopped)
+            if self._reward_pool is not None:
+                self._reward_pool.shutdown(wait=True)
 
     def _fit(self) -> dict[str, float]:
         from hybridrl.logging.progress import StepProgress
@@ -133,8 +139,10 @@ class PPOTrainer:
             if self.needs.greedy_baseline:
                 with self._phase("gen_max", timings):
                     batch["reward_baselines"] = self.greedy_baseline(prompts)
-            with self._phase("reward", timings):
-                batch = self.score(batch, metrics)
+            scoring = self._score_in_background(batch)
+            if scoring is None:
+                with self._phase("reward", timings):
+                    batch = self.score(batch, metrics)
             if not self.takes_old_log_probs_from_update(len(batch)):
                 with self._phase("old_log_prob", timings):
                     batch = self.old_log_prob(batch, metrics)
@@ -144,6 +152,9 @@ class PPOTrainer:
             if self.needs.critic:
                 with self._phase("values", timings):
                     batch = batch.union(self.roles.critic.compute_values(batch))
+            if scoring is not None:
+                with self._phase("reward", timings):  # only the wait the forward passes did not hide
+                    batch = self._merge_scores(batch, scoring.result(), metrics)
             with self._phase("adv", timings):
                 batch = self.advantages(batch, metrics)
             self.update(batch, metrics, timings)
@@ -170,10 +181,25 @@ class PPOTrainer:
         return scores["token_level_scores"].sum(-1).repeat_interleave(self.cfg.actor_rollout_ref.rollout.n)
 
     def score(self, batch: Batch, metrics: dict[str, float]) -> Batch:
-        scores, extra, reward_metrics = self.roles.reward.compute_scores(batch)
+        return self._merge_scores(batch, self.roles.reward.compute_scores(batch), metrics)
+
+    def _merge_scores(self, batch: Batch, result, metrics: dict[str, float]) -> Batch:
+        scores, extra, reward_metrics = result
         metrics.update(reward_metrics)
         self._last_reward_extra = extra
         return batch.union(scores)
+
+    def _score_in_background(self, batch: Batch):
+        """reward_model.launch_reward_fn_async (verl): the reward function scores on a thread while the
+        old_log_prob / ref / values forwards run; a Future of `compute_scores`, or None when scoring is
+        synchronous (the key off, or a reward model, which needs the GPU itself)."""
+        if not self.cfg.reward_model.launch_reward_fn_async or getattr(self.roles.reward, "reward_model", None) is not None:
+            return None
+        if self._reward_pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._reward_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hybridrl-reward")
+        return self._reward_pool.submit(self.roles.reward.compute_scores, batch)
 
     def old_log_prob(self, batch: Batch, metrics: dict[str, float]) -> Batch:
         batch = batch.union(self.roles.actor.compute_log_prob(batch))

@@ -13,9 +13,13 @@ def build_optimizer(params, optim_cfg) -> torch.optim.Optimizer:
     name = getattr(optim_cfg, "optimizer", "AdamW") or "AdamW"
     if name.lower() != "adamw":
         raise ValueError(f"optim.optimizer={name!r} is not supported; hybridrl uses AdamW (set optim.optimizer=AdamW)")
+    trainable = [p for p in params if p.requires_grad]
     kwargs = dict(lr=optim_cfg.lr, betas=tuple(optim_cfg.betas), weight_decay=optim_cfg.weight_decay)
-    kwargs.update(getattr(optim_cfg, "override_optimizer_config", None) or {})
-    return torch.optim.AdamW([p for p in params if p.requires_grad], **kwargs)
+    overrides = getattr(optim_cfg, "override_optimizer_config", None) or {}
+    if trainable and all(p.is_cuda for p in trainable) and not {"fused", "foreach"} & set(overrides):
+        kwargs["fused"] = True  # one kernel per step instead of foreach's chain; override_optimizer_config wins
+    kwargs.update(overrides)
+    return torch.optim.AdamW(trainable, **kwargs)
 
 
 def warmup_steps(optim_cfg, total_training_steps: int) -> int:

@@ -54,3 +54,26 @@ def test_actor_refuses_a_batch_without_old_log_probs_over_several_mini_batches(a
     batch.pop("old_log_probs")
     with pytest.raises(ValueError, match="reuse_on_policy_log_prob=false"):
         actor.update_actor(batch)
+
+
+def test_async_reward_scores_on_a_thread_and_gives_the_synchronous_run(tmp_path, arith_model_dir, arithmetic_files,
+                                                                       monkeypatch):
+    import threading
+
+    from hybridrl.workers.reward import RewardWorker
+
+    threads = []
+    original = RewardWorker.compute_scores
+
+    def recording(self, *args, **kwargs):
+        threads.append(threading.current_thread().name)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(RewardWorker, "compute_scores", recording)  # records the scoring thread, then scores
+    _, sync = run(tmp_path, arith_model_dir, arithmetic_files, "sync", [])
+    _, background = run(tmp_path, arith_model_dir, arithmetic_files, "async", ["reward_model.launch_reward_fn_async=true"])
+    assert threads[:2] == ["MainThread"] * 2 and all(t.startswith("hybridrl-reward") for t in threads[2:])
+    assert len(threads) == 4
+    for got, want in zip(background, sync):
+        assert stable(got) == pytest.approx(stable(want), rel=1e-6, abs=1e-7)
+        assert "timing_s/reward" in got
