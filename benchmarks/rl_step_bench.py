@@ -24,7 +24,7 @@ from benchmarks.common import (GSM8K_64, H200_BANDWIDTH, H200_BF16_FLOPS, emit, 
                                kv_bytes_per_token, qwen2_config)
 from benchmarks.rl_step_setup import gsm8k_rows, prompt_lengths, write_model_dir  # noqa: E402
 
-RUNS = ("hybrid", "separate", "trl")
+RUNS = ("hybrid", "hybrid_offload", "separate", "trl")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -94,12 +94,16 @@ def comparison(results: dict[str, Any]) -> dict[str, Any]:
     separate = results.get("hybridrl", {}).get("separate", {})
     trl = results.get("trl", {})
     peak = lambda r: (r.get("peak_memory_gb") or {}).get("perf/max_memory_allocated_gb")  # noqa: E731
+    offload = results.get("hybridrl", {}).get("hybrid_offload", {})
     return {"hybridrl_over_trl_tokens_per_s": ratio(hybrid.get("tokens_per_s"), trl.get("tokens_per_s")),
             "trl_over_hybridrl_step_s": ratio(trl.get("step_s"), hybrid.get("step_s")),
             "hybrid_over_h200_roofline_tokens_per_s": ratio(hybrid.get("tokens_per_s"),
                                                             results["roofline"]["tokens_per_s"])
             if results["environment"]["device"] == "cuda" else None,
-            "peak_memory_gb": {"hybrid": peak(hybrid), "separate": peak(separate), "trl": trl.get("peak_memory_gb")}}
+            "peak_memory_gb": {"hybrid": peak(hybrid), "hybrid_offload": peak(offload), "separate": peak(separate),
+                               "trl": trl.get("peak_memory_gb")},
+            "hybrid_over_separate_peak": ratio(peak(hybrid), peak(separate)),
+            "hybrid_offload_over_separate_peak": ratio(peak(offload), peak(separate))}
 
 
 def workload(args, config, lengths: list[int]) -> dict[str, Any]:
@@ -111,6 +115,7 @@ def workload(args, config, lengths: list[int]) -> dict[str, Any]:
             "response_length": args.response_length, "micro_batch": args.micro_batch, "steps": args.steps,
             "warmup_steps": args.warmup_steps, "lr": args.lr, "kl_coef": args.kl_coef,
             "gradient_checkpointing": not args.no_grad_ckpt, "gpu_memory_utilization": args.gpu_memory_utilization,
+            "hybridrl_overrides": list(args.hybridrl_override),
             "prompt_tokens": {"mean": sum(lengths) / len(lengths), "min": min(lengths), "max": max(lengths)},
             "tokens_per_step": args.n * sum(lengths) + rows * args.response_length}
 

@@ -20,7 +20,10 @@ from typing import Any, Callable
 
 import torch
 
-MODES = ("hybrid", "separate")
+MODES = ("hybrid", "hybrid_offload", "separate")
+# hybrid_offload: hybrid plus the idle-state offloads a memory-bound user turns on (optimizer state on the CPU
+# outside the optimizer step, the reference's parameters on the CPU between its forwards).
+OFFLOAD = ("actor_rollout_ref.actor.fsdp_config.optimizer_offload=true", "actor_rollout_ref.ref.fsdp_config.param_offload=true")
 # (role attribute of the trainer or None for the trainer itself, method, phase name)
 PHASE_METHODS = ((None, "generate", "gen"), (None, "old_log_prob", "old_log_prob"),
                  ("reference", "compute_ref_log_prob", "ref"), ("actor", "update_actor", "update_actor"),
@@ -43,13 +46,13 @@ def overrides(args, paths: dict[str, Path], mode: str) -> list[str]:
         f"{arr}.actor.fsdp_config.model_dtype={args.train_dtype}", f"{arr}.ref.fsdp_config.model_dtype={args.train_dtype}",
         f"{arr}.rollout.name=hybrid", f"{arr}.rollout.n={args.n}", f"{arr}.rollout.ignore_eos=true",
         f"{arr}.rollout.gpu_memory_utilization={args.gpu_memory_utilization}", f"{arr}.rollout.max_num_seqs={rows}",
-        f"{arr}.rollout.free_cache_engine={str(mode == 'hybrid').lower()}",
+        f"{arr}.rollout.free_cache_engine={str(mode != 'separate').lower()}",
         f"{arr}.rollout.log_prob_micro_batch_size_per_gpu={args.micro_batch}",
         f"{arr}.ref.log_prob_micro_batch_size_per_gpu={args.micro_batch}",
         f"trainer.device={args.device}", "trainer.logger=[file]", f"trainer.total_training_steps={args.steps}",
         "trainer.test_freq=-1", "trainer.save_freq=-1", "trainer.val_before_train=false",
         f"trainer.default_local_dir={paths['work'] / ('hybridrl_' + mode)}", f"trainer.seed={args.seed}",
-        *args.hybridrl_override,
+        *(OFFLOAD if mode == "hybrid_offload" else ()), *args.hybridrl_override,
     ]
 
 

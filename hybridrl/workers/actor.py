@@ -119,6 +119,7 @@ class ActorWorker(TrainState):
                 metrics[key].append(value)
         grad_norm = clip_grad_norm(self.model, self.actor_cfg.grad_clip, self.sharded)
         if torch.isfinite(grad_norm):
+            self.offloader.before_step()  # optimizer_offload: its state comes in now, after backward
             self.optimizer.step()
         else:
             metrics["actor/num_skipped_steps"].append(1.0)

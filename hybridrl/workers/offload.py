@@ -12,7 +12,7 @@ copies land in pinned memory (faster and async); one synchronize at the end make
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Callable, Iterator
 
 import torch
@@ -123,7 +123,8 @@ class PhaseOffloader:
     """Keeps a role's parameters and/or optimizer state on the CPU while idle, on `device` in its phases.
 
     - `for_compute()`: forward-only phases (log-probs, weight sync): parameters in, optimizer stays out.
-    - `for_update()`: training: parameters, gradients and optimizer state in; all back out afterwards.
+    - `for_update()`: training: parameters and gradients in; optimizer state from `before_step()` (call it
+      right before `optimizer.step()`) until the update ends; all back out afterwards.
     Nesting is allowed (a phase inside another moves nothing). With both flags off it does nothing, so
     callers can wrap phases unconditionally. The constructor offloads right away (the idle state).
     """
@@ -139,6 +140,7 @@ class PhaseOffloader:
         # state created lazily by the first optimizer step goes out too
         self._optimizer = _Residency(self.optimizer_offload, lambda: load_optimizer(optimizer, self.device),
                                      lambda: offload_optimizer(optimizer))
+        self._update_stack: ExitStack | None = None
         if self.param_offload:
             offload_module(module)
         if self.optimizer_offload:
@@ -151,5 +153,19 @@ class PhaseOffloader:
 
     @contextmanager
     def for_update(self) -> Iterator[None]:
-        with self._params.held(), self._optimizer.held():
-            yield
+        """Parameters (and gradients) in for the whole update; optimizer state only from `before_step()` on,
+        so forward and backward run without it (the update's activation peak and the optimizer state
+        never share the device when the update takes one optimizer step)."""
+        with self._params.held(), ExitStack() as stack:
+            self._update_stack = stack
+            try:
+                yield
+            finally:
+                self._update_stack = None
+
+    def before_step(self) -> None:
+        """Bring the optimizer state in (first call in an update; it leaves when the update ends)."""
+        if self._update_stack is None:
+            raise RuntimeError("PhaseOffloader.before_step() belongs inside `with offloader.for_update():`")
+        if self._optimizer.users == 0:
+            self._update_stack.enter_context(self._optimizer.held())

@@ -30,7 +30,7 @@ def test_quick_run_end_to_end(tmp_path, capsys):
     assert report == json.loads(out.read_text())
     workload = report["workload"]
     assert workload["num_sequences"] == 8 and workload["prompt_tokens"]["min"] > 50  # chat template + question
-    for mode in ("hybrid", "separate"):
+    for mode in ("hybrid", "hybrid_offload", "separate"):
         run = report["hybridrl"][mode]
         assert run["tokens_per_step"] == workload["tokens_per_step"]  # forced length: 8 x 8 response tokens
         assert run["response_length/mean"] == 8 and run["steady_steps"] == [2, 3]
@@ -46,7 +46,8 @@ def test_quick_run_end_to_end(tmp_path, capsys):
     else:
         assert "error" not in trl, trl
         assert trl["tokens_per_step"] == workload["tokens_per_step"]  # same prompts, same forced length
-    assert set(report["comparison"]) >= {"hybridrl_over_trl_tokens_per_s", "peak_memory_gb"}
+    assert set(report["comparison"]) >= {"hybridrl_over_trl_tokens_per_s", "peak_memory_gb", "hybrid_offload_over_separate_peak"}
+    assert workload["hybridrl_overrides"] == []
 
 
 def test_stand_in_tokenizer_round_trips_through_a_saved_dir(tmp_path):

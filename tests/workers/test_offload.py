@@ -28,6 +28,8 @@ def train(model, optim, device: str, steps: int = 3, offloader: PhaseOffloader |
         with offloader.for_update() if offloader else torch.enable_grad():
             optim.zero_grad(set_to_none=False)  # grads stay allocated: they must travel too
             model(input_ids=ids, labels=ids).loss.backward()
+            if offloader:
+                offloader.before_step()
             optim.step()
 
 
@@ -104,6 +106,27 @@ def test_nested_phases_move_once():
         with offloader.for_update():
             assert offloader._params.users == 2
     assert offloader._params.users == 0
+
+
+def test_optimizer_state_comes_in_only_for_the_step(monkeypatch):
+    """Forward and backward of an update run with the optimizer state still on the host."""
+    model = tiny()
+    optim = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    train(model, optim, "cpu", steps=1)  # creates the state
+    offloader = PhaseOffloader(model, optim, "cpu", param_offload=False, optimizer_offload=True)
+    targets = fake_transfer(monkeypatch)
+    seen = []
+    model.register_forward_hook(lambda *args: seen.append(("forward", offloader._optimizer.users, len(targets))))
+    with offloader.for_update():
+        model(input_ids=batch(1, "cpu"), labels=batch(1, "cpu")).loss.backward()
+        offloader.before_step()
+        seen.append(("step", offloader._optimizer.users, len(targets)))
+        offloader.before_step()  # a second optimizer step in the same update moves nothing
+        optim.step()
+    moves = 2 * len(optim.state)
+    assert seen == [("forward", 0, 0), ("step", 1, moves)] and len(targets) == 2 * moves  # in once, out once
+    with pytest.raises(RuntimeError, match="inside `with offloader.for_update"):
+        offloader.before_step()
 
 
 # --------------------------------------------------------------------------------------------- GPU
