@@ -39,6 +39,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--trial-timeout", type=int, default=900, help="seconds per trial")
     parser.add_argument("--gsm8k", default=str(GSM8K_1024))
     parser.add_argument("--quick", action="store_true", help="toy shapes on CPU (smoke test of the search)")
+    parser.add_argument("--hybridrl-override", action="append", default=[],
+                        help="extra verl override for every trial (repeatable), e.g. ...use_torch_compile=false")
     parser.add_argument("--out", default=None)
     return parser.parse_args(argv)
 
@@ -76,6 +78,7 @@ def run_trial(args, mode: str, num_prompts: int, log: list[dict[str, Any]]) -> b
                "--warmup-steps", "0", "--micro-batch", str(args.micro_batch), "--gsm8k", args.gsm8k,
                "--gpu-memory-utilization", str(args.gpu_memory_utilization), "--out", str(out)]
         cmd += ["--quick"] if args.quick else []
+        cmd += [arg for override in args.hybridrl_override for arg in ("--hybridrl-override", override)]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.trial_timeout)
         except subprocess.TimeoutExpired:
@@ -96,6 +99,7 @@ def run_trial(args, mode: str, num_prompts: int, log: list[dict[str, Any]]) -> b
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     report: dict[str, Any] = {"benchmark": "capacity", "n": args.n, "response_length": args.response_length,
+                              "hybridrl_overrides": list(args.hybridrl_override),
                               "gpu_memory_utilization": args.gpu_memory_utilization, "trials": [], "modes": {}}
     for mode in [m for m in args.modes.split(",") if m]:
         found = largest_fit(lambda size: run_trial(args, mode, size, report["trials"]), args.start_prompts,

@@ -30,7 +30,7 @@ from hybridrl.distributed import (
 from hybridrl.logging.log import get_logger
 from hybridrl.rollout import SamplingParams
 from hybridrl.trainer.control import Request
-from hybridrl.trainer.group_roles import GroupRollout, pool_rollout_metrics, pop_rank_metrics
+from hybridrl.trainer.group_roles import GroupRollout, generate_on, pool_rollout_metrics, pop_rank_metrics
 from hybridrl.trainer.weight_sync import RankWeights, WeightHandoff
 from hybridrl.utils.batch import Batch
 from hybridrl.workers.colocated import ROW_INDEX_KEY
@@ -159,7 +159,7 @@ class ElasticRollout:
             return batch, [metrics]
         group = self.base.group if device is None else self.replicas[device]
         shard[ROW_INDEX_KEY] = torch.arange(start, end)
-        batch = group.call_sharded("generate_sequences", shard, params=params)
+        batch = generate_on(group, shard, params)
         return batch, pop_rank_metrics(batch)
 
     def sync_weights(self, named_tensors) -> dict[str, float] | None:

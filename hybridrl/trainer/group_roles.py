@@ -161,14 +161,33 @@ class GroupRole:
         self.group.call_all("load_checkpoint", self.role, role_dir, contents)
 
 
+# What a forward pass on a rank reads; the rest of the batch stays on the controller.
+FORWARD_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask")
+
+
+def for_ranks(batch: Batch, keys: tuple[str, ...] | None = None) -> Batch:
+    """The part of `batch` a rank call needs: its tensors (only `keys` when given) and meta. Strings and
+    dicts (prompts, reward_model, extra_info, uid) stay on the controller: pickling them both ways was
+    most of a group call's transport cost, and no rank method reads them."""
+    tensors = batch.tensors if keys is None else {k: batch.tensors[k] for k in keys}
+    return Batch(tensors=dict(tensors), meta=dict(batch.meta))
+
+
+def generate_on(group: WorkerGroup, rows: Batch, params: SamplingParams) -> Batch:
+    """Rows (repeated n times, ROW_INDEX_KEY set) generated on `group`'s ranks, with the rows' own
+    non-tensor fields attached again on the controller (the same rows, in the same order)."""
+    out = group.call_sharded("generate_sequences", for_ranks(rows), params=params)
+    return Batch(non_tensors=dict(rows.non_tensors)).union(out)
+
+
 class GroupActor(GroupRole):
     role = "actor"
 
     def compute_log_prob(self, batch: Batch) -> Batch:
-        return self.group.call_sharded("compute_log_prob", batch)
+        return self.group.call_sharded("compute_log_prob", for_ranks(batch, FORWARD_KEYS))
 
     def update_actor(self, batch: Batch) -> dict[str, float]:
-        return self.group.call_sharded_metrics("update_actor", batch)
+        return self.group.call_sharded_metrics("update_actor", for_ranks(batch))
 
     def named_weights(self) -> RankWeights:
         return RankWeights(self.group)
@@ -178,17 +197,17 @@ class GroupReference(GroupRole):
     role = "reference"
 
     def compute_ref_log_prob(self, batch: Batch) -> Batch:
-        return self.group.call_sharded("compute_ref_log_prob", batch)
+        return self.group.call_sharded("compute_ref_log_prob", for_ranks(batch, FORWARD_KEYS))
 
 
 class GroupCritic(GroupRole):
     role = "critic"
 
     def compute_values(self, batch: Batch) -> Batch:
-        return self.group.call_sharded("compute_values", batch)
+        return self.group.call_sharded("compute_values", for_ranks(batch, FORWARD_KEYS))
 
     def update_critic(self, batch: Batch) -> dict[str, float]:
-        return self.group.call_sharded_metrics("update_critic", batch)
+        return self.group.call_sharded_metrics("update_critic", for_ranks(batch))
 
 
 class GroupRollout(GroupRole):
@@ -203,7 +222,7 @@ class GroupRollout(GroupRole):
     def generate_sequences(self, prompts: Batch, params: SamplingParams) -> tuple[Batch, dict[str, float]]:
         rows = prompts.repeat(params.n, interleave=True)  # the row order one process produces
         rows[ROW_INDEX_KEY] = torch.arange(len(rows))
-        batch = self.group.call_sharded("generate_sequences", rows, params=replace(params, n=1))
+        batch = generate_on(self.group, rows, replace(params, n=1))
         return batch, pool_rollout_metrics(pop_rank_metrics(batch))
 
     def sync_weights(self, named_tensors) -> dict[str, float]:
