@@ -113,7 +113,7 @@ class Scheduler:
         keeps decoding finished rows until the host looks."""
         finished = []
         for seq, seq_tokens, seq_logprobs in zip(seqs, token_ids, logprobs):
-            if any(seq.append_token(t, lp) for t, lp in zip(seq_tokens, seq_logprobs)):
+            if seq.append_tokens(seq_tokens, seq_logprobs):
                 seq.status = SequenceStatus.FINISHED
                 self.block_manager.deallocate(seq)
                 finished.append(seq)

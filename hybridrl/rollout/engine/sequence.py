@@ -71,3 +71,15 @@ class Sequence:
         self.token_ids.append(token_id)
         self.output_logprobs.append(logprob)
         return token_id in self.stop_ids or self.num_completion_tokens >= self.max_new_tokens
+
+    def append_tokens(self, token_ids: list[int], logprobs: list[float]) -> bool:
+        """Record a burst's tokens up to the first stop (the rest are dropped); True when finished.
+
+        One list extend when no stop id occurs and the length budget holds (the common case: a burst
+        is a fraction of the response), else token by token."""
+        room = self.num_remaining_tokens
+        if len(token_ids) < room and self.stop_ids.isdisjoint(token_ids):
+            self.token_ids.extend(token_ids)
+            self.output_logprobs.extend(logprobs)
+            return False
+        return any(self.append_token(t, lp) for t, lp in zip(token_ids, logprobs))

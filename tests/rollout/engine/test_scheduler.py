@@ -116,3 +116,17 @@ def test_control_plane_does_not_import_torch():
         modules = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
         modules |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
         assert not any(m.split(".")[0] in {"torch", "numpy"} for m in modules), name
+
+
+@pytest.mark.parametrize("burst,stop,want_tokens,finished", [
+    ([5, 6, 7], frozenset({9}), [5, 6, 7], False),      # no stop, within budget: one extend
+    ([5, 9, 7], frozenset({9}), [5, 9], True),          # stop mid-burst: tokens after it are dropped
+    ([5, 6, 7, 8], frozenset(), [5, 6, 7, 8], True),    # exactly the remaining budget
+    ([5, 6, 7, 8, 1, 2], frozenset(), [5, 6, 7, 8], True),  # past the budget: the excess is dropped
+])
+def test_append_tokens_matches_token_by_token(burst, stop, want_tokens, finished):
+    fast, slow = (Sequence(0, [1, 2], 4, seed=0, stop_ids=stop) for _ in range(2))
+    assert fast.append_tokens(burst, [-0.5] * len(burst)) is finished
+    assert any(slow.append_token(t, -0.5) for t in burst) is finished
+    assert fast.completion_token_ids == slow.completion_token_ids == want_tokens
+    assert fast.output_logprobs == slow.output_logprobs == [-0.5] * len(want_tokens)
