@@ -115,7 +115,8 @@ def record_steps(trainer, tracker) -> list[dict[str, float]]:
 
     def recorded(prompts):
         metrics = run_step(prompts)
-        metrics.update(tracker.pop_metrics())
+        for key, value in tracker.pop_metrics().items():  # with worker ranks the trainer's (ranks') peaks stand
+            metrics[key] = max(metrics.get(key, 0.0), value)
         steps.append(dict(metrics))
         return metrics
 
@@ -149,13 +150,13 @@ def release_memory() -> None:
 def run(args, paths: dict[str, Path], mode: str) -> dict[str, Any]:
     """Build a PPOTrainer for `mode`, run `args.steps` steps, summarize steps after the warm-up."""
     from hybridrl.config import load_config
-    from hybridrl.trainer.memory import PhaseMemory
+    from hybridrl.utils.memory import PhaseMemory
     from hybridrl.trainer.ppo_trainer import PPOTrainer
 
     start = time.perf_counter()
     trainer = PPOTrainer(load_config(overrides(args, paths, mode)))
     build_s = time.perf_counter() - start
-    tracker = PhaseMemory(trainer.device)
+    tracker = PhaseMemory(trainer.device if trainer.num_devices == 1 else "cpu")  # ranks measure themselves
     phases = instrument(trainer, tracker, mode)
     backend = getattr(trainer.roles.rollout, "backend", None)
     kv_gb = getattr(backend, "kv_cache_bytes", 0) / 2**30

@@ -97,6 +97,15 @@ class RankGroups:
     pools: object | None = None
     owns_ray: bool = False
 
+    def memory_metrics(self) -> dict[str, float]:
+        """`perf/max_memory_allocated_gb[/<phase>]` since the last call, max over every rank of every group."""
+        out: dict[str, float] = {}
+        for group in self.groups.values():
+            for metrics in group.call_all("pop_memory_metrics"):
+                for key, value in metrics.items():
+                    out[key] = max(out.get(key, 0.0), value)
+        return out
+
     def shutdown(self) -> None:
         for group in self.groups.values():
             group.shutdown()

@@ -65,10 +65,3 @@ def compute_throughput_metrics(batch: Batch, step_seconds: float, num_devices: i
             "perf/throughput": total / max(step_seconds, 1e-9) / max(num_devices, 1)}
 
 
-def host_memory_metrics() -> dict[str, float]:
-    """On CPU the training device is host RAM: the process's peak resident set stands for device memory
-    (on CUDA, `PhaseMemory` reports per-phase and overall peaks instead)."""
-    import resource
-
-    peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    return {"perf/max_memory_allocated_gb": peak_gb, "perf/cpu_memory_used_gb": peak_gb}

@@ -15,14 +15,13 @@ from hybridrl.algorithms import agg_loss, apply_kl_penalty, compute_advantage, g
 from hybridrl.algorithms.agreement import rollout_agreement_metrics
 from hybridrl.logging.log import get_logger
 from hybridrl.trainer import checkpointing
-from hybridrl.trainer.metrics import (compute_data_metrics, compute_throughput_metrics, compute_timing_metrics,
-                                      host_memory_metrics)
+from hybridrl.trainer.metrics import compute_data_metrics, compute_throughput_metrics, compute_timing_metrics
 from hybridrl.trainer.roles import Roles, build_roles
 from hybridrl.trainer.setup import (build_dataset, build_loader, build_tokenizer, resolve_device, role_needs,
                                     seed_everything, total_training_steps)
 from hybridrl.trainer.validation import validation_metrics
 from hybridrl.utils.batch import Batch
-from hybridrl.trainer.memory import PhaseMemory
+from hybridrl.utils.memory import PhaseMemory, host_memory_metrics
 from hybridrl.trainer.oom import oom_guard
 from hybridrl.utils.metrics import timed
 from hybridrl.workers.rollout import sampling_params
@@ -39,8 +38,11 @@ class PPOTrainer:
         from hybridrl.trainer.group_roles import actor_world_size, check_placement, world_size
 
         self.device = resolve_device(cfg.trainer.device)
-        self.memory = PhaseMemory(self.device)
         num_devices = num_devices or world_size(cfg, self.device.type)
+        # With worker ranks the controller computes nothing on the GPU (unless a reward model runs here):
+        # the ranks measure their own phases, and querying CUDA here would put a context on GPU 0.
+        on_controller = num_devices == 1 or cfg.reward_model.enable
+        self.memory = PhaseMemory(self.device if on_controller else "cpu")
         validate_config(cfg, world_size=actor_world_size(cfg, num_devices))
         _refuse_single_process_features(cfg, num_devices)
         check_placement(cfg, self.device.type, num_devices)
@@ -163,6 +165,9 @@ class PPOTrainer:
         metrics.update(compute_timing_metrics(batch, timings))
         metrics.update(compute_throughput_metrics(batch, timings["step"], self.num_devices))
         metrics.update(self.memory.pop_metrics() if self.device.type == "cuda" else host_memory_metrics())
+        if self.roles.group is not None:  # worker ranks: each reports its own peaks; the max over ranks wins
+            for key, value in self.roles.group.memory_metrics().items():
+                metrics[key] = max(metrics.get(key, 0.0), value)
         return metrics
 
     # =============================================================== phases

@@ -15,6 +15,7 @@ every method that touches a sharded model is a collective and runs on all ranks 
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 from dataclasses import replace
@@ -27,6 +28,7 @@ from hybridrl.distributed.weight_handoff import (BufferSpec, SpilledWeights, Wei
                                                  open_weights, write_weights)
 from hybridrl.models.hf import load_causal_lm, load_tokenizer, resolve_dtype
 from hybridrl.rollout import SamplingParams
+from hybridrl.utils.memory import PhaseMemory, host_memory_metrics
 from hybridrl.utils.batch import Batch
 from hybridrl.workers.actor import ActorWorker
 from hybridrl.workers.critic import CriticWorker
@@ -40,6 +42,17 @@ ROLLOUT_METRICS_META = "_rollout_metrics_rank"  # meta key prefix carrying each 
 ROLES = ("actor", "rollout", "reference", "critic")
 
 
+def _phase(name: str):
+    """Record the method's peak device memory under the trainer's phase `name` (this rank's PhaseMemory)."""
+    def wrap(method):
+        @functools.wraps(method)
+        def recorded(self, *args, **kwargs):
+            with self.memory.phase(name):
+                return method(self, *args, **kwargs)
+        return recorded
+    return wrap
+
+
 class ColocatedWorker:
     def __init__(self, cfg, *, total_steps: int, device_type: str, roles: tuple[str, ...] = ROLES):
         unknown = set(roles) - set(ROLES)
@@ -47,6 +60,7 @@ class ColocatedWorker:
             raise ValueError(f"unknown role(s) {sorted(unknown)}; a rank can host {ROLES}")
         self.rank, world_size = dist.get_rank(), dist.get_world_size()
         device = torch.device(device_type)
+        self.memory = PhaseMemory(device)  # this rank's peaks per phase (`pop_memory_metrics`)
         if device.type == "cpu":  # the ranks share the host's cores
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
         _seed_everything(cfg.trainer.seed)  # every rank builds identical weights (e.g. a fresh value head)
@@ -61,6 +75,12 @@ class ColocatedWorker:
             self.sync_rollout_weights()
         self.reference = ReferenceWorker(cfg, sizes.ref_log_prob_micro, device) if "reference" in roles else None
         self.critic = CriticWorker(cfg, sizes, device, total_steps) if "critic" in roles else None
+        self.memory.pop_metrics()  # start-up (loading, the first weight sync) is not a step's peak
+
+    def pop_memory_metrics(self) -> dict[str, float]:
+        """This rank's `perf/max_memory_allocated_gb[/<phase>]` since the last call (the controller takes the
+        max over ranks); on CPU the rank's peak resident set, as one process reports it."""
+        return self.memory.pop_metrics() if self.memory.enabled else host_memory_metrics()
 
     def _build_rollout(self, cfg, device: torch.device) -> RolloutWorker:
         """A plain copy of the initial policy (the actor's own module may be sharded) behind the backend."""
@@ -72,22 +92,28 @@ class ColocatedWorker:
         return RolloutWorker(cfg, replica.requires_grad_(False).eval(), self.tokenizer, device.type, replica=True)
 
     # ------------------------------------------------------------------ actor / reference / critic
+    @_phase("old_log_prob")
     def compute_log_prob(self, batch: Batch) -> Batch:
         return self._role("actor").compute_log_prob(batch)
 
+    @_phase("update_actor")
     def update_actor(self, batch: Batch) -> dict[str, float]:
         return self._role("actor").update_actor(batch)
 
+    @_phase("ref")
     def compute_ref_log_prob(self, batch: Batch) -> Batch:
         return self._role("reference").compute_ref_log_prob(batch)
 
+    @_phase("values")
     def compute_values(self, batch: Batch) -> Batch:
         return self._role("critic").compute_values(batch)
 
+    @_phase("update_critic")
     def update_critic(self, batch: Batch) -> dict[str, float]:
         return self._role("critic").update_critic(batch)
 
     # ------------------------------------------------------------------ rollout
+    @_phase("gen")
     def generate_sequences(self, prompts: Batch, params: SamplingParams) -> Batch:
         """Responses for this rank's shard of prompts, already repeated n times (so `params.n` is 1).
 
@@ -101,10 +127,12 @@ class ColocatedWorker:
         batch.meta[f"{ROLLOUT_METRICS_META}{self.rank}"] = metrics
         return batch
 
+    @_phase("update_weights")
     def sync_rollout_weights(self) -> None:
         """Gather the actor's parameters one at a time into the rollout replica (collective)."""
         self._role("rollout").sync_weights(self._role("actor").named_weights())
 
+    @_phase("update_weights")
     def actor_weights(self, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
         """The actor's full weights on CPU in `dtype` (the rollout's; None: as trained), on rank 0 ({} elsewhere),
         for a rollout on other ranks, sent pickled (collective)."""
@@ -114,6 +142,7 @@ class ColocatedWorker:
                 weights[name] = cast_to_cpu(tensor, dtype, copy=True)
         return weights
 
+    @_phase("update_weights")
     def write_actor_weights(self, spec: BufferSpec) -> WeightManifest | SpilledWeights | None:
         """Rank 0 writes the actor's full weights into the shared-memory buffer `spec` one tensor at a time and
         returns where each lies (None elsewhere); every rank takes part in the gather (collective)."""
@@ -124,6 +153,7 @@ class ColocatedWorker:
             pass
         return None
 
+    @_phase("update_weights")
     def load_rollout_weights(self, weights: WeightManifest | dict[str, torch.Tensor]) -> None:
         """Load a handoff (a shared-memory manifest, or tensors sent pickled) into the rollout's engine."""
         self._role("rollout").sync_weights(open_weights(weights))

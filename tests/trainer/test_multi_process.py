@@ -75,6 +75,10 @@ def test_two_ranks_give_the_metrics_of_one_process(tmp_path, arith_model_dir, ar
     out = str(tmp_path)
     trainer = PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, out, ranks=2, steps=2)))
     assert trainer.roles.group is not None and trainer.num_devices == 2
+    # Memory: each rank reports its own peak (CPU: its resident set), the controller takes the max;
+    # the controller itself measures nothing (on GPUs it would otherwise open a CUDA context).
+    assert not trainer.memory.enabled
+    assert trainer.roles.group.memory_metrics()["perf/max_memory_allocated_gb"] > 0.05  # torch + a model
     trainer.fit()
     records = read_metrics(out)
     assert [r["step"] for r in records] == [1, 2]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hybridrl.trainer.memory import PREFIX, PhaseMemory
+from hybridrl.utils.memory import PREFIX, PhaseMemory
 
 MIB = 2 ** 20
 

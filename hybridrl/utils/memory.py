@@ -74,3 +74,12 @@ class PhaseMemory:
         if self.enabled and not self._open:
             torch.cuda.reset_peak_memory_stats(self.device)
         return out
+
+
+def host_memory_metrics() -> dict[str, float]:
+    """On CPU the training device is host RAM: the process's peak resident set stands for device memory
+    (on CUDA, `PhaseMemory` reports per-phase and overall peaks instead)."""
+    import resource
+
+    peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    return {"perf/max_memory_allocated_gb": peak_gb, "perf/cpu_memory_used_gb": peak_gb}
