@@ -36,10 +36,10 @@ def rollout_weights_dtype(cfg, device_type: str) -> torch.dtype:
 
 
 def _right_pad(rows: list[list], width: int, value, dtype) -> torch.Tensor:
-    out = torch.full((len(rows), width), value, dtype=dtype)
-    for i, row in enumerate(rows):
-        out[i, :len(row)] = torch.tensor(row, dtype=dtype)
-    return out
+    """(len(rows), width) with each row's values first, `value` after; one tensor construction, not one per row."""
+    if any(len(row) > width for row in rows):
+        raise ValueError(f"a generated row has {max(map(len, rows))} entries, more than the response length {width}")
+    return torch.tensor([row + [value] * (width - len(row)) for row in rows], dtype=dtype).reshape(len(rows), width)
 
 
 def assemble(prompts: Batch, token_ids: list[list[int]], log_probs: list[list[float]], n: int,
@@ -47,7 +47,8 @@ def assemble(prompts: Batch, token_ids: list[list[int]], log_probs: list[list[fl
     """Repeat prompt rows n times (interleaved) and add responses, masks, positions, rollout log-probs."""
     batch = prompts.repeat(n, interleave=True)
     responses = _right_pad(token_ids, response_length, pad_token_id, torch.long)
-    response_mask = _right_pad([[1] * len(t) for t in token_ids], response_length, 0, torch.long)
+    lengths = torch.tensor([len(t) for t in token_ids], dtype=torch.long)
+    response_mask = (torch.arange(response_length) < lengths.unsqueeze(1)).long()
     prompt_positions = batch["position_ids"]
     steps = torch.arange(1, response_length + 1).unsqueeze(0)
     batch["prompts"] = batch["input_ids"]
