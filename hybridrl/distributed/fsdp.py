@@ -20,11 +20,12 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import (
     CPUOffloadPolicy,
+    FSDPModule,
     MixedPrecisionPolicy,
     OffloadPolicy,
     fully_shard,
 )
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import DTensor, Shard
 
 from hybridrl.logging.log import get_logger
 
@@ -86,14 +87,59 @@ def load_full_state_dict(model: nn.Module, state: dict[str, torch.Tensor], *, fr
 
 
 def iter_full_params(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    """(name, full tensor) one parameter at a time, for weight sync without a second full model copy.
+    """(name, full tensor) for weight sync, gathered one FSDP unit (decoder layer, then the root's own
+    parameters) at a time: one all-gather per unit instead of one per parameter (~12 per layer), and
+    never more than one unit's full weights alive beyond what the consumer keeps. The tensors are views
+    of the unit's gather buffer: copy them before asking for the next unit.
 
     Collective: every rank must exhaust the iterator. Tied parameters appear once (under their first
     name, as `named_parameters` reports them).
     """
+    for items in _params_by_unit(model):
+        sharded = [(name, t) for name, t in items if _is_dim0_sharded(t)]
+        yield from ((name, t.full_tensor() if isinstance(t, DTensor) else t) for name, t in items
+                    if not _is_dim0_sharded(t))
+        for dtype in dict.fromkeys(t.dtype for _, t in sharded):
+            yield from _gather_dim0_shards([(name, t) for name, t in sharded if t.dtype == dtype])
+
+
+def _params_by_unit(model: nn.Module) -> list[list[tuple[str, torch.Tensor]]]:
+    """Parameters (detached) grouped by the innermost FSDP unit holding them, in first-appearance order."""
+    units = [name for name, module in model.named_modules() if isinstance(module, FSDPModule)] or [""]
+    groups: dict[str, list[tuple[str, torch.Tensor]]] = {}
     for name, param in model.named_parameters():
-        tensor = param.detach()
-        yield name, tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+        owner = max((u for u in units if u == "" or name.startswith(u + ".")), key=len, default="")
+        groups.setdefault(owner, []).append((name, param.detach()))
+    return list(groups.values())
+
+
+def _is_dim0_sharded(tensor: torch.Tensor) -> bool:
+    return (isinstance(tensor, DTensor) and tensor.device_mesh.ndim == 1 and tensor.dim() > 0
+            and tuple(tensor.placements) == (Shard(0),))
+
+
+def _gather_dim0_shards(items: list[tuple[str, DTensor]]) -> Iterator[tuple[str, torch.Tensor]]:
+    """Full tensors of dim-0-sharded DTensors (torch.chunk layout: ceil(rows / W) rows per rank, the last
+    ranks fewer or none) through ONE all_gather_into_tensor of every local shard padded to that size."""
+    mesh = items[0][1].device_mesh
+    world = mesh.size()
+    layout, pieces = [], []
+    for name, tensor in items:
+        rows_per_rank = -(-tensor.shape[0] // world)
+        row_numel = tensor[0].numel() if tensor.shape[0] else 0
+        local = tensor.to_local().reshape(-1)
+        padded = local.new_zeros(rows_per_rank * row_numel)
+        padded[:local.numel()] = local
+        pieces.append(padded)
+        layout.append((name, tensor.shape, rows_per_rank * row_numel))
+    flat = torch.cat(pieces)
+    gathered = flat.new_empty(world * flat.numel())
+    dist.all_gather_into_tensor(gathered, flat, group=mesh.get_group())
+    per_rank, offset = gathered.view(world, -1), 0
+    for name, shape, numel in layout:
+        block = per_rank[:, offset:offset + numel].reshape(-1, *shape[1:])  # rank-major rows, padding last
+        yield name, block[:shape[0]]
+        offset += numel
 
 
 def clip_grad_norm_(model: nn.Module, max_norm: float) -> float:

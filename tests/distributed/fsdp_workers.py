@@ -30,8 +30,8 @@ def sgd_step(model: torch.nn.Module, input_ids: torch.Tensor, clip=torch.nn.util
 
 
 class FSDPWorker:
-    def __init__(self, seed: int = 0) -> None:
-        self.model = apply_fsdp2(build_tiny_model(seed=seed))
+    def __init__(self, seed: int = 0, **config) -> None:
+        self.model = apply_fsdp2(build_tiny_model(seed=seed, **config))
 
     def train_step(self, batch: Batch) -> dict:
         return {"grad_norm": sgd_step(self.model, batch["input_ids"], clip=clip_grad_norm_)}
@@ -41,6 +41,10 @@ class FSDPWorker:
 
     def full_params(self) -> dict:
         return {name: tensor.clone() for name, tensor in iter_full_params(self.model)}
+
+    def full_params_one_at_a_time(self) -> dict:
+        """The reference for iter_full_params: DTensor.full_tensor per parameter."""
+        return {name: param.detach().full_tensor().clone() for name, param in self.model.named_parameters()}
 
     def load_from_rank0(self, state: dict) -> None:
         """Only rank 0 passes the state; the others receive it by broadcast."""

@@ -42,3 +42,18 @@ def test_two_rank_fsdp2_step_matches_one_process_and_state_dicts_round_trip():
         torch.testing.assert_close(params[1]["model.norm.weight"], fresh["model.norm.weight"])
         torch.testing.assert_close(params[0]["model.layers.1.mlp.up_proj.weight"],
                                    fresh["model.layers.1.mlp.up_proj.weight"])
+
+
+def test_full_params_gathered_per_unit_equal_per_parameter_gathers_with_uneven_shards():
+    """One all-gather per FSDP unit: 3 ranks and odd row counts (vocab 131, MLP 67, 1 KV head: shards of
+    unequal size) give exactly what gathering each parameter does, under the same names."""
+    config = dict(vocab_size=131, hidden_size=32, intermediate_size=67, num_layers=2, num_heads=2, num_kv_heads=1)
+    with LocalWorkerGroup(FSDPWorker, {"seed": 3, **config}, world_size=3, role="actor") as group:
+        batched = group.call_all("full_params")
+        one_by_one = group.call_all("full_params_one_at_a_time")
+    want = {k: v for k, v in build_tiny_model(seed=3, **config).named_parameters()}
+    for rank in range(3):
+        assert sorted(batched[rank]) == sorted(one_by_one[rank]) == sorted(want)  # unit by unit: another order
+        for name, value in one_by_one[rank].items():
+            assert torch.equal(batched[rank][name], value), (rank, name)
+            torch.testing.assert_close(value, want[name].detach(), rtol=0, atol=0, msg=name)
