@@ -23,7 +23,8 @@ import torch
 MODES = ("hybrid", "hybrid_offload", "separate")
 # hybrid_offload: hybrid plus the idle-state offloads a memory-bound user turns on (optimizer state on the CPU
 # outside the optimizer step, the reference's parameters on the CPU between its forwards).
-OFFLOAD = ("actor_rollout_ref.actor.fsdp_config.optimizer_offload=true", "actor_rollout_ref.ref.fsdp_config.param_offload=true")
+OFFLOAD = ("actor_rollout_ref.actor.fsdp_config.optimizer_offload=true",
+           "actor_rollout_ref.ref.fsdp_config.param_offload=true")
 # (role attribute of the trainer or None for the trainer itself, method, phase name)
 PHASE_METHODS = ((None, "generate", "gen"), (None, "old_log_prob", "old_log_prob"),
                  ("reference", "compute_ref_log_prob", "ref"), ("actor", "update_actor", "update_actor"),

@@ -18,6 +18,7 @@ def rollout_agreement_metrics(rollout_log_probs: torch.Tensor, trainer_log_probs
     rollout, trainer = rollout_log_probs.float()[valid], trainer_log_probs.float()[valid]
     diff = (rollout.exp() - trainer.exp()).abs()
     lp_diff = (rollout - trainer).abs()
-    return {"training/rollout_probs_diff_mean": diff.mean().item(), "training/rollout_probs_diff_max": diff.max().item(),
+    return {"training/rollout_probs_diff_mean": diff.mean().item(),
+            "training/rollout_probs_diff_max": diff.max().item(),
             "training/rollout_log_probs_diff_mean": lp_diff.mean().item(),
             "training/rollout_log_probs_diff_max": lp_diff.max().item()}

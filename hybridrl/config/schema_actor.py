@@ -96,8 +96,9 @@ class RefConfig:
     strategy: str = setting(
         "fsdp2", "Engine strategy.", ref="${actor_rollout_ref.actor.strategy}", choices=("fsdp", "fsdp2", "megatron")
     )
-    use_torch_compile: bool = setting(True, "torch.compile the reference's decoder layers (see actor.use_torch_compile).",
-                                      ref="${actor_rollout_ref.actor.use_torch_compile}")
+    use_torch_compile: bool = setting(
+        True, "torch.compile the reference's decoder layers (see actor.use_torch_compile).",
+        ref="${actor_rollout_ref.actor.use_torch_compile}")
     log_prob_micro_batch_size: int | None = setting(None, "Deprecated global micro batch (rows) for ref log-probs.")
     log_prob_micro_batch_size_per_gpu: int | None = setting(None, "Rows per ref forward on each device.")
     log_prob_use_dynamic_bsz: bool = setting(

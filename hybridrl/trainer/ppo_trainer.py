@@ -198,7 +198,8 @@ class PPOTrainer:
         """reward_model.launch_reward_fn_async (verl): the reward function scores on a thread while the
         old_log_prob / ref / values forwards run; a Future of `compute_scores`, or None when scoring is
         synchronous (the key off, or a reward model, which needs the GPU itself)."""
-        if not self.cfg.reward_model.launch_reward_fn_async or getattr(self.roles.reward, "reward_model", None) is not None:
+        has_model = getattr(self.roles.reward, "reward_model", None) is not None
+        if not self.cfg.reward_model.launch_reward_fn_async or has_model:
             return None
         if self._reward_pool is None:
             from concurrent.futures import ThreadPoolExecutor

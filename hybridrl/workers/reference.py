@@ -26,8 +26,9 @@ class ReferenceWorker:
                                     trust_remote_code=model_cfg.trust_remote_code,
                                     key="actor_rollout_ref.model.path").to(device)
         self.model.requires_grad_(False).eval()
-        compile_decoder_layers(self.model, device, "reference", enabled=ref_cfg.use_torch_compile
-                               and ref_cfg.fsdp_config.use_torch_compile, off_key="actor_rollout_ref.ref.use_torch_compile")
+        compile_decoder_layers(self.model, device, "reference",
+                               enabled=ref_cfg.use_torch_compile and ref_cfg.fsdp_config.use_torch_compile,
+                               off_key="actor_rollout_ref.ref.use_torch_compile")
         self.sharded = shard_model(self.model, log_prob_forward=True, param_dtype=self.precision.fsdp_param_dtype,
                                    reduce_dtype=self.precision.reduce)  # FSDP2 when running as a rank
         self.plan = MicroBatchPlan.for_phase(cfg, "ref", micro_batch_size)

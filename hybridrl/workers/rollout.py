@@ -94,7 +94,7 @@ class RolloutWorker:
         batch = assemble(prompts, out.token_ids, out.log_probs, params.n, self.cfg.response_length,
                          self.pad_token_id)
         batch.meta["temperature"] = params.temperature if not params.greedy else 1.0
-        # Where a gen phase goes: the worker's own wall time vs the engine's; timing_s/gen minus gen_worker is transport.
+        # Where a gen phase goes: the worker's wall time vs the engine's; timing_s/gen - gen_worker is transport.
         timings["timing_s/gen_worker"] = time.perf_counter() - start
         return batch, {**out.metrics, **timings}
 

@@ -46,7 +46,8 @@ def test_quick_run_end_to_end(tmp_path, capsys):
     else:
         assert "error" not in trl, trl
         assert trl["tokens_per_step"] == workload["tokens_per_step"]  # same prompts, same forced length
-    assert set(report["comparison"]) >= {"hybridrl_over_trl_tokens_per_s", "peak_memory_gb", "hybrid_offload_over_separate_peak"}
+    assert set(report["comparison"]) >= {"hybridrl_over_trl_tokens_per_s", "peak_memory_gb",
+                                         "hybrid_offload_over_separate_peak"}
     assert workload["hybridrl_overrides"] == []
 
 

@@ -71,7 +71,8 @@ def test_async_reward_scores_on_a_thread_and_gives_the_synchronous_run(tmp_path,
 
     monkeypatch.setattr(RewardWorker, "compute_scores", recording)  # records the scoring thread, then scores
     _, sync = run(tmp_path, arith_model_dir, arithmetic_files, "sync", [])
-    _, background = run(tmp_path, arith_model_dir, arithmetic_files, "async", ["reward_model.launch_reward_fn_async=true"])
+    _, background = run(tmp_path, arith_model_dir, arithmetic_files, "async",
+                        ["reward_model.launch_reward_fn_async=true"])
     assert threads[:2] == ["MainThread"] * 2 and all(t.startswith("hybridrl-reward") for t in threads[2:])
     assert len(threads) == 4
     for got, want in zip(background, sync):
