@@ -33,6 +33,7 @@ from hybridrl.trainer.control import Request
 from hybridrl.trainer.group_roles import GroupRollout, generate_on, pool_rollout_metrics, pop_rank_metrics
 from hybridrl.trainer.weight_sync import RankWeights, WeightHandoff
 from hybridrl.utils.batch import Batch
+from hybridrl.utils.memory import max_merge
 from hybridrl.workers.colocated import ROW_INDEX_KEY
 
 log = get_logger("hybridrl.trainer")
@@ -161,6 +162,12 @@ class ElasticRollout:
         shard[ROW_INDEX_KEY] = torch.arange(start, end)
         batch = generate_on(group, shard, params)
         return batch, pop_rank_metrics(batch)
+
+    def memory_metrics(self) -> dict[str, float]:
+        """Peaks of the borrowed replicas' ranks since the last call (the run's own ranks report through
+        `RankGroups.memory_metrics`)."""
+        return max_merge(*(metrics for group in self.replicas.values()
+                           for metrics in group.call_all("pop_memory_metrics")))
 
     def sync_weights(self, named_tensors) -> dict[str, float] | None:
         """The base's sync plus the replicas', from ONE gather of the actor's weights; returns the metrics of

@@ -24,6 +24,7 @@ from hybridrl.logging.log import get_logger
 from hybridrl.rollout import SamplingParams
 from hybridrl.trainer.weight_sync import RankWeights, WeightHandoff
 from hybridrl.utils.batch import Batch
+from hybridrl.utils.memory import max_merge
 from hybridrl.utils.metrics import reduce_metrics
 from hybridrl.workers.colocated import ROLES, ROLLOUT_METRICS_META, ROW_INDEX_KEY, ColocatedWorker
 
@@ -99,12 +100,8 @@ class RankGroups:
 
     def memory_metrics(self) -> dict[str, float]:
         """`perf/max_memory_allocated_gb[/<phase>]` since the last call, max over every rank of every group."""
-        out: dict[str, float] = {}
-        for group in self.groups.values():
-            for metrics in group.call_all("pop_memory_metrics"):
-                for key, value in metrics.items():
-                    out[key] = max(out.get(key, 0.0), value)
-        return out
+        return max_merge(*(metrics for group in self.groups.values()
+                           for metrics in group.call_all("pop_memory_metrics")))
 
     def shutdown(self) -> None:
         for group in self.groups.values():

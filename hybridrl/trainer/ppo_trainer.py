@@ -21,7 +21,7 @@ from hybridrl.trainer.setup import (build_dataset, build_loader, build_tokenizer
                                     seed_everything, total_training_steps)
 from hybridrl.trainer.validation import validation_metrics
 from hybridrl.utils.batch import Batch
-from hybridrl.utils.memory import PhaseMemory, host_memory_metrics
+from hybridrl.utils.memory import PhaseMemory, host_memory_metrics, max_merge
 from hybridrl.trainer.oom import oom_guard
 from hybridrl.utils.metrics import timed
 from hybridrl.workers.rollout import sampling_params
@@ -164,11 +164,16 @@ class PPOTrainer:
         metrics.update(compute_data_metrics(batch, self.needs.critic, self.cfg.actor_rollout_ref.rollout.response_length))
         metrics.update(compute_timing_metrics(batch, timings))
         metrics.update(compute_throughput_metrics(batch, timings["step"], self.num_devices))
-        metrics.update(self.memory.pop_metrics() if self.device.type == "cuda" else host_memory_metrics())
-        if self.roles.group is not None:  # worker ranks: each reports its own peaks; the max over ranks wins
-            for key, value in self.roles.group.memory_metrics().items():
-                metrics[key] = max(metrics.get(key, 0.0), value)
+        metrics.update(self._memory_metrics())
         return metrics
+
+    def _memory_metrics(self) -> dict[str, float]:
+        """perf/max_memory_allocated_gb[/<phase>]: this process's, and with worker ranks (and borrowed rollout
+        replicas) each rank's own, the max over all of them."""
+        own = self.memory.pop_metrics() if self.device.type == "cuda" else host_memory_metrics()
+        ranks = self.roles.group.memory_metrics() if self.roles.group is not None else {}
+        replicas = getattr(self.roles.rollout, "memory_metrics", None)
+        return max_merge(own, ranks, replicas() if replicas is not None else {})
 
     # =============================================================== phases
     def generate(self, prompts: Batch, metrics: dict[str, float]) -> Batch:

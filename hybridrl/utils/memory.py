@@ -83,3 +83,12 @@ def host_memory_metrics() -> dict[str, float]:
 
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     return {"perf/max_memory_allocated_gb": peak_gb, "perf/cpu_memory_used_gb": peak_gb}
+
+
+def max_merge(*metric_dicts: dict[str, float]) -> dict[str, float]:
+    """One dict of peaks: per key the max over the given dicts (processes, ranks, replicas)."""
+    out: dict[str, float] = {}
+    for metrics in metric_dicts:
+        for key, value in metrics.items():
+            out[key] = max(out.get(key, value), value)
+    return out
