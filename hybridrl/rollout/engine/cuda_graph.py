@@ -67,7 +67,7 @@ class CUDAGraphDecodeRunner:
         self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self._pool = None
         self._outputs: torch.Tensor | None = None  # (max size, vocab_or_hidden): the largest graph's output
-        self.capture_time_s = 0.0
+        self.capture_time_s = 0.0  # every capture since construction (callers take differences)
 
     @property
     def captured(self) -> bool:
@@ -193,7 +193,6 @@ class CUDAGraphDecodeRunner:
         """Free the graphs, their memory pool and the output buffer; the next `run` captures again."""
         had_graphs = bool(self._graphs)
         self._graphs.clear()
-        self.capture_time_s = 0.0
         self._pool = None
         self._outputs = None
         if had_graphs:

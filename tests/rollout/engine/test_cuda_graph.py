@@ -146,8 +146,12 @@ def test_first_replay_after_capture_reads_the_staged_batch(monkeypatch):
     torch.testing.assert_close(runner.run(*make_inputs(2)), decode(*make_inputs(2)))  # size 2 joins the pool
     assert sorted(runner._graphs) == [2, 4]
     # A batch larger than the base (rows admitted after others finished) restarts the pool from its size.
+    runner.capture_time_s = captured = 100.0  # as if much had been captured before the restart
     torch.testing.assert_close(runner.run(*make_inputs(7, offset=9)), decode(*make_inputs(7, offset=9)))
     assert list(runner._graphs) == [8] and runner._outputs.shape[0] == 8
+    assert runner.capture_time_s >= captured  # cumulative across pool restarts (the engine reports differences)
+    runner.release()
+    assert runner.capture_time_s >= captured
     torch.testing.assert_close(runner.run(*inputs), decode(*inputs))
     runner.release()
     assert not runner.captured
