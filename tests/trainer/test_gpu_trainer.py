@@ -7,6 +7,7 @@ import math
 import os
 
 import pytest
+import torch
 
 from hybridrl.config import load_config
 from hybridrl.trainer.ppo_trainer import PPOTrainer
@@ -34,3 +35,27 @@ def test_two_step_grpo_with_hybrid_engine_and_weight_sync(tmp_path, arith_model_
         # fp32 engine, but Triton dots run in TF32 on Hopper: ~1e-3 probability noise is expected.
         assert record["training/rollout_probs_diff_mean"] < 5e-3
     assert_engine_matches_actor(trainer)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_two_gpu_ranks_sync_weights_per_unit_and_report_rank_memory(tmp_path, arith_model_dir, arithmetic_files):
+    """Two colocated NCCL ranks: the engines on both ranks get the actor's weights through per-unit
+    all-gathers (so step 2's rollout log-probs match the trainer's), and the step's memory figures come
+    from the ranks (the controller holds nothing on the GPUs)."""
+    overrides = tiny_run_overrides(arith_model_dir, arithmetic_files, str(tmp_path), extra=[
+        "trainer.device=cuda", "trainer.n_gpus_per_node=2", "actor_rollout_ref.rollout.name=hybrid",
+        "actor_rollout_ref.rollout.dtype=float32", "actor_rollout_ref.rollout.gpu_memory_utilization=0.05",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=8", "actor_rollout_ref.actor.use_kl_loss=true",
+        "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32"])
+    overrides = [o for o in overrides if not o.startswith(("trainer.device=cpu", "actor_rollout_ref.rollout.name=hf"))]
+    trainer = PPOTrainer(load_config(overrides))
+    assert trainer.roles.group is not None and not trainer.memory.enabled
+    trainer.fit()
+    records = [json.loads(line) for line in open(os.path.join(str(tmp_path), "metrics.jsonl"))]
+    assert [r["step"] for r in records] == [1, 2]
+    assert records[0]["actor/grad_norm"] > 0
+    assert records[1]["training/rollout_probs_diff_mean"] < 5e-3  # TF32 noise only: the synced weights are current
+    for record in records:
+        assert record["perf/max_memory_allocated_gb"] > 0
+        for phase in ("gen", "ref", "update_actor", "update_weights"):
+            assert record[f"perf/max_memory_allocated_gb/{phase}"] > 0, phase
