@@ -6,8 +6,9 @@ allocator has one peak counter, so each phase resets it on entry and reads it on
 step's overall peak and nested phases correct despite those resets, every reading is folded into
 the overall maximum and into every phase still open.
 
-On CPU (or without CUDA) nothing is recorded: `metrics()` is empty and the trainer's RSS-based
-`perf/max_memory_allocated_gb` (trainer/metrics.py) stays the figure; host RSS has no resettable peak.
+On CPU (or without CUDA) nothing is recorded: `metrics()` is empty and the RSS-based
+`perf/max_memory_allocated_gb` (`host_memory_metrics` below) stays the figure; host RSS has no resettable
+peak. With worker ranks each rank keeps its own tracker and the controller takes the max (`max_merge`).
 """
 
 from __future__ import annotations

@@ -111,7 +111,8 @@ class ActorWorker(TrainState):
                 loss, micro_metrics, forward = self._micro_loss(micro, on_policy)
                 # verl: loss / gradient_accumulation, or x micro rows / mini rows with dynamic bsz (the same here)
                 (loss * (len(micro) / len(mini))).backward()
-            forwards.append(forward)
+            if on_policy:
+                forwards.append(forward)
             for key, value in micro_metrics.items():
                 metrics[key].append(value)
         if on_policy:

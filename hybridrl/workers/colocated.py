@@ -61,8 +61,6 @@ class ColocatedWorker:
         self.rank, world_size = dist.get_rank(), dist.get_world_size()
         device = torch.device(device_type)
         self.memory = PhaseMemory(device)  # this rank's peaks per phase (`pop_memory_metrics`)
-        if device.type == "cpu":  # the ranks share the host's cores
-            torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
         _seed_everything(cfg.trainer.seed)  # every rank builds identical weights (e.g. a fresh value head)
         model_cfg = cfg.actor_rollout_ref.model
         self.tokenizer = load_tokenizer(model_cfg.tokenizer_path or model_cfg.path,

@@ -105,6 +105,8 @@ class _Residency:
     def __init__(self, enabled: bool, load: Callable[[], None], offload: Callable[[], None]) -> None:
         self.enabled, self.load, self.offload = enabled, load, offload
         self.users = 0
+        if enabled:  # idle from the start
+            offload()
 
     @contextmanager
     def held(self) -> Iterator[None]:
@@ -141,10 +143,6 @@ class PhaseOffloader:
         self._optimizer = _Residency(self.optimizer_offload, lambda: load_optimizer(optimizer, self.device),
                                      lambda: offload_optimizer(optimizer))
         self._update_stack: ExitStack | None = None
-        if self.param_offload:
-            offload_module(module)
-        if self.optimizer_offload:
-            offload_optimizer(optimizer)
 
     @contextmanager
     def for_compute(self) -> Iterator[None]:

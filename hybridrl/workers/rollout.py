@@ -87,10 +87,8 @@ class RolloutWorker:
         start = time.perf_counter()
         prompt_ids = [ids[mask.bool()].tolist() for ids, mask in zip(prompts["input_ids"], prompts["attention_mask"])]
         timings: dict[str, float] = {}
-        with self.model_context(), self._kv_cache(timings):
-            generate_start = time.perf_counter()
+        with self.model_context(), self._kv_cache(timings), timed("timing_s/gen_engine", timings):
             out = self.backend.generate(prompt_ids, params)
-            timings["timing_s/gen_engine"] = time.perf_counter() - generate_start
         batch = assemble(prompts, out.token_ids, out.log_probs, params.n, self.cfg.response_length,
                          self.pad_token_id)
         batch.meta["temperature"] = params.temperature if not params.greedy else 1.0
