@@ -142,6 +142,11 @@ def summarize(steps: list[dict[str, float]], warmup: int) -> dict[str, Any]:
     return out
 
 
+def device_total_gb(device) -> float | None:
+    device = torch.device(device)
+    return torch.cuda.get_device_properties(device).total_memory / 2**30 if device.type == "cuda" else None
+
+
 def release_memory() -> None:
     gc.collect()
     if torch.cuda.is_available():
@@ -161,6 +166,8 @@ def run(args, paths: dict[str, Path], mode: str) -> dict[str, Any]:
     phases = instrument(trainer, tracker, mode)
     backend = getattr(trainer.roles.rollout, "backend", None)
     kv_gb = getattr(backend, "kv_cache_bytes", 0) / 2**30
+    budget_blocks = getattr(backend, "kv_block_budget", None)  # what gpu_memory_utilization allows (CUDA)
+    kv_budget_gb = budget_blocks * backend.runner.block_bytes / 2**30 if budget_blocks is not None else None
     profiling = bool(getattr(args, "profile", None)) and mode == "hybrid"
     if profiling:  # one extra step, profiled and left out of the summary (the profiler slows it down)
         trainer.total_steps += 1
@@ -168,7 +175,8 @@ def run(args, paths: dict[str, Path], mode: str) -> dict[str, Any]:
     steps = record_steps(trainer, tracker)
     trainer.fit()
     result = summarize(steps[:-1] if profiling else steps, args.warmup_steps)
-    result.update({"build_s": build_s, "kv_cache_gb": kv_gb, "phases_tracked": phases,
+    result.update({"build_s": build_s, "kv_cache_gb": kv_gb, "kv_budget_gb": kv_budget_gb,
+                   "device_total_gb": device_total_gb(trainer.device), "phases_tracked": phases,
                    "kv_cache_during_training": mode == "separate"})
     del trainer, backend
     release_memory()

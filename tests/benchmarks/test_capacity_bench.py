@@ -1,6 +1,8 @@
-"""The capacity search: doubling then bisection, and errors that are not out-of-memory stop it."""
+"""The capacity search: doubling, prediction-guided jumps, bisection; what counts as a fit."""
 
-from benchmarks.capacity_bench import largest_fit
+import subprocess
+
+from benchmarks.capacity_bench import judge, largest_fit, predicted_prompts
 
 
 def fits_below(limit, calls):
@@ -28,3 +30,63 @@ def test_a_failure_that_is_not_out_of_memory_stops_the_search():
     def fits(size):
         return None if size == 256 else True
     assert largest_fit(fits, 64, 1024, 16) == {"largest_fit": 128, "smallest_oom": None, "stopped_by_error_at": 256}
+
+
+def guess(value, after=128):
+    """A predictor that knows nothing until the search has a fit at `after` or above (two fits)."""
+    return lambda size: value if size >= after else None
+
+
+def test_a_good_prediction_settles_the_search_after_two_fits():
+    calls = []
+    found = largest_fit(fits_below(700, calls), 64, 1024, 16, predict=guess(700))
+    assert calls == [64, 128, 688, 704] and found["largest_fit"] == 688 and found["smallest_oom"] == 704
+
+
+def test_a_prediction_too_high_bisects_and_one_too_low_gallops():
+    calls = []
+    found = largest_fit(fits_below(300, calls), 64, 1024, 16, predict=guess(900))
+    assert calls[:3] == [64, 128, 896] and found["largest_fit"] <= 300 < found["smallest_oom"]
+    assert found["smallest_oom"] - found["largest_fit"] <= 16
+    calls = []
+    found = largest_fit(fits_below(300, calls), 64, 1024, 16, predict=guess(150))
+    assert calls[:5] == [64, 128, 144, 160, 192]  # the prediction, then steps of 16, 32, 64, ...
+    assert found["largest_fit"] <= 300 < found["smallest_oom"] and found["smallest_oom"] - found["largest_fit"] <= 16
+
+
+def trial(sequences, kv_during_training, phase_peaks, kv_per_sequence=1 / 64, budget=120.0):
+    kv = sequences * kv_per_sequence
+    return {"sequences": sequences, "kv_cache_gb": kv, "kv_budget_gb": budget, "device_total_gb": 100.0,
+            "kv_during_training": kv_during_training,
+            "phase_peaks_gb": {phase: peak + (kv if kv_during_training or phase == "gen" else 0.0)
+                               for phase, peak in phase_peaks.items()}}
+
+
+def test_prediction_plans_the_kv_cache_beside_the_modes_non_kv_peak():
+    hybrid = [trial(s, False, {"gen": 4.0, "update_actor": 20.0}) for s in (512, 1024)]
+    # hybrid: the cache lives during gen only, beside 4 GB: (97 - 4) GB at 1/64 GB per sequence, 8 per prompt
+    assert predicted_prompts(hybrid, n=8) == int(93.0 * 64 // 8)
+    separate = [trial(s, True, {"gen": 4.0, "update_actor": 20.0}) for s in (512, 1024)]
+    assert predicted_prompts(separate, n=8) == int(77.0 * 64 // 8)  # the cache stays beside training's 20 GB
+    assert predicted_prompts(hybrid[:1], n=8) is None  # one fit: no lines yet
+    capped = [dict(t, kv_budget_gb=t["kv_cache_gb"]) for t in hybrid]  # a capped cache hides its per-sequence size
+    assert predicted_prompts(capped, n=8) is None
+    assert predicted_prompts([dict(t, device_total_gb=None) for t in hybrid], n=8) is None  # CPU trials
+
+
+def test_prediction_follows_peaks_and_budget_that_grow_with_the_batch():
+    # the gen activations grow 1/256 GB per sequence beside the cache: (97 - 4) / (1/64 + 1/256)
+    growing = [dict(trial(s, False, {"gen": 4.0 + s / 256}), sequences=s) for s in (512, 1024)]
+    assert predicted_prompts(growing, n=8) == int(93.0 / (1 / 64 + 1 / 256) // 8)
+    # a budget of 50 GB shrinking by 1/256 GB per sequence binds before the device: 50 / (1/64 + 1/256)
+    tight = [trial(s, False, {"gen": 4.0}, budget=50.0 - s / 256 + 2.0) for s in (512, 1024)]
+    assert predicted_prompts(tight, n=8) == int(52.0 / (1 / 64 + 1 / 256) // 8)
+
+
+def test_a_preempted_step_is_not_a_fit_and_an_oom_is_recognized():
+    done = subprocess.CompletedProcess([], 0, "", "")
+    assert judge(done, {"step_s": 1.0, "rollout/num_preempted": 0.0}) == (True, "fit")
+    assert judge(done, {"step_s": 1.0, "rollout/num_preempted": 3.0})[0] is False
+    oom = subprocess.CompletedProcess([], 1, "", "hybridrl: CUDA out of memory in phase 'update_actor'")
+    assert judge(oom, {}) == (False, "out of memory")
+    assert judge(subprocess.CompletedProcess([], 1, "", "KeyError: 'x'"), {}) == (None, "error")

@@ -49,6 +49,7 @@ class LLMEngine:
         self.max_decode_burst = max_decode_burst
         self.runner = ModelRunner(self.model, self.device, block_size, max_num_seqs, self.max_model_len,
                                   enforce_eager)
+        self.kv_block_budget: int | None = None  # blocks gpu_memory_utilization allows (set by profiling on CUDA)
         self.num_kv_blocks = num_kv_blocks or self._profile_num_kv_blocks()
         if self.num_kv_blocks < 1:
             raise ValueError("no memory left for the KV cache; raise actor_rollout_ref.rollout."
@@ -68,12 +69,12 @@ class LLMEngine:
         workload = self.max_num_seqs * -(-self.max_model_len // self.block_size)
         if self.device.type != "cuda":
             return max(1, min(workload, CPU_KV_CAP_BYTES // self.runner.block_bytes))
-        budget = self._cuda_kv_budget_bytes() // self.runner.block_bytes
+        budget = self.kv_block_budget = max(self._cuda_kv_budget_bytes() // self.runner.block_bytes, 0)
         blocks = min(workload, budget)
         log.info("KV cache: %d blocks of %d tokens (%.2f GiB), %s", blocks, self.block_size,
                  blocks * self.runner.block_bytes / 2**30,
                  f"enough for max_num_seqs={self.max_num_seqs} x max_model_len={self.max_model_len}; "
-                 f"gpu_memory_utilization={self.gpu_memory_utilization} would allow {max(budget, 0)}"
+                 f"gpu_memory_utilization={self.gpu_memory_utilization} would allow {budget}"
                  if blocks == workload else
                  f"all that gpu_memory_utilization={self.gpu_memory_utilization} allows (the workload could use "
                  f"{workload}: longer batches preempt)")
