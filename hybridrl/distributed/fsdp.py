@@ -6,6 +6,8 @@ Every function that gathers is a collective: call it on all ranks of the mesh, i
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Iterator
 from typing import Any
 
@@ -126,7 +128,7 @@ def _gather_dim0_shards(items: list[tuple[str, DTensor]]) -> Iterator[tuple[str,
     layout, pieces = [], []
     for name, tensor in items:
         rows_per_rank = -(-tensor.shape[0] // world)
-        row_numel = tensor[0].numel() if tensor.shape[0] else 0
+        row_numel = math.prod(tensor.shape[1:])  # from the shape: indexing a DTensor dispatches (ms each)
         local = tensor.to_local().reshape(-1)
         padded = local.new_zeros(rows_per_rank * row_numel)
         padded[:local.numel()] = local
