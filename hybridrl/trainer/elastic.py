@@ -163,11 +163,11 @@ class ElasticRollout:
         batch = generate_on(group, shard, params)
         return batch, pop_rank_metrics(batch)
 
-    def memory_metrics(self) -> dict[str, float]:
-        """Peaks of the borrowed replicas' ranks since the last call (the run's own ranks report through
-        `RankGroups.memory_metrics`)."""
+    def phase_metrics(self) -> dict[str, float]:
+        """Peaks (and `timing_s/gen_rank`) of the borrowed replicas' ranks since the last call (the run's own ranks report through
+        `RankGroups.phase_metrics`)."""
         return max_merge(*(metrics for group in self.replicas.values()
-                           for metrics in group.call_all("pop_memory_metrics")))
+                           for metrics in group.call_all("pop_phase_metrics")))
 
     def sync_weights(self, named_tensors) -> dict[str, float] | None:
         """The base's sync plus the replicas', from ONE gather of the actor's weights; returns the metrics of

@@ -98,10 +98,11 @@ class RankGroups:
     pools: object | None = None
     owns_ray: bool = False
 
-    def memory_metrics(self) -> dict[str, float]:
-        """`perf/max_memory_allocated_gb[/<phase>]` since the last call, max over every rank of every group."""
+    def phase_metrics(self) -> dict[str, float]:
+        """Since the last call, max over every rank of every group: `perf/max_memory_allocated_gb[/<phase>]`
+        and `timing_s/<phase>_rank` (the slowest rank's wall time inside the phase)."""
         return max_merge(*(metrics for group in self.groups.values()
-                           for metrics in group.call_all("pop_memory_metrics")))
+                           for metrics in group.call_all("pop_phase_metrics")))
 
     def shutdown(self) -> None:
         for group in self.groups.values():

@@ -164,15 +164,15 @@ class PPOTrainer:
         metrics.update(compute_data_metrics(batch, self.needs.critic, self.cfg.actor_rollout_ref.rollout.response_length))
         metrics.update(compute_timing_metrics(batch, timings))
         metrics.update(compute_throughput_metrics(batch, timings["step"], self.num_devices))
-        metrics.update(self._memory_metrics())
+        metrics.update(self._phase_metrics())
         return metrics
 
-    def _memory_metrics(self) -> dict[str, float]:
+    def _phase_metrics(self) -> dict[str, float]:
         """perf/max_memory_allocated_gb[/<phase>]: this process's, and with worker ranks (and borrowed rollout
-        replicas) each rank's own, the max over all of them."""
+        replicas) each rank's own, the max over all of them; with ranks also timing_s/<phase>_rank."""
         own = self.memory.pop_metrics() if self.device.type == "cuda" else host_memory_metrics()
-        ranks = self.roles.group.memory_metrics() if self.roles.group is not None else {}
-        replicas = getattr(self.roles.rollout, "memory_metrics", None)
+        ranks = self.roles.group.phase_metrics() if self.roles.group is not None else {}
+        replicas = getattr(self.roles.rollout, "phase_metrics", None)
         return max_merge(own, ranks, replicas() if replicas is not None else {})
 
     # =============================================================== phases

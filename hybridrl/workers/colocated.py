@@ -16,8 +16,10 @@ every method that touches a sharded model is a collective and runs on all ranks 
 from __future__ import annotations
 
 import functools
+import time
 import os
 import random
+from collections import defaultdict
 from dataclasses import replace
 
 import numpy as np
@@ -43,12 +45,17 @@ ROLES = ("actor", "rollout", "reference", "critic")
 
 
 def _phase(name: str):
-    """Record the method's peak device memory under the trainer's phase `name` (this rank's PhaseMemory)."""
+    """Record the method's peak device memory (this rank's PhaseMemory) and wall time under the trainer's
+    phase `name`."""
     def wrap(method):
         @functools.wraps(method)
         def recorded(self, *args, **kwargs):
-            with self.memory.phase(name):
-                return method(self, *args, **kwargs)
+            start = time.perf_counter()
+            try:
+                with self.memory.phase(name):
+                    return method(self, *args, **kwargs)
+            finally:
+                self.phase_seconds[name] += time.perf_counter() - start
         return recorded
     return wrap
 
@@ -60,7 +67,8 @@ class ColocatedWorker:
             raise ValueError(f"unknown role(s) {sorted(unknown)}; a rank can host {ROLES}")
         self.rank, world_size = dist.get_rank(), dist.get_world_size()
         device = torch.device(device_type)
-        self.memory = PhaseMemory(device)  # this rank's peaks per phase (`pop_memory_metrics`)
+        self.memory = PhaseMemory(device)  # this rank's peaks per phase (`pop_phase_metrics`)
+        self.phase_seconds: defaultdict[str, float] = defaultdict(float)  # wall time per phase, same
         _seed_everything(cfg.trainer.seed)  # every rank builds identical weights (e.g. a fresh value head)
         model_cfg = cfg.actor_rollout_ref.model
         self.tokenizer = load_tokenizer(model_cfg.tokenizer_path or model_cfg.path,
@@ -73,12 +81,17 @@ class ColocatedWorker:
             self.sync_rollout_weights()
         self.reference = ReferenceWorker(cfg, sizes.ref_log_prob_micro, device) if "reference" in roles else None
         self.critic = CriticWorker(cfg, sizes, device, total_steps) if "critic" in roles else None
-        self.memory.pop_metrics()  # start-up (loading, the first weight sync) is not a step's peak
+        self.pop_phase_metrics()  # start-up (loading, the first weight sync) is not a step's
 
-    def pop_memory_metrics(self) -> dict[str, float]:
-        """This rank's `perf/max_memory_allocated_gb[/<phase>]` since the last call (the controller takes the
-        max over ranks); on CPU the rank's peak resident set, as one process reports it."""
-        return self.memory.pop_metrics() if self.memory.enabled else host_memory_metrics()
+    def pop_phase_metrics(self) -> dict[str, float]:
+        """Since the last call: this rank's `perf/max_memory_allocated_gb[/<phase>]` (on CPU the rank's peak
+        resident set, as one process reports it) and `timing_s/<phase>_rank`, its wall time inside each
+        phase. The controller keeps the max over ranks: `timing_s/<phase>` minus `timing_s/<phase>_rank` is
+        what the controller adds (sharding, pickling, transport) and rank imbalance."""
+        metrics = self.memory.pop_metrics() if self.memory.enabled else host_memory_metrics()
+        metrics.update({f"timing_s/{phase}_rank": seconds for phase, seconds in self.phase_seconds.items()})
+        self.phase_seconds.clear()
+        return metrics
 
     def _build_rollout(self, cfg, device: torch.device) -> RolloutWorker:
         """A plain copy of the initial policy (the actor's own module may be sharded) behind the backend."""

@@ -303,7 +303,7 @@ class FakeReplica:
     def __init__(self):
         self.fail, self.weights, self.peak_gb = False, None, 0.0
 
-    def pop_memory_metrics(self) -> dict:
+    def pop_phase_metrics(self) -> dict:
         return {"perf/max_memory_allocated_gb": self.peak_gb, "perf/max_memory_allocated_gb/gen": self.peak_gb / 2}
 
     def generate_sequences(self, prompts: Batch, params: SamplingParams) -> Batch:
@@ -337,7 +337,7 @@ def test_replicas_generate_their_slice_and_a_failed_one_is_returned(caplog):
     assert grown["responses"].equal(alone["responses"]) and grown["input_ids"].equal(alone["input_ids"])
     assert metrics["rollout/rows"] == 10  # 30 rows over 3 devices, pooled
     replicas[2].peak_gb, replicas[3].peak_gb = 3.0, 5.0  # borrowed ranks report their peaks; the max is kept
-    assert elastic.memory_metrics() == {"perf/max_memory_allocated_gb": 5.0, "perf/max_memory_allocated_gb/gen": 2.5}
+    assert elastic.phase_metrics() == {"perf/max_memory_allocated_gb": 5.0, "perf/max_memory_allocated_gb/gen": 2.5}
     elastic.sync_weights(iter({"w": torch.zeros(2)}.items()))
     assert replicas[3].weights["w"].equal(torch.zeros(2)) and elastic.base.weights["w"].equal(torch.zeros(2))
     replicas[2].fail = True
@@ -348,4 +348,4 @@ def test_replicas_generate_their_slice_and_a_failed_one_is_returned(caplog):
     assert "the rollout's own [0] are never returned" in caplog.text and elastic.devices == [0, 3]
     elastic.apply(Request("shrink", None, "test"))
     assert elastic.devices == [0] and "rollout shrunk to 1 device: [0]" in caplog.text
-    assert elastic.memory_metrics() == {}
+    assert elastic.phase_metrics() == {}

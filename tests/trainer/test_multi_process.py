@@ -78,7 +78,7 @@ def test_two_ranks_give_the_metrics_of_one_process(tmp_path, arith_model_dir, ar
     # Memory: each rank reports its own peak (CPU: its resident set), the controller takes the max;
     # the controller itself measures nothing (on GPUs it would otherwise open a CUDA context).
     assert not trainer.memory.enabled
-    assert trainer.roles.group.memory_metrics()["perf/max_memory_allocated_gb"] > 0.05  # torch + a model
+    assert trainer.roles.group.phase_metrics()["perf/max_memory_allocated_gb"] > 0.05  # torch + a model
     trainer.fit()
     records = read_metrics(out)
     assert [r["step"] for r in records] == [1, 2]
@@ -86,6 +86,8 @@ def test_two_ranks_give_the_metrics_of_one_process(tmp_path, arith_model_dir, ar
     assert records[1]["training/rollout_probs_diff_mean"] < 1e-5  # the replicas' log-probs are the actor's
     for got, want in zip(records, expected):
         assert_same_metrics(got, want)
+    for phase in ("gen", "ref", "update_actor", "update_weights", "update_critic"):  # the slowest rank's share
+        assert all(0 < r[f"timing_s/{phase}_rank"] <= r[f"timing_s/{phase}"] for r in records), phase
     group = trainer.roles.group.groups["actor_rollout_ref"]
     assert not any(p.is_alive() for p in group._procs)  # fit() stopped the ranks
 
