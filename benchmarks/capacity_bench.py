@@ -43,7 +43,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-prompts", type=int, default=2048, help="at most the rows of --gsm8k")
     parser.add_argument("--granularity", type=int, default=16, help="bisect down to this many prompts")
     parser.add_argument("--micro-batch", type=int, default=None, help="rows per forward, default 64 (quick: 4)")
-    parser.add_argument("--gpu-memory-utilization", type=float, default=0.95,
+    parser.add_argument("--gpu-memory-utilization", type=float, default=1.0,
                         help="high so that device memory, not the engine's budget, bounds each mode")
     parser.add_argument("--trial-timeout", type=int, default=900, help="seconds per trial")
     parser.add_argument("--time-budget", type=float, default=None, help="seconds for each mode's search")

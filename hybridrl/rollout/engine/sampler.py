@@ -15,6 +15,10 @@ import torch
 MASK32 = 0xFFFFFFFF
 # Odd multipliers below 2**31: products with 32-bit values stay below 2**63, exact in int64.
 MUL_A, MUL_B, MUL_C = 0x7FEB352D, 0x2C1B3C6D, 0x297A2D39
+# Rows per sampling chunk: at most this many logits (~0.5 GiB in float32). The top-k/top-p path holds
+# several float32 copies of its rows' logits (sorted, softmax, cumsum, noise), so one pass over 6,000
+# rows of a 152k vocabulary took ~40 GB; rows sample independently, so chunks give the same tokens.
+SAMPLE_CHUNK_ELEMENTS = 1 << 27
 
 
 def mix32(x):
@@ -55,11 +59,22 @@ def apply_top_p(sorted_logits: torch.Tensor, top_p: float) -> torch.Tensor:
 def sample(logits: torch.Tensor, temperature: float, top_k: int, top_p: float, greedy: bool,
            keys: torch.Tensor, steps: torch.Tensor, argmax_fn: Callable = gumbel_argmax
            ) -> tuple[torch.Tensor, torch.Tensor]:
-    """logits (B, V) -> (token ids int64 (B,), log-probs float32 (B,)).
+    """logits (B, V) -> (token ids int64 (B,), log-probs float32 (B,)), in row chunks of at most
+    SAMPLE_CHUNK_ELEMENTS logits.
 
     keys: per-row noise keys (int64 (B,), from `row_key`); steps: tokens generated so far (int64 (B,)).
     argmax_fn: `gumbel_argmax` or a compiled version of it.
     """
+    rows = max(1, SAMPLE_CHUNK_ELEMENTS // max(logits.shape[-1], 1))
+    if logits.shape[0] <= rows:
+        return _sample_rows(logits, temperature, top_k, top_p, greedy, keys, steps, argmax_fn)
+    parts = [_sample_rows(logits[i:i + rows], temperature, top_k, top_p, greedy, keys[i:i + rows],
+                          steps[i:i + rows], argmax_fn) for i in range(0, logits.shape[0], rows)]
+    return torch.cat([tokens for tokens, _ in parts]), torch.cat([logprobs for _, logprobs in parts])
+
+
+def _sample_rows(logits: torch.Tensor, temperature: float, top_k: int, top_p: float, greedy: bool,
+                 keys: torch.Tensor, steps: torch.Tensor, argmax_fn: Callable) -> tuple[torch.Tensor, torch.Tensor]:
     logits = logits.float()
     if greedy:
         tokens = logits.argmax(-1)

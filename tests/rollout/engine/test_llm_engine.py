@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from hybridrl.rollout.base import SamplingParams
+from hybridrl.rollout.engine import sampler
 from hybridrl.rollout.engine.sampler import row_key, sample
 from tests.rollout.engine.helpers import PROMPTS, make_engine, make_model
 
@@ -108,6 +109,20 @@ def test_sampler_respects_top_k_and_is_keyed_per_row():
     solo, _ = sample(logits[2:3], 1.0, -1, 1.0, False, keys[2:3], steps[2:3])
     batched, _ = sample(logits, 1.0, -1, 1.0, False, keys, steps)
     assert solo.item() == batched[2].item()
+
+
+@pytest.mark.parametrize("top_k,top_p,greedy", [(-1, 1.0, False), (5, 0.8, False), (-1, 1.0, True)])
+def test_sampling_in_row_chunks_gives_the_tokens_of_one_pass(monkeypatch, top_k, top_p, greedy):
+    logits = torch.randn(10, 64)
+    keys = torch.tensor([row_key(3, r) for r in range(10)])
+    steps = torch.arange(10, dtype=torch.int64)
+    whole = sample(logits, 0.7, top_k, top_p, greedy, keys, steps)
+    monkeypatch.setattr(sampler, "SAMPLE_CHUNK_ELEMENTS", 3 * 64)  # 3 rows per chunk: 4 chunks, the last short
+    chunk_rows, sample_rows = [], sampler._sample_rows
+    monkeypatch.setattr(sampler, "_sample_rows", lambda logits, *a: chunk_rows.append(len(logits)) or sample_rows(logits, *a))
+    chunked = sample(logits, 0.7, top_k, top_p, greedy, keys, steps)
+    assert chunk_rows == [3, 3, 3, 1]
+    assert torch.equal(whole[0], chunked[0]) and torch.allclose(whole[1], chunked[1])
 
 
 def test_cpu_uses_the_torch_attention_backend(model):
