@@ -145,14 +145,31 @@ def _gather_dim0_shards(items: list[tuple[str, DTensor]]) -> Iterator[tuple[str,
 
 
 def clip_grad_norm_(model: nn.Module, max_norm: float) -> float:
-    """Clip the global gradient norm (over all shards) to `max_norm`; returns the norm before clipping.
+    """Clip the global L2 gradient norm (over all shards) to `max_norm`; returns the norm before clipping.
 
-    The result may be inf/nan when a gradient is not finite: the caller decides whether to skip the step.
+    Works on the local shards: one fused norm over them, ONE all-reduce of the squared sum, one fused
+    scale. (torch's clip on DTensor gradients dispatches per-parameter DTensor ops: 133 ms for Qwen2's 291
+    parameters on 2 CPU ranks against a few ms here.) Gradients that are not dim-0 sharded (replicated,
+    or plain tensors) count once, not once per rank. The result may be inf/nan when a gradient is not
+    finite: the caller decides whether to skip the step.
     """
-    params = [p for p in model.parameters() if p.grad is not None]
-    if not params:
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    if not grads:
         raise RuntimeError("clip_grad_norm_: no parameter has a gradient; call backward() before clipping")
-    total = torch.nn.utils.clip_grad_norm_(params, max_norm)
-    if isinstance(total, DTensor):
-        total = total.full_tensor()
+    sharded = [g.to_local() for g in grads if _is_dim0_sharded(g)]
+    whole = [g.to_local() if isinstance(g, DTensor) else g for g in grads if not _is_dim0_sharded(g)]
+    total_sq = _sum_of_squares(sharded, grads[0].device)
+    group = next((g.device_mesh.get_group() for g in grads if _is_dim0_sharded(g)), None)
+    if group is not None:
+        dist.all_reduce(total_sq, group=group)
+    total = (total_sq + _sum_of_squares(whole, total_sq.device)).sqrt()
+    coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
+    torch._foreach_mul_([t for t in sharded + whole if t.numel()], coef)
     return float(total)
+
+
+def _sum_of_squares(tensors: list[torch.Tensor], device: torch.device) -> torch.Tensor:
+    tensors = [t for t in tensors if t.numel()]  # a rank's shard of a short dim 0 can be empty
+    if not tensors:
+        return torch.zeros((), dtype=torch.float32, device=device)
+    return torch.stack(torch._foreach_norm(tensors, 2, dtype=torch.float32)).square().sum()  # fp32 even for bf16

@@ -29,6 +29,11 @@ def sgd_step(model: torch.nn.Module, input_ids: torch.Tensor, clip=torch.nn.util
     return grad_norm
 
 
+def _torch_clip(model: torch.nn.Module, max_norm: float):
+    norm = torch.nn.utils.clip_grad_norm_(list(model.parameters()), max_norm)
+    return norm.full_tensor()
+
+
 class FSDPWorker:
     def __init__(self, seed: int = 0, **config) -> None:
         self.model = apply_fsdp2(build_tiny_model(seed=seed, **config))
@@ -49,6 +54,24 @@ class FSDPWorker:
     def load_from_rank0(self, state: dict) -> None:
         """Only rank 0 passes the state; the others receive it by broadcast."""
         load_full_state_dict(self.model, state if torch.distributed.get_rank() == 0 else {}, from_rank0=True)
+
+    def clip_both_ways(self, max_norm: float) -> dict:
+        """The same gradients clipped by `clip_grad_norm_` (local shards) and by torch's DTensor clip: norms
+        and the clipped full gradients of each."""
+        out = {}
+        for label, clip in (("local_shards", clip_grad_norm_), ("torch", _torch_clip)):
+            self._set_known_grads()
+            norm = float(clip(self.model, max_norm))
+            out[label] = (norm, {n: p.grad.full_tensor().clone() for n, p in self.model.named_parameters()})
+        return out
+
+    def _set_known_grads(self) -> None:
+        from torch.distributed.tensor import distribute_tensor
+
+        generator = torch.Generator().manual_seed(7)
+        for param in self.model.parameters():  # same full gradient on every rank, then sharded like the param
+            full = torch.randn(param.shape, generator=generator)
+            param.grad = distribute_tensor(full, param.device_mesh, param.placements)
 
     def num_local_elements(self) -> int:
         return sum(p.to_local().numel() for p in self.model.parameters())

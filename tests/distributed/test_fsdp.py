@@ -57,3 +57,16 @@ def test_full_params_gathered_per_unit_equal_per_parameter_gathers_with_uneven_s
         for name, value in one_by_one[rank].items():
             assert torch.equal(batched[rank][name], value), (rank, name)
             torch.testing.assert_close(value, want[name].detach(), rtol=0, atol=0, msg=name)
+
+
+def test_clipping_on_local_shards_matches_torchs_dtensor_clip_with_uneven_shards():
+    """One all-reduce over the local shards: the same norm and clipped gradients as torch's clip over the
+    DTensors, on 3 ranks with shards of unequal (and empty) size."""
+    config = dict(vocab_size=131, hidden_size=32, intermediate_size=67, num_layers=2, num_heads=2, num_kv_heads=1)
+    with LocalWorkerGroup(FSDPWorker, {"seed": 3, **config}, world_size=3, role="actor") as group:
+        results = group.call_all("clip_both_ways", 1.0)
+    for rank, result in enumerate(results):
+        (norm, grads), (want_norm, want_grads) = result["local_shards"], result["torch"]
+        assert norm == pytest.approx(want_norm, rel=1e-5) and want_norm > 1.0, rank  # clipping happened
+        for name, grad in grads.items():
+            torch.testing.assert_close(grad, want_grads[name], rtol=1e-5, atol=1e-7, msg=name)
