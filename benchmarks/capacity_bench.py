@@ -9,9 +9,9 @@ batch must generate in one wave, as TRL's `generation_batch_size` does: the KV c
 A trial fits when the step completes with no preempted sequence (preemption means the KV cache could not
 hold the batch at once, the engine's way of not running out of memory). The search doubles from
 --start-prompts until two trials fit, jumps to the size their memory figures predict (KV bytes per sequence
-against the memory left beside the mode's non-KV peak and the engine's gpu_memory_utilization budget, each
-a line through the two trials), checks one granularity step above it, and bisects or gallops when the
-prediction is off. Every trial is a fresh
+against the memory left beside the mode's non-KV peak, both lines through the two trials, and against the
+engine's gpu_memory_utilization budget), checks one granularity step above it, and bisects or gallops when
+the prediction is off. Every trial is a fresh
 `rl_step_bench.py --steps 1` subprocess, so a failed trial leaves no memory behind. A trial that fails for
 another reason, times out or would run past --time-budget stops that mode's search and is reported as such,
 never counted as a fit or an out-of-memory.
@@ -164,17 +164,18 @@ def trial_figures(result: dict[str, Any]) -> dict[str, Any]:
 def predicted_prompts(fits: list[dict[str, Any]], n: int) -> int | None:
     """Prompts whose KV cache still fits both the engine's budget and the device beside the mode's non-KV
     peak (of generation in hybrid mode; of every phase in separate mode, whose cache stays through
-    training), each figure a line through the two largest fits (the decode activations and the budget
-    move with max_num_seqs). None with fewer than two fits or without CUDA figures."""
+    training): KV bytes per sequence and the non-KV peak as lines through the two largest fits (decode
+    activations grow with max_num_seqs), the budget as the larger fit reported it (H200, session 4: 135.2,
+    132.6 and 130.8 GB at 512, 1024 and 7168 sequences: no line). None with fewer than two fits or
+    without CUDA figures."""
     points = sorted((f for f in fits if _has_figures(f)), key=lambda f: f["sequences"])[-2:]
     if len(points) < 2 or points[0]["sequences"] == points[1]["sequences"]:
         return None
     kv_per_sequence = _line(points, lambda f: f["kv_cache_gb"])[1]
-    budget0, budget_slope = _line(points, lambda f: f["kv_budget_gb"])
+    budget = points[-1]["kv_budget_gb"]  # not a line: it is capped by the free memory at engine start
     peak0, peak_slope = _line(points, _non_kv_peak)
     usable = USABLE_FRACTION * points[-1]["device_total_gb"]
-    sequences = min(budget0 / max(kv_per_sequence - budget_slope, 1e-12),
-                    (usable - peak0) / max(kv_per_sequence + peak_slope, 1e-12))
+    sequences = min(budget / max(kv_per_sequence, 1e-12), (usable - peak0) / max(kv_per_sequence + peak_slope, 1e-12))
     return int(sequences // n)
 
 

@@ -74,13 +74,13 @@ def test_prediction_plans_the_kv_cache_beside_the_modes_non_kv_peak():
     assert predicted_prompts([dict(t, device_total_gb=None) for t in hybrid], n=8) is None  # CPU trials
 
 
-def test_prediction_follows_peaks_and_budget_that_grow_with_the_batch():
+def test_prediction_follows_peaks_that_grow_with_the_batch_and_the_latest_budget():
     # the gen activations grow 1/256 GB per sequence beside the cache: (97 - 4) / (1/64 + 1/256)
     growing = [dict(trial(s, False, {"gen": 4.0 + s / 256}), sequences=s) for s in (512, 1024)]
     assert predicted_prompts(growing, n=8) == int(93.0 / (1 / 64 + 1 / 256) // 8)
-    # a budget of 50 GB shrinking by 1/256 GB per sequence binds before the device: 50 / (1/64 + 1/256)
-    tight = [trial(s, False, {"gen": 4.0}, budget=50.0 - s / 256 + 2.0) for s in (512, 1024)]
-    assert predicted_prompts(tight, n=8) == int(52.0 / (1 / 64 + 1 / 256) // 8)
+    # a 50 GB budget binds before the device; the larger trial's figure counts (no extrapolated line)
+    tight = [trial(512, False, {"gen": 4.0}, budget=53.0), trial(1024, False, {"gen": 4.0}, budget=50.0)]
+    assert predicted_prompts(tight, n=8) == int(50.0 * 64 // 8)
 
 
 def test_a_preempted_step_is_not_a_fit_and_an_oom_is_recognized():
