@@ -53,7 +53,6 @@ NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
     "actor_rollout_ref.model.mtp.enable": ((False,), f"multi-token prediction is {_LATER}"),
     "actor_rollout_ref.actor.policy_loss.loss_mode": (("vanilla", "gspo"), f"this policy loss is {_LATER}; use vanilla or gspo"),
     "algorithm.adv_estimator": (GAE_AND_FRIENDS, f"this advantage estimator is {_LATER}; use one of {', '.join(GAE_AND_FRIENDS)}"),
-    "actor_rollout_ref.rollout.tensor_model_parallel_size": ((1,), f"tensor-parallel rollout is {_LATER}; use 1"),
     "actor_rollout_ref.rollout.pipeline_model_parallel_size": ((1,), f"pipeline-parallel rollout is {_LATER}; use 1"),
     "actor_rollout_ref.rollout.data_parallel_size": ((1,), "engine-internal data parallelism is not used: every device runs a replica"),
     "actor_rollout_ref.rollout.expert_parallel_size": ((1,), f"expert-parallel rollout is {_LATER}; use 1"),

@@ -106,7 +106,8 @@ class RolloutConfig:
     enforce_eager: bool = setting(False, "Disable decode CUDA graphs (debugging; eager decode is several times slower).")
     cudagraph_capture_sizes: list[int] | None = setting(None, "Decode batch sizes captured as CUDA graphs; null = automatic.")
     free_cache_engine: bool = setting(True, "Free the KV cache between generation phases.")
-    tensor_model_parallel_size: int = setting(1, "hybridrl default 1 (verl: 2): one device per engine replica.")
+    tensor_model_parallel_size: int = setting(1, "Devices per engine replica (hybridrl default 1, verl: 2): the hybrid engine "
+                                                 "splits heads and MLP width over them (eager decode on CUDA for now).")
     data_parallel_size: int = setting(1, "Engine-internal data parallelism.")
     expert_parallel_size: int = setting(1, "Engine expert parallelism.")
     pipeline_model_parallel_size: int = setting(1, "Engine pipeline parallelism.")

@@ -28,6 +28,8 @@ class WorkerGroup(Protocol):
       as its shard; the outputs are concatenated in rank order and the padding rows are dropped.
     - `call_sharded_metrics`: as `call_sharded`, but each rank returns a `{name: value or [values]}` dict,
       reduced across ranks verl's way (name contains "max" → max, "min" → min, else mean).
+    - `call_per_replica`: as `call_sharded` over replicas of `replica_size` consecutive ranks (tensor-
+      parallel rollout): every rank of a replica runs the replica's shard; the replica's first rank answers.
     """
 
     role: str
@@ -40,6 +42,8 @@ class WorkerGroup(Protocol):
     def call_sharded(self, method: str, batch: Batch, **kwargs: Any) -> Batch: ...
 
     def call_sharded_metrics(self, method: str, batch: Batch, **kwargs: Any) -> dict[str, float]: ...
+
+    def call_per_replica(self, method: str, batch: Batch, replica_size: int, **kwargs: Any) -> Batch: ...
 
     def shutdown(self) -> None: ...
 
@@ -122,6 +126,14 @@ class RankCalls:
         shards, _ = shard_batch(batch, self.world_size)
         return reduce_rank_metrics(self._run(method, [((shard,), kwargs) for shard in shards]), self.role, method)
 
+    def call_per_replica(self, method: str, batch: Batch, replica_size: int, **kwargs: Any) -> Batch:
+        if replica_size < 1 or self.world_size % replica_size:
+            raise ValueError(f"{self.role}: replicas of {replica_size} ranks do not tile the group's "
+                             f"{self.world_size} ranks")
+        shards, num_padded = shard_batch(batch, self.world_size // replica_size)
+        outputs = self._run(method, [((shards[rank // replica_size],), kwargs) for rank in range(self.world_size)])
+        return gather_shards(outputs[::replica_size], shards, num_padded, self.role, method)
+
 
 class InProcessGroup:
     """The world-size-1 group: calls go straight to `worker` in this process (no processes, no pickling).
@@ -156,6 +168,11 @@ class InProcessGroup:
 
     def call_sharded_metrics(self, method: str, batch: Batch, **kwargs: Any) -> dict[str, float]:
         return reduce_rank_metrics([self._method(method)(batch, **kwargs)], self.role, method)
+
+    def call_per_replica(self, method: str, batch: Batch, replica_size: int, **kwargs: Any) -> Batch:
+        if replica_size != 1:
+            raise ValueError(f"{self.role}: a one-process group has no replicas of {replica_size} ranks")
+        return self.call_sharded(method, batch, **kwargs)
 
     def shutdown(self) -> None:
         self._closed = True

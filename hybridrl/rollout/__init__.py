@@ -21,8 +21,12 @@ def resolve_backend_name(name: str, device_type: str) -> str:
 
 
 def build_rollout_backend(name: str, model, *, pad_token_id: int, eos_token_ids, rollout_cfg,
-                          device_type: str) -> RolloutBackend:
+                          device_type: str, tp=None) -> RolloutBackend:
+    """`tp`: this rank's `TensorParallel` in a tensor-parallel engine replica (None: one device)."""
     name = resolve_backend_name(name, device_type)
+    if name == "hf" and tp is not None and tp.size > 1:
+        raise ValueError("actor_rollout_ref.rollout.tensor_model_parallel_size > 1 needs the hybrid engine; set "
+                         "actor_rollout_ref.rollout.name=hybrid or tensor_model_parallel_size=1")
     if name == "hf":
         from hybridrl.rollout.hf_backend import HFRolloutBackend
 
@@ -36,7 +40,7 @@ def build_rollout_backend(name: str, model, *, pad_token_id: int, eos_token_ids,
         max_model_len=rollout_cfg.max_model_len or rollout_cfg.prompt_length + rollout_cfg.response_length,
         enforce_eager=rollout_cfg.enforce_eager,
         enable_prefix_caching=rollout_cfg.enable_prefix_caching,
-        seed=rollout_cfg.seed if rollout_cfg.seed is not None else 0)
+        seed=rollout_cfg.seed if rollout_cfg.seed is not None else 0, **({"tp": tp} if tp is not None else {}))
 
 
 def _engine_dtype(name: str):

@@ -56,7 +56,7 @@ def check_placement(cfg, device_type: str, num_ranks: int) -> None:
 
     if cfg.trainer.nnodes == 1:
         visible = num_visible_devices(device_type)
-        validate_placement(cfg, max(visible, num_ranks) if device_type == "cpu" else visible)
+        validate_placement(cfg, max(visible, num_ranks) if device_type == "cpu" else visible, device_type)
 
 
 # ---------------------------------------------------------------- planning and launching
@@ -180,10 +180,11 @@ def for_ranks(batch: Batch, keys: tuple[str, ...] | None = None) -> Batch:
     return Batch(tensors=dict(tensors), meta=dict(batch.meta))
 
 
-def generate_on(group: WorkerGroup, rows: Batch, params: SamplingParams) -> Batch:
-    """Rows (repeated n times, ROW_INDEX_KEY set) generated on `group`'s ranks, with the rows' own
-    non-tensor fields attached again on the controller (the same rows, in the same order)."""
-    out = group.call_sharded("generate_sequences", for_ranks(rows), params=params)
+def generate_on(group: WorkerGroup, rows: Batch, params: SamplingParams, replica_size: int = 1) -> Batch:
+    """Rows (repeated n times, ROW_INDEX_KEY set) generated on `group`'s ranks (data-parallel over replicas of
+    `replica_size` tensor-parallel ranks), with the rows' own non-tensor fields attached again on the
+    controller (the same rows, in the same order)."""
+    out = group.call_per_replica("generate_sequences", for_ranks(rows), replica_size, params=params)
     return Batch(non_tensors=dict(rows.non_tensors)).union(out)
 
 
@@ -218,18 +219,20 @@ class GroupCritic(GroupRole):
 
 
 class GroupRollout(GroupRole):
-    """Data-parallel rollout: each rank generates a contiguous shard of the prompts (repeated n times)."""
+    """Data-parallel rollout: each replica (one rank, or `tensor_parallel_size` ranks) generates a contiguous
+    shard of the prompts (repeated n times)."""
 
     role = "rollout"
 
-    def __init__(self, group: WorkerGroup, handoff: WeightHandoff):
+    def __init__(self, group: WorkerGroup, handoff: WeightHandoff, tensor_parallel_size: int = 1):
         super().__init__(group)
         self.handoff = handoff
+        self.tensor_parallel_size = tensor_parallel_size
 
     def generate_sequences(self, prompts: Batch, params: SamplingParams) -> tuple[Batch, dict[str, float]]:
         rows = prompts.repeat(params.n, interleave=True)  # the row order one process produces
         rows[ROW_INDEX_KEY] = torch.arange(len(rows))
-        batch = generate_on(self.group, rows, replace(params, n=1))
+        batch = generate_on(self.group, rows, replace(params, n=1), self.tensor_parallel_size)
         return batch, pool_rollout_metrics(pop_rank_metrics(batch))
 
     def sync_weights(self, named_tensors) -> dict[str, float]:

@@ -106,7 +106,8 @@ def build_group_roles(cfg, needs, tokenizer, device: torch.device, total_steps: 
         critic = None
         if needs.critic:
             critic = build_critic(cfg, None, device, total_steps) if remote_critic else gr.GroupCritic(on["critic"])
-        return Roles(actor=gr.GroupActor(on["actor"]), rollout=gr.GroupRollout(on["rollout"], handoff),
+        tp = cfg.actor_rollout_ref.rollout.tensor_model_parallel_size
+        return Roles(actor=gr.GroupActor(on["actor"]), rollout=gr.GroupRollout(on["rollout"], handoff, tp),
                      reward=RewardWorker(cfg, tokenizer), critic=critic, group=running, handoff=handoff,
                      reference=gr.GroupReference(on["reference"]) if needs.reference else None)
     except BaseException:

@@ -30,6 +30,7 @@ from hybridrl.distributed.weight_handoff import (BufferSpec, SpilledWeights, Wei
                                                  open_weights, write_weights)
 from hybridrl.models.hf import load_causal_lm, load_tokenizer, resolve_dtype
 from hybridrl.rollout import SamplingParams
+from hybridrl.rollout.engine.parallel import SINGLE, replica_groups
 from hybridrl.utils.memory import PhaseMemory, host_memory_metrics
 from hybridrl.utils.batch import Batch
 from hybridrl.workers.actor import ActorWorker
@@ -76,6 +77,7 @@ class ColocatedWorker:
         sizes = BatchSizes.from_config(cfg, world_size)
         # The one-process construction order, so the RNG (e.g. a fresh value head) sees the same draws.
         self.actor = ActorWorker(cfg, sizes, device, total_steps) if "actor" in roles else None
+        self.rollout_tp = SINGLE  # this rank's place in a tensor-parallel rollout replica (set by _build_rollout)
         self.rollout = self._build_rollout(cfg, device) if "rollout" in roles else None
         if self.actor is not None and self.rollout is not None:
             self.sync_rollout_weights()
@@ -96,11 +98,15 @@ class ColocatedWorker:
     def _build_rollout(self, cfg, device: torch.device) -> RolloutWorker:
         """A plain copy of the initial policy (the actor's own module may be sharded) behind the backend."""
         model_cfg = cfg.actor_rollout_ref.model
+        self.rollout_tp = replica_groups(cfg.actor_rollout_ref.rollout.tensor_model_parallel_size)
         replica = load_causal_lm(model_cfg.path, dtype=resolve_dtype(cfg.actor_rollout_ref.actor.fsdp_config.model_dtype),
                                  override_config=model_cfg.override_config,
-                                 trust_remote_code=model_cfg.trust_remote_code).to(device)
-        # the hf backend keeps the replica; the hybrid engine copies it into its own model
-        return RolloutWorker(cfg, replica.requires_grad_(False).eval(), self.tokenizer, device.type, replica=True)
+                                 trust_remote_code=model_cfg.trust_remote_code)
+        # the hf backend keeps the replica; the hybrid engine copies it (with tensor parallelism, this rank's
+        # slices of it: the whole model never goes to the device)
+        replica = replica.to(device) if self.rollout_tp.size == 1 else replica
+        return RolloutWorker(cfg, replica.requires_grad_(False).eval(), self.tokenizer, device.type, replica=True,
+                             tp=self.rollout_tp)
 
     # ------------------------------------------------------------------ actor / reference / critic
     @_phase("old_log_prob")
@@ -135,6 +141,8 @@ class ColocatedWorker:
             raise ValueError(f"repeat the prompts before sharding them; got params.n={params.n}")
         offset = int(prompts.pop(ROW_INDEX_KEY)[0])
         batch, metrics = self._role("rollout").generate_sequences(prompts, replace(params, row_offset=offset))
+        if self.rollout_tp.rank != 0:  # a tensor-parallel replica answers once, from its first rank
+            return Batch()
         batch.meta[f"{ROLLOUT_METRICS_META}{self.rank}"] = metrics
         return batch
 

@@ -66,13 +66,14 @@ class RolloutWorker:
     free), or with `replica=True` a private plain copy (a data-parallel rank whose actor is FSDP-sharded):
     the hf backend generates with the copy and `sync_weights` copies the gathered weights into it."""
 
-    def __init__(self, cfg, model, tokenizer, device_type: str, *, replica: bool = False, model_context=None):
+    def __init__(self, cfg, model, tokenizer, device_type: str, *, replica: bool = False, model_context=None,
+                 tp=None):
         self.cfg = cfg.actor_rollout_ref.rollout
         self.pad_token_id = tokenizer.pad_token_id
         self.eos_token_ids = _eos_ids(tokenizer, model)
         self.backend = build_rollout_backend(self.cfg.name, model, pad_token_id=self.pad_token_id,
                                              eos_token_ids=self.eos_token_ids, rollout_cfg=self.cfg,
-                                             device_type=device_type)
+                                             device_type=device_type, tp=tp)
         self.replica = model if replica and isinstance(self.backend, HFRolloutBackend) else None
         # The hf backend generating with the trainer's own module needs its parameters present
         # (actor param_offload): `model_context` is the actor's `offloader.for_compute`.

@@ -81,7 +81,6 @@ def test_external_engines_get_the_own_engine_message(engine):
         ("actor_rollout_ref.actor.policy_loss.loss_mode=clip_cov", "this policy loss is not implemented"),
         ("+algorithm.filter_groups.enable=true", "filter_groups) is not implemented"),
         ("critic.model.fsdp_config.optimizer_offload=true", "critic optimizer offload"),
-        ("actor_rollout_ref.rollout.tensor_model_parallel_size=2", "tensor-parallel rollout"),
         ("trainer.esi_redundant_time=10", "ESI"),
     ],
 )

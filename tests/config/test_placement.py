@@ -53,3 +53,21 @@ def test_role_list_without_actor_list():
 def test_list_for_unused_role():
     message = placement_error(["algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.device_ids=[0]", "critic.device_ids=[1]"], 2)
     assert "critic.device_ids=[1] is set but the critic role is not used" in message
+
+
+TP = "actor_rollout_ref.rollout.tensor_model_parallel_size"
+
+
+def test_tensor_parallel_rollout_needs_whole_replicas_and_the_engine():
+    validate_placement(load_config(["trainer.n_gpus_per_node=4", f"{TP}=2"]), 4)  # two replicas of 2
+    validate_placement(load_config(["trainer.n_gpus_per_node=4", f"{TP}=2", "actor_rollout_ref.actor.device_ids=[0,1]",
+                                    "actor_rollout_ref.rollout.device_ids=[2,3]"]), 4)  # one replica of its own
+    message = placement_error([f"{TP}=2"], 1)  # one process
+    assert f"{TP}=2 does not divide the rollout's 1 device(s)" in message and "give the rollout a multiple of 2" in message
+    message = placement_error(["trainer.n_gpus_per_node=4", f"{TP}=2", "actor_rollout_ref.actor.device_ids=[0,1]",
+                               "actor_rollout_ref.rollout.device_ids=[1,2,3]"], 4)
+    assert "does not divide the rollout's 3 device(s)" in message
+    message = placement_error(["trainer.n_gpus_per_node=2", f"{TP}=2", "actor_rollout_ref.rollout.name=hf"], 2)
+    assert f"{TP}=2 needs the hybrid engine (rollout.name=hf is the hf backend on cuda)" in message
+    with pytest.raises(ConfigError, match="rollout.name=auto is the hf backend on cpu"):  # auto: hf on CPU
+        validate_placement(load_config(["trainer.n_gpus_per_node=2", f"{TP}=2"]), 2, "cpu")

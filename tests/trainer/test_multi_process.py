@@ -92,6 +92,20 @@ def test_two_ranks_give_the_metrics_of_one_process(tmp_path, arith_model_dir, ar
     assert not any(p.is_alive() for p in group._procs)  # fit() stopped the ranks
 
 
+def test_tensor_parallel_rollout_gives_the_metrics_of_one_process(tmp_path, arith_model_dir, arithmetic_files,
+                                                                  one_process_run):
+    """Two ranks, one engine replica split across both (rollout.tensor_model_parallel_size=2): the FSDP actor
+    syncs full weights, each rank loads its slices, both generate every row; the first rank answers."""
+    _, expected = one_process_run
+    out = str(tmp_path)
+    PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, out, ranks=2, steps=2,
+                                     extra=["actor_rollout_ref.rollout.tensor_model_parallel_size=2"]))).fit()
+    records = read_metrics(out)
+    assert records[1]["training/rollout_probs_diff_mean"] < 1e-5  # synced slices give the actor's log-probs
+    for got, want in zip(records, expected):
+        assert_same_metrics(got, want)
+
+
 def test_roles_on_separate_ranks_give_the_metrics_of_one_process(tmp_path, arith_model_dir, arithmetic_files):
     """actor+ref, rollout and critic each in a single-rank group of their own; the rollout gets the actor's
     weights gathered by the actor's group and handed over by the controller after every update.

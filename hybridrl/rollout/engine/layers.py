@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hybridrl.rollout.engine.attention import TORCH_BACKEND, AttentionBackend
+from hybridrl.rollout.engine.parallel import SINGLE, RowParallelLinear, TensorParallel, rank_slice
 
 
 @dataclass
@@ -117,13 +118,20 @@ class RotaryEmbedding(nn.Module):
 
 
 class MergedLinear(nn.Linear):
-    """Several HF linears sharing an input, fused along the output dim; shard ids name the parts."""
+    """Several HF linears sharing an input, fused along the output dim; shard ids name the parts. With
+    tensor parallelism it is column-parallel: each rank holds its 1/tp of every part's rows."""
 
-    def __init__(self, in_features: int, shard_sizes: dict[object, int], bias: bool) -> None:
-        super().__init__(in_features, sum(shard_sizes.values()), bias=bias)
+    def __init__(self, in_features: int, shard_sizes: dict[object, int], bias: bool,
+                 tp: TensorParallel = SINGLE, slices: dict[object, int] | None = None) -> None:
+        # `slices`: parts cut fewer ways than tp (KV heads replicated over ranks); default tp ways
+        self.slices = {shard_id: (slices or {}).get(shard_id, tp.size) for shard_id in shard_sizes}
+        local = {shard_id: size // self.slices[shard_id] if self.slices[shard_id] != tp.size
+                 else tp.shard(size, f"output rows of part {shard_id!r}") for shard_id, size in shard_sizes.items()}
+        super().__init__(in_features, sum(local.values()), bias=bias)
+        self.tp, self.full_sizes = tp, list(shard_sizes.values())
         self.shard_offsets: dict[object, tuple[int, int]] = {}
         offset = 0
-        for shard_id, size in shard_sizes.items():
+        for shard_id, size in local.items():
             self.shard_offsets[shard_id] = (offset, size)
             offset += size
         for param in self.parameters():
@@ -131,19 +139,25 @@ class MergedLinear(nn.Linear):
 
     def weight_loader(self, param: torch.Tensor, loaded: torch.Tensor, shard_id: object = None) -> None:
         if shard_id is None:  # the checkpoint already holds the fused tensor (Phi-3)
+            if self.tp.size > 1:
+                parts = zip(self.slices.values(), loaded.split(self.full_sizes, 0))
+                loaded = torch.cat([rank_slice(part, self.tp, 0, slices) for slices, part in parts])
             default_weight_loader(param, loaded)
             return
         offset, size = self.shard_offsets[shard_id]
-        default_weight_loader(param.data.narrow(0, offset, size), loaded)
+        default_weight_loader(param.data.narrow(0, offset, size),
+                              rank_slice(loaded, self.tp, 0, self.slices[shard_id]) if self.tp.size > 1 else loaded)
 
 
 class SiluAndMulMLP(nn.Module):
-    """SwiGLU MLP: down(silu(gate(x)) * up(x)) with gate and up fused."""
+    """SwiGLU MLP: down(silu(gate(x)) * up(x)) with gate and up fused (tensor parallel: each rank's slice
+    of the intermediate width, column- then row-parallel)."""
 
-    def __init__(self, hidden_size: int, intermediate_size: int) -> None:
+    def __init__(self, hidden_size: int, intermediate_size: int, tp: TensorParallel = SINGLE) -> None:
         super().__init__()
-        self.gate_up_proj = MergedLinear(hidden_size, {0: intermediate_size, 1: intermediate_size}, bias=False)
-        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
+        tp.shard(intermediate_size, "intermediate_size")
+        self.gate_up_proj = MergedLinear(hidden_size, {0: intermediate_size, 1: intermediate_size}, bias=False, tp=tp)
+        self.down_proj = RowParallelLinear(intermediate_size, hidden_size, bias=False, tp=tp, what="intermediate_size")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         fused = fused_ops_for(x)

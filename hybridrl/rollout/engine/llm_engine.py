@@ -14,6 +14,7 @@ from hybridrl.rollout.engine.block_manager import BlockManager
 from hybridrl.rollout.engine.loader import build_engine_model
 from hybridrl.rollout.engine.model_runner import ModelRunner
 from hybridrl.rollout.engine.models import load_weights
+from hybridrl.rollout.engine.parallel import SINGLE, TP_KEY, TensorParallel
 from hybridrl.rollout.engine.sampler import row_key
 from hybridrl.rollout.engine.scheduler import Scheduler
 from hybridrl.rollout.engine.sequence import Sequence
@@ -30,13 +31,19 @@ class LLMEngine:
                  gpu_memory_utilization: float = 0.5, block_size: int = 16, max_num_seqs: int = 256,
                  max_num_batched_tokens: int = 8192, max_model_len: int | None = None,
                  enforce_eager: bool = False, enable_prefix_caching: bool = True,
-                 num_kv_blocks: int | None = None, seed: int = 0, max_decode_burst: int = 16) -> None:
+                 num_kv_blocks: int | None = None, seed: int = 0, max_decode_burst: int = 16,
+                 tp: TensorParallel = SINGLE) -> None:
         if not 0 < gpu_memory_utilization <= 1:
             raise ValueError(f"actor_rollout_ref.rollout.gpu_memory_utilization ({gpu_memory_utilization}) "
                              "must be in (0, 1]; try 0.5")
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.tp = tp
         self.model, self.config, self.max_model_len, eos = build_engine_model(
-            model, dtype, self.device, max_model_len)
+            model, dtype, self.device, max_model_len, tp)
+        if tp.size > 1 and self.device.type == "cuda" and not enforce_eager:
+            # all-reduces inside captured decode graphs are not validated yet: eager decode for now
+            log.info("tensor-parallel rollout (%s=%d): decode runs eagerly (no CUDA graphs)", TP_KEY, tp.size)
+            enforce_eager = True
         self.eos_ids = frozenset(eos | set(tokenizer_eos_ids))
         self.gpu_memory_utilization = gpu_memory_utilization
         self.block_size, self.max_num_seqs = block_size, max_num_seqs

@@ -10,6 +10,7 @@ from typing import Iterator
 import torch
 
 from hybridrl.rollout.engine.models import build_model, load_weights
+from hybridrl.rollout.engine.parallel import SINGLE, TensorParallel
 
 
 @contextlib.contextmanager
@@ -55,8 +56,9 @@ def eos_ids_of(source: object, config: object) -> set[int]:
 
 
 def build_engine_model(source: torch.nn.Module | str, dtype: torch.dtype | None, device: torch.device,
-                       max_model_len: int | None):
-    """The engine model on `device` in `dtype` (default: the source's dtype), weights copied from `source`.
+                       max_model_len: int | None, tp: TensorParallel = SINGLE):
+    """The engine model on `device` in `dtype` (default: the source's dtype), weights copied from `source`
+    (with tensor parallelism, this rank's slices of them).
 
     Returns (model, config, max_model_len, eos ids).
     """
@@ -73,8 +75,12 @@ def build_engine_model(source: torch.nn.Module | str, dtype: torch.dtype | None,
         dtype = dtype or next(source.parameters()).dtype
         named = source.named_parameters()
     max_model_len = max_model_len or config.max_position_embeddings
-    with default_dtype(dtype), torch.device(device):
-        model = build_model(config, max_model_len)
+    # fork_rng: the layers' throwaway random init (every weight is loaded next) must not move the caller's
+    # RNG, or a tensor-parallel rank (smaller layers, fewer draws) would initialise later modules (a fresh
+    # value head) differently from one process
+    cuda = [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda), default_dtype(dtype), torch.device(device):
+        model = build_model(config, max_model_len, tp)
     loaded = load_weights(model, named)
     missing = {name for name, _ in model.named_parameters()} - loaded
     if missing:

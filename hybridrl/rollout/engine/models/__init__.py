@@ -13,6 +13,7 @@ from hybridrl.rollout.engine.models.mistral import MistralForCausalLM
 from hybridrl.rollout.engine.models.phi3 import Phi3ForCausalLM
 from hybridrl.rollout.engine.models.qwen2 import Qwen2ForCausalLM
 from hybridrl.rollout.engine.models.qwen3 import Qwen3ForCausalLM
+from hybridrl.rollout.engine.parallel import SINGLE, TensorParallel
 
 MODEL_REGISTRY: dict[str, type[LlamaForCausalLM]] = {
     "llama": LlamaForCausalLM,
@@ -23,12 +24,12 @@ MODEL_REGISTRY: dict[str, type[LlamaForCausalLM]] = {
 }
 
 
-def build_model(config, max_positions: int) -> LlamaForCausalLM:
+def build_model(config, max_positions: int, tp: TensorParallel = SINGLE) -> LlamaForCausalLM:
     model_type = getattr(config, "model_type", None)
     if model_type not in MODEL_REGISTRY:
         raise NotImplementedError(f"model_type {model_type!r} is not supported by the hybrid engine "
                                   f"(supported: {sorted(MODEL_REGISTRY)}); use actor_rollout_ref.rollout.name=hf")
-    return MODEL_REGISTRY[model_type](config, max_positions)
+    return MODEL_REGISTRY[model_type](config, max_positions, tp)
 
 
 def load_weights(model: nn.Module, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> set[str]:

@@ -2,6 +2,7 @@
 
 Subclasses flip class attributes: `qkv_bias` (Qwen2), `qk_norm` (Qwen3); sliding windows and RoPE
 scaling come from the HF config. Names match HF, except q/k/v -> qkv_proj and gate/up -> gate_up_proj.
+`tp`: this rank's share of a tensor-parallel replica (parallel.py); the weight loaders slice HF tensors.
 """
 
 from __future__ import annotations
@@ -13,18 +14,23 @@ from hybridrl.rollout.engine.layers import (
     AttentionMetadata, MergedLinear, PagedAttention, RMSNorm, RotaryEmbedding, SiluAndMulMLP,
     build_rotary, layer_sliding_window,
 )
+from hybridrl.rollout.engine.parallel import SINGLE, RowParallelLinear, TensorParallel, kv_head_slices
 
 
 class LlamaAttention(nn.Module):
     def __init__(self, config, layer_idx: int, rotary: RotaryEmbedding, qkv_bias: bool, o_bias: bool,
-                 qk_norm: bool) -> None:
+                 qk_norm: bool, tp: TensorParallel = SINGLE) -> None:
         super().__init__()
-        self.num_heads = config.num_attention_heads
-        self.num_kv_heads = config.num_key_value_heads
-        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.num_heads
-        q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        self.qkv_proj = MergedLinear(config.hidden_size, {"q": q_size, "k": kv_size, "v": kv_size}, bias=qkv_bias)
-        self.o_proj = nn.Linear(q_size, config.hidden_size, bias=o_bias)
+        # this rank's heads (all of them without tensor parallelism)
+        self.num_heads = tp.shard(config.num_attention_heads, "num_attention_heads")
+        kv_slices = kv_head_slices(config.num_key_value_heads, tp)
+        self.num_kv_heads = config.num_key_value_heads // kv_slices
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        q_size = config.num_attention_heads * self.head_dim
+        kv_size = config.num_key_value_heads * self.head_dim
+        self.qkv_proj = MergedLinear(config.hidden_size, {"q": q_size, "k": kv_size, "v": kv_size}, bias=qkv_bias,
+                                     tp=tp, slices={"k": kv_slices, "v": kv_slices})
+        self.o_proj = RowParallelLinear(q_size, config.hidden_size, bias=o_bias, tp=tp, what="attention width")
         self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps) if qk_norm else None
         self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps) if qk_norm else None
         self.rotary_emb = rotary
@@ -46,10 +52,10 @@ class LlamaAttention(nn.Module):
 
 class LlamaDecoderLayer(nn.Module):
     def __init__(self, config, layer_idx: int, rotary: RotaryEmbedding, qkv_bias: bool, o_bias: bool,
-                 qk_norm: bool) -> None:
+                 qk_norm: bool, tp: TensorParallel = SINGLE) -> None:
         super().__init__()
-        self.self_attn = LlamaAttention(config, layer_idx, rotary, qkv_bias, o_bias, qk_norm)
-        self.mlp = SiluAndMulMLP(config.hidden_size, config.intermediate_size)
+        self.self_attn = LlamaAttention(config, layer_idx, rotary, qkv_bias, o_bias, qk_norm, tp)
+        self.mlp = SiluAndMulMLP(config.hidden_size, config.intermediate_size, tp)
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
@@ -73,7 +79,7 @@ class LlamaForCausalLM(nn.Module):
         "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1),
     }
 
-    def __init__(self, config, max_positions: int) -> None:
+    def __init__(self, config, max_positions: int, tp: TensorParallel = SINGLE) -> None:
         super().__init__()
         if getattr(config, "mlp_bias", False):
             raise NotImplementedError(f"{type(self).__name__}: mlp_bias=True is not supported by the hybrid engine")
@@ -86,7 +92,7 @@ class LlamaForCausalLM(nn.Module):
         self.model = nn.Module()
         self.model.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.model.layers = nn.ModuleList(
-            LlamaDecoderLayer(config, i, rotary, qkv_bias, o_bias, self.qk_norm)
+            LlamaDecoderLayer(config, i, rotary, qkv_bias, o_bias, self.qk_norm, tp)
             for i in range(config.num_hidden_layers))
         self.model.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
