@@ -49,29 +49,22 @@ def _list_problems(key: str, ids: list[int], total: int) -> list[str]:
     return problems
 
 
-def _tensor_parallel_problems(cfg: HybridRLConfig, rollout_devices: int, device_type: str) -> list[str]:
+def _tensor_parallel_problems(cfg: HybridRLConfig, rollout_devices: int) -> list[str]:
     rollout = cfg.actor_rollout_ref.rollout
     size, key = rollout.tensor_model_parallel_size, "actor_rollout_ref.rollout.tensor_model_parallel_size"
     if size == 1:
         return []
     if size < 1:
         return [f"{key}={size} must be >= 1"]
-    problems = []
     if rollout_devices % size:
-        problems.append(f"{key}={size} does not divide the rollout's {rollout_devices} device(s): each replica takes "
-                        f"{size} devices; give the rollout a multiple of {size} (trainer.n_gpus_per_node or "
-                        f"actor_rollout_ref.rollout.device_ids) or lower {key}")
-    from hybridrl.rollout import resolve_backend_name
-
-    if resolve_backend_name(rollout.name, device_type) == "hf":
-        problems.append(f"{key}={size} needs the hybrid engine (rollout.name={rollout.name} is the hf backend on "
-                        f"{device_type}); set actor_rollout_ref.rollout.name=hybrid")
-    return problems
+        return [f"{key}={size} does not divide the rollout's {rollout_devices} device(s): each replica takes "
+                f"{size} devices; give the rollout a multiple of {size} (trainer.n_gpus_per_node or "
+                f"actor_rollout_ref.rollout.device_ids) or lower {key}"]
+    return []
 
 
-def validate_placement(cfg: HybridRLConfig, num_devices: int, device_type: str = "cuda") -> None:
-    """Check device lists against `num_devices` (all devices of the run; `device_type` resolves
-    rollout.name=auto); raise one ConfigError listing all problems."""
+def validate_placement(cfg: HybridRLConfig, num_devices: int) -> None:
+    """Check device lists against `num_devices` (all devices of the run); raise one ConfigError listing all problems."""
     total, problems = _count_problems(cfg, num_devices)
     roles = role_device_ids(cfg)
     lists = {role: (key, ids) for role, (key, ids, enabled) in roles.items() if ids is not None}
@@ -83,7 +76,7 @@ def validate_placement(cfg: HybridRLConfig, num_devices: int, device_type: str =
         problems.append(f"{given} given while actor_rollout_ref.actor.device_ids is null: give every role a list or none")
     for key, ids in lists.values():
         problems += _list_problems(key, ids, total)
-    problems += _tensor_parallel_problems(cfg, len(lists["rollout"][1]) if "rollout" in lists else total, device_type)
+    problems += _tensor_parallel_problems(cfg, len(lists["rollout"][1]) if "rollout" in lists else total)
     for first, second in EXCLUSIVE_PAIRS:
         if first in lists and second in lists:
             shared = sorted(set(lists[first][1]) & set(lists[second][1]))

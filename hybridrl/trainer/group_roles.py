@@ -51,12 +51,18 @@ def check_placement(cfg, device_type: str, num_ranks: int) -> None:
     On CPU a rank is a gloo process, not a device: any number of ranks may share the cores, and
     `*.device_ids` index ranks. Several nodes (Ray) are checked by Ray when it places the pools.
     """
-    from hybridrl.config import validate_placement
+    from hybridrl.config import ConfigError, validate_placement
     from hybridrl.distributed import num_visible_devices
+    from hybridrl.rollout import resolve_backend_name
 
+    rollout = cfg.actor_rollout_ref.rollout
+    if rollout.tensor_model_parallel_size > 1 and resolve_backend_name(rollout.name, device_type) == "hf":
+        raise ConfigError(f"actor_rollout_ref.rollout.tensor_model_parallel_size={rollout.tensor_model_parallel_size} "
+                          f"needs the hybrid engine (rollout.name={rollout.name} is the hf backend on {device_type}); "
+                          "set actor_rollout_ref.rollout.name=hybrid")
     if cfg.trainer.nnodes == 1:
         visible = num_visible_devices(device_type)
-        validate_placement(cfg, max(visible, num_ranks) if device_type == "cpu" else visible, device_type)
+        validate_placement(cfg, max(visible, num_ranks) if device_type == "cpu" else visible)
 
 
 # ---------------------------------------------------------------- planning and launching

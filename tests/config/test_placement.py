@@ -67,7 +67,3 @@ def test_tensor_parallel_rollout_needs_whole_replicas_and_the_engine():
     message = placement_error(["trainer.n_gpus_per_node=4", f"{TP}=2", "actor_rollout_ref.actor.device_ids=[0,1]",
                                "actor_rollout_ref.rollout.device_ids=[1,2,3]"], 4)
     assert "does not divide the rollout's 3 device(s)" in message
-    message = placement_error(["trainer.n_gpus_per_node=2", f"{TP}=2", "actor_rollout_ref.rollout.name=hf"], 2)
-    assert f"{TP}=2 needs the hybrid engine (rollout.name=hf is the hf backend on cuda)" in message
-    with pytest.raises(ConfigError, match="rollout.name=auto is the hf backend on cpu"):  # auto: hf on CPU
-        validate_placement(load_config(["trainer.n_gpus_per_node=2", f"{TP}=2"]), 2, "cpu")

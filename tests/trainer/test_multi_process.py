@@ -188,6 +188,9 @@ def test_ray_launcher_runs_two_workers(tmp_path, arith_model_dir, arithmetic_fil
     (["actor_rollout_ref.actor.device_ids=[0]", "actor_rollout_ref.rollout.device_ids=[0]", "critic.device_ids=[0,1]"],
      "the actor and critic need separate devices"),
     (["actor_rollout_ref.actor.device_ids=[0,5]"], "outside 0..1"),
+    (["actor_rollout_ref.rollout.tensor_model_parallel_size=2", "actor_rollout_ref.rollout.name=hf"],
+     r"tensor_model_parallel_size=2 needs the hybrid engine \(rollout.name=hf is the hf backend on cpu\)"),
+    (["actor_rollout_ref.rollout.tensor_model_parallel_size=3"], "does not divide the rollout's 2 device"),
 ])
 def test_placement_errors_come_before_any_worker_starts(tmp_path, arithmetic_files, extra, message):
     from hybridrl.config import ConfigError

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hybridrl.rollout.engine.attention import TORCH_BACKEND, AttentionBackend
-from hybridrl.rollout.engine.parallel import SINGLE, RowParallelLinear, TensorParallel, rank_slice
+from hybridrl.rollout.engine.parallel import SINGLE, TensorParallel, rank_slice
 
 
 @dataclass
@@ -125,8 +125,8 @@ class MergedLinear(nn.Linear):
                  tp: TensorParallel = SINGLE, slices: dict[object, int] | None = None) -> None:
         # `slices`: parts cut fewer ways than tp (KV heads replicated over ranks); default tp ways
         self.slices = {shard_id: (slices or {}).get(shard_id, tp.size) for shard_id in shard_sizes}
-        local = {shard_id: size // self.slices[shard_id] if self.slices[shard_id] != tp.size
-                 else tp.shard(size, f"output rows of part {shard_id!r}") for shard_id, size in shard_sizes.items()}
+        local = {shard_id: tp.shard(size, f"output rows of part {shard_id!r}", self.slices[shard_id])
+                 for shard_id, size in shard_sizes.items()}
         super().__init__(in_features, sum(local.values()), bias=bias)
         self.tp, self.full_sizes = tp, list(shard_sizes.values())
         self.shard_offsets: dict[object, tuple[int, int]] = {}
@@ -147,6 +147,28 @@ class MergedLinear(nn.Linear):
         offset, size = self.shard_offsets[shard_id]
         default_weight_loader(param.data.narrow(0, offset, size),
                               rank_slice(loaded, self.tp, 0, self.slices[shard_id]) if self.tp.size > 1 else loaded)
+
+
+class RowParallelLinear(nn.Module):
+    """y = x W^T + b with W's input dimension split over the ranks: each rank holds W[:, its slice], its
+    partial product is all-reduced, the bias is added once after. With one rank: `F.linear`."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool, tp: TensorParallel = SINGLE,
+                 what: str = "in_features") -> None:
+        super().__init__()
+        self.tp = tp
+        self.weight = nn.Parameter(torch.empty(out_features, tp.shard(in_features, what)))
+        self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None
+        self.weight.weight_loader = self._load_weight
+
+    def _load_weight(self, param: torch.Tensor, loaded: torch.Tensor, shard_id: object = None) -> None:
+        default_weight_loader(param, rank_slice(loaded, self.tp, 1) if self.tp.size > 1 else loaded)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.tp.size == 1:
+            return F.linear(x, self.weight, self.bias)
+        y = self.tp.all_reduce(F.linear(x, self.weight))
+        return y + self.bias if self.bias is not None else y
 
 
 class SiluAndMulMLP(nn.Module):

@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
-from torch import nn
 
 TP_KEY = "actor_rollout_ref.rollout.tensor_model_parallel_size"
 
@@ -28,12 +26,14 @@ class TensorParallel:
     size: int = 1
     group: Any = None  # a torch.distributed process group when size > 1
 
-    def shard(self, full: int, what: str) -> int:
-        """`full` split evenly over the ranks; an error naming the key when it does not divide."""
-        if full % self.size:
+    def shard(self, full: int, what: str, ways: int | None = None) -> int:
+        """`full` split evenly `ways` ways (default: over the ranks); an error naming the key when it does
+        not divide."""
+        ways = ways or self.size
+        if full % ways:
             raise ValueError(f"{what} ({full}) does not divide by {TP_KEY} ({self.size}); use a size that divides "
                              "the model's attention heads, KV heads and MLP width (or 1)")
-        return full // self.size
+        return full // ways
 
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
         if self.size > 1:
@@ -60,30 +60,6 @@ def kv_head_slices(num_kv_heads: int, tp: TensorParallel) -> int:
         raise ValueError(f"num_key_value_heads ({num_kv_heads}) and {TP_KEY} ({tp.size}) must divide one another "
                          "(each rank holds whole KV heads); choose a size that divides the KV heads or a multiple")
     return slices
-
-
-class RowParallelLinear(nn.Module):
-    """y = x W^T + b with W's input dimension split over the ranks: each rank holds W[:, its slice], its
-    partial product is all-reduced, the bias is added once after. With one rank: `F.linear`."""
-
-    def __init__(self, in_features: int, out_features: int, bias: bool, tp: TensorParallel = SINGLE,
-                 what: str = "in_features") -> None:
-        super().__init__()
-        self.tp = tp
-        self.weight = nn.Parameter(torch.empty(out_features, tp.shard(in_features, what)))
-        self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None
-        self.weight.weight_loader = self._load_weight
-
-    def _load_weight(self, param: torch.Tensor, loaded: torch.Tensor, shard_id: object = None) -> None:
-        from hybridrl.rollout.engine.layers import default_weight_loader
-
-        default_weight_loader(param, rank_slice(loaded, self.tp, 1) if self.tp.size > 1 else loaded)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.tp.size == 1:
-            return F.linear(x, self.weight, self.bias)
-        y = self.tp.all_reduce(F.linear(x, self.weight))
-        return y + self.bias if self.bias is not None else y
 
 
 def replica_groups(size: int) -> TensorParallel:

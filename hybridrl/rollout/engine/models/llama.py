@@ -11,10 +11,10 @@ import torch
 from torch import nn
 
 from hybridrl.rollout.engine.layers import (
-    AttentionMetadata, MergedLinear, PagedAttention, RMSNorm, RotaryEmbedding, SiluAndMulMLP,
+    AttentionMetadata, MergedLinear, PagedAttention, RMSNorm, RotaryEmbedding, RowParallelLinear, SiluAndMulMLP,
     build_rotary, layer_sliding_window,
 )
-from hybridrl.rollout.engine.parallel import SINGLE, RowParallelLinear, TensorParallel, kv_head_slices
+from hybridrl.rollout.engine.parallel import SINGLE, TensorParallel, kv_head_slices
 
 
 class LlamaAttention(nn.Module):
