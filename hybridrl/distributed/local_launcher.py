@@ -25,6 +25,7 @@ from typing_extensions import Self
 
 from hybridrl.logging.log import get_logger
 
+from . import wire
 from .errors import GroupClosedError, WorkerDiedError, WorkerError
 from .worker_group import RankCalls
 from .worker_logs import LogForwarder, tail_lines
@@ -87,7 +88,7 @@ def _rank_main(conn: Connection, spec: _RankSpec) -> None:
     conn.send_bytes(rt.dumps_reply(("ok", os.getpid())))
     while True:
         try:
-            request = pickle.loads(conn.recv_bytes())
+            request = wire.loads(conn.recv_bytes())
         except EOFError:  # the controller is gone
             break
         if request is None:
@@ -219,7 +220,7 @@ class LocalWorkerGroup(RankCalls):
         if self._closed_reason is not None:
             raise GroupClosedError(f"the {self.role} worker group is shut down ({self._closed_reason}); "
                                    f"cannot call {method}(); build a new group")
-        payloads = [pickle.dumps((method, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL) for args, kwargs in calls]
+        payloads = [wire.dumps((method, args, kwargs)) for args, kwargs in calls]
         for rank, payload in enumerate(payloads):
             try:
                 self._conns[rank].send_bytes(payload)
@@ -262,7 +263,7 @@ class LocalWorkerGroup(RankCalls):
         conn, proc = self._conns[rank], self._procs[rank]
         if conn.poll():
             try:
-                return pickle.loads(conn.recv_bytes())
+                return wire.loads(conn.recv_bytes())
             except (EOFError, ConnectionResetError, OSError):
                 raise self._died(rank, method) from None
         if not proc.is_alive():
@@ -307,7 +308,7 @@ class LocalWorkerGroup(RankCalls):
         atexit.unregister(self.shutdown)
         for conn in self._conns:
             try:
-                conn.send_bytes(pickle.dumps(None))
+                conn.send_bytes(wire.dumps(None))
             except OSError:
                 pass  # that rank already exited; _join_or_kill reaps it
         self._join_or_kill()

@@ -6,13 +6,14 @@ Shared by the local (multiprocessing) and the Ray launcher so both run workers t
 from __future__ import annotations
 
 import os
-import pickle
 import traceback
 from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from .wire import dumps
 
 
 def setup_torch_distributed(*, rank: int, world_size: int, master_addr: str, master_port: int, backend: str,
@@ -81,8 +82,8 @@ def call_method(worker: Any, method: str, args: tuple, kwargs: dict[str, Any]) -
 def dumps_reply(reply: tuple[str, Any]) -> bytes:
     """Pickle a reply; an unpicklable result becomes an error reply naming the problem."""
     try:
-        return pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
+        return dumps(reply)
     except Exception:  # noqa: BLE001 - sent to the controller
         note = ("the method's return value could not be pickled to send it to the controller; return plain "
                 "Python values, CPU tensors or a Batch\n")
-        return pickle.dumps(("error", traceback.format_exc() + note), protocol=pickle.HIGHEST_PROTOCOL)
+        return dumps(("error", traceback.format_exc() + note))
