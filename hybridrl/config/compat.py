@@ -26,9 +26,19 @@ GAE_AND_FRIENDS = (
 
 _LATER = "not implemented in hybridrl yet"
 # key -> (accepted values, message). A value outside `accepted` raises ConfigError with the message.
+FSDP_ROLES = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic.model")  # where each fsdp_config lives
+
 NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
     # Trainer features that arrive with the GPU hybrid-engine and scale-out issues. Until then they are
     # refused rather than silently ignored.
+    **{f"{role}.fsdp_config.offload_policy": ((False,), f"FSDP2's CPUOffloadPolicy is {_LATER}; use "
+                                                        "param_offload / optimizer_offload (one device)")
+       for role in FSDP_ROLES},
+    **{f"{role}.fsdp_config.wrap_policy.min_num_params": ((0,), f"size-based FSDP wrapping is {_LATER}; each "
+                                                                 "decoder layer is one FSDP unit (0)")
+       for role in FSDP_ROLES},
+    **{f"{role}.fsdp_config.full_determinism": ((False,), f"deterministic kernels (full_determinism) are {_LATER}")
+       for role in FSDP_ROLES},
     "critic.model.fsdp_config.param_offload": ((False,), f"critic parameter offload is {_LATER}"),
     "critic.model.fsdp_config.optimizer_offload": ((False,), f"critic optimizer offload is {_LATER}"),
     "actor_rollout_ref.model.enable_activation_offload": ((False,), f"activation offload is {_LATER}"),

@@ -49,6 +49,20 @@ def _list_problems(key: str, ids: list[int], total: int) -> list[str]:
     return problems
 
 
+def _fsdp_size_problems(cfg: HybridRLConfig, total: int) -> list[str]:
+    """fsdp_size: -1 (shard over all of the role's ranks) or that very number; hybrid sharding is not built."""
+    arr = cfg.actor_rollout_ref
+    actor_ranks = len(arr.actor.device_ids) if arr.actor.device_ids is not None else total
+    roles = {"actor_rollout_ref.actor": (arr.actor.fsdp_config.fsdp_size, actor_ranks),
+             "actor_rollout_ref.ref": (arr.ref.fsdp_config.fsdp_size,
+                                       len(arr.ref.device_ids) if arr.ref.device_ids is not None else actor_ranks),
+             "critic.model": (cfg.critic.model.fsdp_config.fsdp_size,
+                              len(cfg.critic.device_ids) if cfg.critic.device_ids is not None else total)}
+    return [f"{role}.fsdp_config.fsdp_size={size}: sharding over groups smaller than the role's {ranks} rank(s) "
+            f"(hybrid sharding) is not implemented in hybridrl yet; use -1 (shard over all of them)"
+            for role, (size, ranks) in roles.items() if size not in (-1, ranks)]
+
+
 def _tensor_parallel_problems(cfg: HybridRLConfig, rollout_devices: int) -> list[str]:
     rollout = cfg.actor_rollout_ref.rollout
     size, key = rollout.tensor_model_parallel_size, "actor_rollout_ref.rollout.tensor_model_parallel_size"
@@ -77,6 +91,7 @@ def validate_placement(cfg: HybridRLConfig, num_devices: int) -> None:
     for key, ids in lists.values():
         problems += _list_problems(key, ids, total)
     problems += _tensor_parallel_problems(cfg, len(lists["rollout"][1]) if "rollout" in lists else total)
+    problems += _fsdp_size_problems(cfg, total)
     for first, second in EXCLUSIVE_PAIRS:
         if first in lists and second in lists:
             shared = sorted(set(lists[first][1]) & set(lists[second][1]))

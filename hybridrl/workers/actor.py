@@ -50,7 +50,8 @@ class ActorWorker(TrainState):
         compile_decoder_layers(self.model, device, "actor", enabled=self.actor_cfg.use_torch_compile
                                and fsdp.use_torch_compile, off_key="actor_rollout_ref.actor.use_torch_compile")
         self.sharded = shard_model(self.model, log_prob_forward=True, param_dtype=self.precision.fsdp_param_dtype,
-                                   reduce_dtype=self.precision.reduce)  # FSDP2 when running as a rank
+                                   reduce_dtype=self.precision.reduce,  # FSDP2 when running as a rank
+                                   reshard_after_forward=fsdp.reshard_after_forward)
         self.optimizer = build_optimizer(self.model.parameters(), self.actor_cfg.optim)
         self.offloader = PhaseOffloader(self.model, self.optimizer, device, fsdp.param_offload, fsdp.optimizer_offload)
         self.lr_scheduler = build_lr_scheduler(self.optimizer, self.actor_cfg.optim, total_training_steps)

@@ -30,7 +30,8 @@ class ReferenceWorker:
                                enabled=ref_cfg.use_torch_compile and ref_cfg.fsdp_config.use_torch_compile,
                                off_key="actor_rollout_ref.ref.use_torch_compile")
         self.sharded = shard_model(self.model, log_prob_forward=True, param_dtype=self.precision.fsdp_param_dtype,
-                                   reduce_dtype=self.precision.reduce)  # FSDP2 when running as a rank
+                                   reduce_dtype=self.precision.reduce,  # FSDP2 when running as a rank
+                                   reshard_after_forward=ref_cfg.fsdp_config.reshard_after_forward)
         self.plan = MicroBatchPlan.for_phase(cfg, "ref", micro_batch_size)
         self.remove_padding = model_cfg.use_remove_padding  # verl's ref follows the model's switch
         self.device = device

@@ -25,14 +25,16 @@ def is_distributed() -> bool:
 
 
 def shard_model(model: nn.Module, *, log_prob_forward: bool = False, param_dtype: torch.dtype | None = None,
-                reduce_dtype: torch.dtype = torch.float32) -> bool:
+                reduce_dtype: torch.dtype = torch.float32, reshard_after_forward: bool = True) -> bool:
     """Shard `model` with FSDP2 in place when running as a rank; returns whether it did.
 
     Call it after gradient-checkpointing set-up and before building the optimizer (the optimizer must
     see the sharded parameters). `log_prob_forward`: the model serves `response_log_probs`, which
     calls the body and the LM head directly, so that path is registered as an FSDP forward method.
     `param_dtype` / `reduce_dtype`: FSDP2's mixed precision (`Precision.fsdp_param_dtype`, `.reduce`);
-    param_dtype None computes in the weights' own dtype, as one process does.
+    param_dtype None computes in the weights' own dtype, as one process does. `reshard_after_forward`
+    (the role's `fsdp_config` key): False keeps each layer's gathered weights from forward to backward
+    (no second all-gather, one unsharded layer more in memory per FSDP unit).
     """
     if not is_distributed():
         return False
@@ -42,7 +44,7 @@ def shard_model(model: nn.Module, *, log_prob_forward: bool = False, param_dtype
     # HF heads return views (e.g. logits); FSDP2 warns in case they are modified in place, which no
     # hybridrl forward path does, so the per-call warning is noise here.
     warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
-    apply_fsdp2(model, param_dtype=param_dtype, reduce_dtype=reduce_dtype)
+    apply_fsdp2(model, param_dtype=param_dtype, reduce_dtype=reduce_dtype, reshard_after_forward=reshard_after_forward)
     if log_prob_forward:
         enable_fsdp_log_prob_forward(model)
     return True

@@ -75,3 +75,17 @@ class FSDPWorker:
 
     def num_local_elements(self) -> int:
         return sum(p.to_local().numel() for p in self.model.parameters())
+
+
+class ShardingProbe:
+    """`shard_model` on a rank: which FSDP units free their gathered weights after forward."""
+
+    def __init__(self, reshard_after_forward: bool) -> None:
+        from hybridrl.workers.sharding import shard_model
+
+        self.model = build_tiny_model(seed=0)
+        shard_model(self.model, reshard_after_forward=reshard_after_forward)
+
+    def units_resharding_after_forward(self) -> list[bool]:
+        return [layer._get_fsdp_state()._fsdp_param_group.post_forward_mesh_info is not None
+                for layer in self.model.model.layers]

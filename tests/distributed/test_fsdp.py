@@ -8,7 +8,7 @@ import torch
 from hybridrl.distributed.local_launcher import LocalWorkerGroup
 from hybridrl.models.tiny import build_tiny_model
 from hybridrl.utils.batch import Batch
-from tests.distributed.fsdp_workers import FSDPWorker, sgd_step
+from tests.distributed.fsdp_workers import FSDPWorker, ShardingProbe, sgd_step
 
 
 @pytest.mark.slow  # ~20-40 s on 2 busy cores: two ranks import transformers and build the model
@@ -70,3 +70,11 @@ def test_clipping_on_local_shards_matches_torchs_dtensor_clip_with_uneven_shards
         assert norm == pytest.approx(want_norm, rel=1e-5) and want_norm > 1.0, rank  # clipping happened
         for name, grad in grads.items():
             torch.testing.assert_close(grad, want_grads[name], rtol=1e-5, atol=1e-7, msg=name)
+
+
+@pytest.mark.parametrize("reshard", [True, False])
+def test_reshard_after_forward_reaches_every_unit(reshard):
+    """The role's fsdp_config.reshard_after_forward goes to fully_shard (False: no re-gather in backward)."""
+    with LocalWorkerGroup(ShardingProbe, {"reshard_after_forward": reshard}, world_size=2, role="actor") as group:
+        per_rank = group.call_all("units_resharding_after_forward")
+    assert per_rank == [[reshard, reshard]] * 2

@@ -95,11 +95,14 @@ def test_two_ranks_give_the_metrics_of_one_process(tmp_path, arith_model_dir, ar
 def test_tensor_parallel_rollout_gives_the_metrics_of_one_process(tmp_path, arith_model_dir, arithmetic_files,
                                                                   one_process_run):
     """Two ranks, one engine replica split across both (rollout.tensor_model_parallel_size=2): the FSDP actor
-    syncs full weights, each rank loads its slices, both generate every row; the first rank answers."""
+    syncs full weights, each rank loads its slices, both generate every row; the first rank answers. The
+    actor and critic also keep gathered weights from forward to backward (reshard_after_forward=false)."""
     _, expected = one_process_run
     out = str(tmp_path)
-    PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, out, ranks=2, steps=2,
-                                     extra=["actor_rollout_ref.rollout.tensor_model_parallel_size=2"]))).fit()
+    PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, out, ranks=2, steps=2, extra=[
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
+        "actor_rollout_ref.actor.fsdp_config.reshard_after_forward=false",
+        "critic.model.fsdp_config.reshard_after_forward=false"]))).fit()
     records = read_metrics(out)
     assert records[1]["training/rollout_probs_diff_mean"] < 1e-5  # synced slices give the actor's log-probs
     for got, want in zip(records, expected):
