@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import traceback
+from datetime import timedelta
 from collections.abc import Callable
 from typing import Any
 
@@ -32,7 +33,16 @@ def setup_torch_distributed(*, rank: int, world_size: int, master_addr: str, mas
         torch.cuda.set_device(0)
         check_one_visible_gpu(device)
     share_cpu_threads(world_size)
-    dist.init_process_group(backend=backend, rank=rank, world_size=world_size)
+    dist.init_process_group(backend=backend, rank=rank, world_size=world_size, timeout=collective_timeout())
+
+
+COLLECTIVE_TIMEOUT_ENV = "HYBRIDRL_COLLECTIVE_TIMEOUT_S"  # set by the trainer from actor_rollout_ref.nccl_timeout
+
+
+def collective_timeout() -> timedelta | None:
+    """How long a collective may wait for the other ranks before failing (None: torch's default)."""
+    seconds = os.environ.get(COLLECTIVE_TIMEOUT_ENV)
+    return timedelta(seconds=float(seconds)) if seconds else None
 
 
 def share_cpu_threads(local_ranks: int) -> None:

@@ -152,12 +152,15 @@ def launch_groups(cfg, plans: list[GroupPlan], device_type: str, *, total_steps:
 
 def _start_group(plan: GroupPlan, launcher: str, pools, device_type: str, init_kwargs: dict) -> WorkerGroup:
     from hybridrl.distributed import LocalWorkerGroup, RayWorkerGroup
+    from hybridrl.distributed.rank_runtime import COLLECTIVE_TIMEOUT_ENV
 
+    # actor_rollout_ref.nccl_timeout (verl): how long the ranks' collectives wait for each other
+    env = {COLLECTIVE_TIMEOUT_ENV: str(init_kwargs["cfg"].actor_rollout_ref.nccl_timeout)}
     if launcher == "local":
         device_ids = list(plan.device_ids) if device_type == "cuda" else None  # CPU ranks are processes
         return LocalWorkerGroup(ColocatedWorker, init_kwargs, world_size=len(plan.device_ids), role=plan.name,
-                                device_ids=device_ids)
-    return RayWorkerGroup(ColocatedWorker, init_kwargs, pool=pools.pool(plan.name), role=plan.name)
+                                device_ids=device_ids, env=env)
+    return RayWorkerGroup(ColocatedWorker, init_kwargs, pool=pools.pool(plan.name), role=plan.name, env=env)
 
 
 # ---------------------------------------------------------------- the role adapters

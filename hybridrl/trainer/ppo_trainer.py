@@ -13,6 +13,7 @@ import torch
 
 from hybridrl.algorithms import agg_loss, apply_kl_penalty, compute_advantage, get_kl_controller
 from hybridrl.algorithms.agreement import rollout_agreement_metrics
+from hybridrl.algorithms.balance import balanced_order
 from hybridrl.logging.log import get_logger
 from hybridrl.trainer import checkpointing
 from hybridrl.trainer.metrics import compute_data_metrics, compute_throughput_metrics, compute_timing_metrics
@@ -43,7 +44,8 @@ class PPOTrainer:
         # the ranks measure their own phases, and querying CUDA here would put a context on GPU 0.
         on_controller = num_devices == 1 or cfg.reward_model.enable
         self.memory = PhaseMemory(self.device if on_controller else "cpu")
-        validate_config(cfg, world_size=actor_world_size(cfg, num_devices))
+        self.actor_ranks = actor_world_size(cfg, num_devices)  # the data-parallel split of training phases
+        validate_config(cfg, world_size=self.actor_ranks)
         _refuse_single_process_features(cfg, num_devices)
         check_placement(cfg, self.device.type, num_devices)
         check_trackers_available(cfg.trainer.logger)
@@ -141,6 +143,7 @@ class PPOTrainer:
             if self.needs.greedy_baseline:
                 with self._phase("gen_max", timings):
                     batch["reward_baselines"] = self.greedy_baseline(prompts)
+            batch = self._balance(batch, metrics)
             scoring = self._score_in_background(batch)
             if scoring is None:
                 with self._phase("reward", timings):
@@ -166,6 +169,15 @@ class PPOTrainer:
         metrics.update(compute_throughput_metrics(batch, timings["step"], self.num_devices))
         metrics.update(self._phase_metrics())
         return metrics
+
+    def _balance(self, batch: Batch, metrics: dict[str, float]) -> Batch:
+        """trainer.balance_batch: reorder rows so each actor rank's contiguous share has a similar token count
+        (verl's `global_seqlen/*` metrics); with one rank nothing moves."""
+        if not self.cfg.trainer.balance_batch:
+            return batch
+        order, balance = balanced_order(batch["attention_mask"], self.actor_ranks)
+        metrics.update(balance)
+        return batch.index(order) if order != sorted(order) else batch
 
     def _phase_metrics(self) -> dict[str, float]:
         """perf/max_memory_allocated_gb[/<phase>]: this process's, and with worker ranks (and borrowed rollout

@@ -89,3 +89,11 @@ class ShardingProbe:
     def units_resharding_after_forward(self) -> list[bool]:
         return [layer._get_fsdp_state()._fsdp_param_group.post_forward_mesh_info is not None
                 for layer in self.model.model.layers]
+
+
+class TimeoutProbe:
+    """How long this rank's default process group lets a collective wait."""
+
+    def collective_timeout_s(self) -> float:
+        backend = torch.distributed.group.WORLD._get_backend(torch.device("cpu"))
+        return backend.options._timeout.total_seconds()

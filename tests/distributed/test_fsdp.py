@@ -8,7 +8,7 @@ import torch
 from hybridrl.distributed.local_launcher import LocalWorkerGroup
 from hybridrl.models.tiny import build_tiny_model
 from hybridrl.utils.batch import Batch
-from tests.distributed.fsdp_workers import FSDPWorker, ShardingProbe, sgd_step
+from tests.distributed.fsdp_workers import FSDPWorker, ShardingProbe, TimeoutProbe, sgd_step
 
 
 @pytest.mark.slow  # ~20-40 s on 2 busy cores: two ranks import transformers and build the model
@@ -78,3 +78,11 @@ def test_reshard_after_forward_reaches_every_unit(reshard):
     with LocalWorkerGroup(ShardingProbe, {"reshard_after_forward": reshard}, world_size=2, role="actor") as group:
         per_rank = group.call_all("units_resharding_after_forward")
     assert per_rank == [[reshard, reshard]] * 2
+
+
+def test_ranks_take_the_collective_timeout_from_the_environment_the_trainer_sets():
+    """actor_rollout_ref.nccl_timeout travels to the ranks as HYBRIDRL_COLLECTIVE_TIMEOUT_S (group_roles)."""
+    from hybridrl.distributed.rank_runtime import COLLECTIVE_TIMEOUT_ENV
+
+    with LocalWorkerGroup(TimeoutProbe, {}, world_size=2, role="actor", env={COLLECTIVE_TIMEOUT_ENV: "123"}) as group:
+        assert group.call_all("collective_timeout_s") == [123.0, 123.0]

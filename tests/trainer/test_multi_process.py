@@ -29,8 +29,10 @@ COMPARABLE = [
     "actor_rollout_ref.rollout.name=hybrid", "actor_rollout_ref.rollout.dtype=float32",
     "actor_rollout_ref.actor.ppo_mini_batch_size=8", "critic.ppo_mini_batch_size=8",
     "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_coef=0.1",
+    # balancing regroups rows into other micro-batches (per-micro-batch token means differ, as in verl)
+    "trainer.balance_batch=false",
 ]
-VOLATILE = ("timing_s/", "timing_per_token_ms/", "perf/", "rollout/")  # speed; engine stats per rank
+VOLATILE = ("timing_s/", "timing_per_token_ms/", "perf/", "rollout/", "global_seqlen/")  # speed; per rank
 
 
 def overrides(model_dir, files, out_dir, *, ranks: int, steps: int, extra: list[str] = (),
@@ -90,6 +92,21 @@ def test_two_ranks_give_the_metrics_of_one_process(tmp_path, arith_model_dir, ar
         assert all(0 < r[f"timing_s/{phase}_rank"] <= r[f"timing_s/{phase}"] for r in records), phase
     group = trainer.roles.group.groups["actor_rollout_ref"]
     assert not any(p.is_alive() for p in group._procs)  # fit() stopped the ranks
+
+
+def test_balanced_batches_give_ranks_closer_token_counts(tmp_path, arith_model_dir, arithmetic_files):
+    """trainer.balance_batch (verl's default): rows are reordered so each rank's contiguous share carries a
+    similar token count; verl's global_seqlen/* metrics report the split before and after."""
+    out = str(tmp_path)
+    PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, out, ranks=2, steps=2,
+                                     extra=["trainer.balance_batch=true"]))).fit()
+    records = read_metrics(out)
+    spread = [r["global_seqlen/balanced_max"] - r["global_seqlen/balanced_min"] for r in records]
+    assert any(after < r["global_seqlen/minmax_diff"] for after, r in zip(spread, records))  # step 2: 4 -> 2 tokens
+    for r in records:
+        assert r["global_seqlen/balanced_max"] - r["global_seqlen/balanced_min"] <= r["global_seqlen/minmax_diff"]
+        assert r["global_seqlen/balanced_min"] <= r["global_seqlen/mean"] <= r["global_seqlen/balanced_max"]
+        assert math.isfinite(r["actor/pg_loss"]) and math.isfinite(r["critic/vf_loss"])
 
 
 def test_tensor_parallel_rollout_gives_the_metrics_of_one_process(tmp_path, arith_model_dir, arithmetic_files,
