@@ -67,6 +67,9 @@ NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
     "actor_rollout_ref.rollout.data_parallel_size": ((1,), "engine-internal data parallelism is not used: every device runs a replica"),
     "actor_rollout_ref.rollout.expert_parallel_size": ((1,), f"expert-parallel rollout is {_LATER}; use 1"),
     "actor_rollout_ref.rollout.skip_rollout": ((False,), f"rollout skipping (cached rollouts) is {_LATER}"),
+    "actor_rollout_ref.rollout.over_sample_rate": ((0, 0.0), f"over-sampling prompts to cut long tails is {_LATER}"),
+    "actor_rollout_ref.rollout.multi_stage_wake_up": ((False,), f"staged wake-up is {_LATER}; the KV cache is "
+                                                                "allocated in one step after the weights"),
     "actor_rollout_ref.rollout.trace.backend": ((None,), f"rollout tracing is {_LATER}"),
     "actor_rollout_ref.actor.router_replay.mode": (("disabled",), f"MoE router replay is {_LATER}"),
     "data.custom_cls.path": ((None,), f"custom dataset classes are {_LATER}"),

@@ -62,7 +62,8 @@ class CheckpointEngineConfig:
     """How weights move from the trainer to the rollout."""
 
     backend: str = setting("naive", "Weight transfer backend (colocated: in-process copy).")
-    update_weights_bucket_megabytes: int = setting(2048, "Transfer bucket size in MB.")
+    update_weights_bucket_megabytes: int = setting(2048, "vLLM transfer bucket size; no effect here (weights move one FSDP unit "
+                                                   "at a time, or through one shared-memory buffer).")
     engine_kwargs: dict = setting({}, "Backend-specific options.")
 
 
@@ -104,7 +105,8 @@ class RolloutConfig:
     gpu_memory_utilization: float = setting(0.5, "Fraction of total device memory for weights + KV cache, in (0, 1].")
     ignore_eos: bool = setting(False, "Keep generating after EOS.")
     enforce_eager: bool = setting(False, "Disable decode CUDA graphs (debugging; eager decode is several times slower).")
-    cudagraph_capture_sizes: list[int] | None = setting(None, "Decode batch sizes captured as CUDA graphs; null = automatic.")
+    cudagraph_capture_sizes: list[int] | None = setting(None, "Decode batch sizes with a CUDA graph (a batch pads to the next; "
+                                                        "max_num_seqs is always added); null = 1, 2, 4, ..., 32, every 16.")
     free_cache_engine: bool = setting(True, "Free the KV cache between generation phases.")
     tensor_model_parallel_size: int = setting(1, "Devices per engine replica (hybridrl default 1, verl: 2): the hybrid engine "
                                                  "splits heads and MLP width over them (eager decode on CUDA for now).")
@@ -114,11 +116,14 @@ class RolloutConfig:
     max_num_batched_tokens: int = setting(8192, "Tokens per prefill step.")
     max_model_len: int | None = setting(None, "Maximum sequence length; null = prompt_length + response_length.")
     max_num_seqs: int = setting(256, "Sequences decoded at once.")
-    enable_chunked_prefill: bool = setting(True, "Split long prefills into chunks.")
+    enable_chunked_prefill: bool = setting(True, "No effect here: a prompt longer than max_num_batched_tokens runs alone "
+                                           "in one prefill step (either value).")
     enable_prefix_caching: bool = setting(True, "Share KV blocks of identical prompt prefixes.")
     logprobs_mode: str = setting("processed_logprobs", "Which log-probs the engine returns.")
-    scheduling_policy: str = setting("fcfs", "Request scheduling policy.")
-    load_format: str = setting("dummy", "Initial engine weights (dummy = filled by the first weight sync).")
+    scheduling_policy: str = setting("fcfs", "Request scheduling policy (the engine schedules first come, first served).",
+                                     choices=("fcfs",))
+    load_format: str = setting("dummy", "vLLM's initial weights; no effect here (the engine starts from the "
+                                        "actor's weights).")
     log_prob_micro_batch_size: int | None = setting(None, "Deprecated global micro batch (rows) for old log-probs.")
     log_prob_micro_batch_size_per_gpu: int | None = setting(None, "Rows per old-log-prob forward on each device.")
     log_prob_use_dynamic_bsz: bool = setting(
@@ -127,7 +132,7 @@ class RolloutConfig:
     log_prob_max_token_len_per_gpu: int = setting(
         16384, "Token budget per micro batch.", ref="${actor_rollout_ref.actor.ppo_max_token_len_per_gpu}"
     )
-    disable_log_stats: bool = setting(True, "Silence engine statistics logs.")
+    disable_log_stats: bool = setting(True, "vLLM statistics logs; no effect here (engine stats are rollout/* metrics).")
     do_sample: bool = setting(True, "Sample (true) or greedy (false) during training.")
     n: int = setting(1, "Responses per prompt (the group size of GRPO/RLOO).")
     over_sample_rate: float = setting(0.0, "Extra prompts generated and dropped to cut long tails.")
@@ -135,13 +140,14 @@ class RolloutConfig:
     engine_kwargs: dict = setting({"vllm": {}, "sglang": {}, "trtllm": {}}, "Engine-specific options (open dict).")
     val_kwargs: ValKwargs = section(ValKwargs, "Validation sampling.")
     multi_turn: MultiTurnConfig = section(MultiTurnConfig, "Multi-turn rollout.")
-    calculate_log_probs: bool = setting(False, "Return the engine's log-probs (rollout_log_probs).")
+    calculate_log_probs: bool = setting(False, "The engine always returns its log-probs (rollout_log_probs, used for "
+                                        "training/rollout_probs_diff_*); either value.")
     agent: AgentConfig = section(AgentConfig, "Agent loop.")
     checkpoint_engine: CheckpointEngineConfig = section(CheckpointEngineConfig, "Weight transfer to the engine.")
     trace: TraceConfig = section(TraceConfig, "Rollout tracing.")
     skip_rollout: bool = setting(False, "Reuse rollouts dumped to skip_dump_dir.")
     skip_dump_dir: str = setting("/tmp/rollout_dump", "Where skipped rollouts are cached.")
-    skip_tokenizer_init: bool = setting(True, "Engine works on token ids only.")
+    skip_tokenizer_init: bool = setting(True, "The engine works on token ids only (either value).")
     enable_rollout_routing_replay: bool = setting(False, "Record MoE routing during rollout.")
     prometheus: PrometheusConfig = section(PrometheusConfig, "Metrics export.")
     quantization: str | None = setting(None, "Rollout weight quantization (fp8|torchao); null = off.")

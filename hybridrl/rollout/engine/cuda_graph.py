@@ -30,6 +30,17 @@ def default_capture_sizes(max_batch_size: int) -> list[int]:
     return sorted(set(sizes) | {max_batch_size})
 
 
+def graph_sizes(requested: list[int] | None, max_num_seqs: int) -> list[int] | None:
+    """`rollout.cudagraph_capture_sizes` for the runner: None keeps the default ladder; a list must lie in
+    [1, max_num_seqs] and gets max_num_seqs added (every batch needs a graph at least its size)."""
+    if requested is None:
+        return None
+    if not requested or min(requested) < 1 or max(requested) > max_num_seqs:
+        raise ValueError(f"actor_rollout_ref.rollout.cudagraph_capture_sizes={requested} must be batch sizes in "
+                         f"[1, max_num_seqs={max_num_seqs}] (or null for the default ladder)")
+    return sorted(set(requested) | {max_num_seqs})
+
+
 class CUDAGraphDecodeRunner:
     """Runs `decode_fn` for B <= max_batch_size rows through the captured graph of the smallest size >= B.
 

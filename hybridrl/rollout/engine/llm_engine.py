@@ -32,7 +32,7 @@ class LLMEngine:
                  max_num_batched_tokens: int = 8192, max_model_len: int | None = None,
                  enforce_eager: bool = False, enable_prefix_caching: bool = True,
                  num_kv_blocks: int | None = None, seed: int = 0, max_decode_burst: int = 16,
-                 tp: TensorParallel = SINGLE) -> None:
+                 tp: TensorParallel = SINGLE, cudagraph_capture_sizes: list[int] | None = None) -> None:
         if not 0 < gpu_memory_utilization <= 1:
             raise ValueError(f"actor_rollout_ref.rollout.gpu_memory_utilization ({gpu_memory_utilization}) "
                              "must be in (0, 1]; try 0.5")
@@ -55,7 +55,7 @@ class LLMEngine:
         # Decode steps per host round trip: sampled tokens stay on the device in between.
         self.max_decode_burst = max_decode_burst
         self.runner = ModelRunner(self.model, self.device, block_size, max_num_seqs, self.max_model_len,
-                                  enforce_eager)
+                                  enforce_eager, cudagraph_capture_sizes)
         self.kv_block_budget: int | None = None  # blocks gpu_memory_utilization allows (set by profiling on CUDA)
         self.num_kv_blocks = num_kv_blocks or self._profile_num_kv_blocks()
         if self.num_kv_blocks < 1:

@@ -11,7 +11,7 @@ import torch
 
 from hybridrl.rollout.base import SamplingParams
 from hybridrl.rollout.engine.attention import select_backend
-from hybridrl.rollout.engine.cuda_graph import CUDAGraphDecodeRunner
+from hybridrl.rollout.engine.cuda_graph import CUDAGraphDecodeRunner, graph_sizes
 from hybridrl.rollout.engine.decode_step import advance_decode_inputs, make_sampler
 from hybridrl.rollout.engine.layers import AttentionMetadata
 from hybridrl.rollout.engine.sampler import gumbel_argmax, sample
@@ -49,7 +49,7 @@ class HostBlockTables:
 
 class ModelRunner:
     def __init__(self, model: torch.nn.Module, device: torch.device, block_size: int, max_num_seqs: int,
-                 max_model_len: int, enforce_eager: bool) -> None:
+                 max_model_len: int, enforce_eager: bool, capture_sizes: list[int] | None = None) -> None:
         self.model = model
         self.device = device
         self.block_size = block_size
@@ -72,6 +72,7 @@ class ModelRunner:
         eager_reason = "enforce_eager=True" if enforce_eager else f"the {backend.name} attention backend"
         self.graph_runner = CUDAGraphDecodeRunner(
             self.decode_fn, max_num_seqs, self.max_blocks_per_seq, self.model.config.vocab_size, self.device,
+            graph_sizes(capture_sizes, max_num_seqs),
             enforce_eager=device.type == "cuda" and (enforce_eager or backend.name != "triton"),
             eager_reason=eager_reason)
 

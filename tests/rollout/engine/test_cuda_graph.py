@@ -226,3 +226,16 @@ def test_engine_graphs_and_triton_match_eager_torch_path():
     assert not graphed.runner.graph_runner.captured
     graphed.wake_up()
     assert graphed.generate(PROMPTS, params).token_ids == expected.token_ids
+
+
+def test_configured_capture_sizes_reach_the_engine_and_always_cover_max_num_seqs():
+    from hybridrl.rollout.engine.cuda_graph import graph_sizes
+    from tests.rollout.engine.helpers import make_engine, make_model
+
+    assert graph_sizes(None, 64) is None  # the default ladder
+    assert graph_sizes([8, 1, 8], 64) == [1, 8, 64]
+    for bad in ([], [0, 4], [128]):
+        with pytest.raises(ValueError, match=r"cudagraph_capture_sizes=.* must be batch sizes in \[1, max_num_seqs=64\]"):
+            graph_sizes(bad, 64)
+    engine = make_engine(make_model("qwen2"), max_num_seqs=64, cudagraph_capture_sizes=[4, 16])
+    assert engine.runner.graph_runner.capture_sizes == [4, 16, 64]
