@@ -152,7 +152,7 @@ class RolloutConfig:
     prometheus: PrometheusConfig = section(PrometheusConfig, "Metrics export.")
     quantization: str | None = setting(None, "Rollout weight quantization (fp8|torchao); null = off.")
     quantization_config_file: str | None = setting(None, "Quantization config file.")
-    layered_summon: bool = setting(False, "Gather weights layer by layer for the sync.")
+    layered_summon: bool = setting(False, "Either value: weight sync from FSDP ranks always gathers one unit (layer) at a time.")
     seed: int | None = setting(None, "hybridrl: sampling seed of the engine; null = derived from trainer.seed.")
     block_size: int = setting(16, "hybridrl: tokens per KV-cache block of our engine.")
     device_ids: list[int] | None = setting(None, DEVICE_IDS_DOC)

@@ -104,7 +104,7 @@ class TrainerConfig:
     max_actor_ckpt_to_keep: int | None = setting(None, "Keep the newest N actor checkpoints; null = all.")
     max_critic_ckpt_to_keep: int | None = setting(None, "Keep the newest N critic checkpoints; null = all.")
     remove_previous_ckpt_in_save: bool = setting(False, "Deprecated: true = max_*_ckpt_to_keep=1.", plus=True)
-    ray_wait_register_center_timeout: int = setting(300, "Seconds to wait for Ray workers to register.")
+    ray_wait_register_center_timeout: int = setting(300, "Seconds to wait for Ray to place each worker pool.")
     device: str = setting(
         "auto", "hybridrl default auto = cuda if available else cpu (verl: cuda).", choices=("auto", "cuda", "cpu")
     )
@@ -118,7 +118,7 @@ class RayKwargsConfig:
     """Arguments of ray.init (Ray launcher only)."""
 
     ray_init: dict = setting({"num_cpus": None}, "kwargs of ray.init (open dict; older spelling: top-level ray_init).")
-    timeline_json_file: str | None = setting(None, "Write a Ray timeline here.")
+    timeline_json_file: str | None = setting(None, "Write Ray's task timeline (Chrome trace) here when the run ends.")
 
 
 @dataclass

@@ -131,7 +131,8 @@ class RayResourcePool:
             if not pg.wait(self.ready_timeout_s):
                 ray.util.remove_placement_group(pg)
                 raise PlacementError(f"Ray could not place pool {self.name!r} ({self.world_size} x {self.bundle()}, "
-                                     f"strategy {self.strategy}) within {self.ready_timeout_s:.0f}s; cluster has "
+                                     f"strategy {self.strategy}) within {self.ready_timeout_s:.0f}s "
+                                     f"(trainer.ray_wait_register_center_timeout); cluster has "
                                      f"{ray.available_resources()} free. STRICT_PACK needs one node with all of it")
             self._placement_group = pg
         return self._placement_group
@@ -154,11 +155,12 @@ class ResourcePoolManager:
     """Named pools and the role → pool mapping (verl: `{"global_pool": [n_gpus] * nnodes}`, all roles on it)."""
 
     def __init__(self, pool_sizes: dict[str, int], role_to_pool: dict[str, str], *, use_gpu: bool,
-                 strategy: str = "PACK") -> None:
+                 strategy: str = "PACK", ready_timeout_s: float = 120.0) -> None:
         unknown = {role: pool for role, pool in role_to_pool.items() if pool not in pool_sizes}
         if unknown:
             raise PlacementError(f"roles mapped to undefined pools {unknown}; defined pools: {sorted(pool_sizes)}")
-        self.pools = {name: RayResourcePool(name, size, use_gpu=use_gpu, strategy=strategy)
+        self.pools = {name: RayResourcePool(name, size, use_gpu=use_gpu, strategy=strategy,
+                                            ready_timeout_s=ready_timeout_s)
                       for name, size in pool_sizes.items()}
         self.role_to_pool = dict(role_to_pool)
 

@@ -103,6 +103,7 @@ class RankGroups:
     launcher: str = "local"  # or "ray": decides how weights reach a rollout on other ranks (weight_sync)
     pools: object | None = None
     owns_ray: bool = False
+    timeline_json_file: str | None = None  # ray_kwargs.timeline_json_file: Ray's task timeline, written at shutdown
 
     def phase_metrics(self) -> dict[str, float]:
         """Since the last call, max over every rank of every group: `perf/max_memory_allocated_gb[/<phase>]`
@@ -111,6 +112,11 @@ class RankGroups:
                            for metrics in group.call_all("pop_phase_metrics")))
 
     def shutdown(self) -> None:
+        if self.launcher == "ray" and self.timeline_json_file:
+            from hybridrl.distributed.ray_launcher import import_ray
+
+            import_ray().timeline(filename=self.timeline_json_file)
+            log.info(f"Ray timeline written to {self.timeline_json_file} (open it in chrome://tracing or Perfetto)")
         for group in self.groups.values():
             group.shutdown()
         if self.pools is not None:
@@ -132,9 +138,11 @@ def launch_groups(cfg, plans: list[GroupPlan], device_type: str, *, total_steps:
         from hybridrl.distributed.ray_launcher import import_ray
 
         running.owns_ray = not import_ray().is_initialized()
+        running.timeline_json_file = cfg.ray_kwargs.timeline_json_file
         init_ray(ray_init)
         running.pools = ResourcePoolManager({p.name: len(p.device_ids) for p in plans}, {p.name: p.name for p in plans},
-                                            use_gpu=device_type == "cuda")
+                                            use_gpu=device_type == "cuda",
+                                            ready_timeout_s=cfg.trainer.ray_wait_register_center_timeout)
     try:
         for plan in plans:
             log.info(f"starting {plan.name} ({', '.join(plan.roles)}) on {len(plan.device_ids)} {device_type} "

@@ -12,6 +12,7 @@ a float tolerance rather than equality. The critic's fresh value head is seeded 
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -194,10 +195,16 @@ def test_ray_launcher_runs_two_workers(tmp_path, arith_model_dir, arithmetic_fil
     if ray.is_initialized():
         ray.shutdown()
     out = str(tmp_path)
+    timeline = os.path.join(out, "timeline.json")
     PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, out, ranks=2, steps=2, extra=[
         "trainer.launcher=ray", "ray_kwargs.ray_init.num_cpus=2", "+ray_kwargs.ray_init.include_dashboard=false",
+        f"ray_kwargs.timeline_json_file={timeline}", "trainer.ray_wait_register_center_timeout=60",
     ]))).fit()
     assert not ray.is_initialized()  # the trainer started Ray, so it stopped it
+    with open(timeline) as f:  # ray_kwargs.timeline_json_file: Chrome-trace events of the run's Ray tasks
+        events = json.load(f)
+    names = {event.get("name") for event in events}
+    assert {"setup", "execute", "task:execute"} <= names  # the ranks' set-up and their method calls
     records = read_metrics(out)
     assert [r["step"] for r in records] == [1, 2]
     assert all(math.isfinite(r["actor/pg_loss"]) and math.isfinite(r["critic/vf_loss"]) for r in records)
