@@ -77,22 +77,16 @@ class FSDPWorker:
         return sum(p.to_local().numel() for p in self.model.parameters())
 
 
-class ShardingProbe:
-    """`shard_model` on a rank: which FSDP units free their gathered weights after forward."""
+class RankProbe:
+    """What a rank sees of its set-up: FSDP units after `shard_model`, and its process group's timeout."""
 
-    def __init__(self, reshard_after_forward: bool) -> None:
+    def units_resharding_after_forward(self, reshard_after_forward: bool) -> list[bool]:
         from hybridrl.workers.sharding import shard_model
 
-        self.model = build_tiny_model(seed=0)
-        shard_model(self.model, reshard_after_forward=reshard_after_forward)
-
-    def units_resharding_after_forward(self) -> list[bool]:
+        model = build_tiny_model(seed=0)
+        shard_model(model, reshard_after_forward=reshard_after_forward)
         return [layer._get_fsdp_state()._fsdp_param_group.post_forward_mesh_info is not None
-                for layer in self.model.model.layers]
-
-
-class TimeoutProbe:
-    """How long this rank's default process group lets a collective wait."""
+                for layer in model.model.layers]
 
     def collective_timeout_s(self) -> float:
         backend = torch.distributed.group.WORLD._get_backend(torch.device("cpu"))

@@ -8,7 +8,7 @@ import torch
 from hybridrl.distributed.local_launcher import LocalWorkerGroup
 from hybridrl.models.tiny import build_tiny_model
 from hybridrl.utils.batch import Batch
-from tests.distributed.fsdp_workers import FSDPWorker, ShardingProbe, TimeoutProbe, sgd_step
+from tests.distributed.fsdp_workers import FSDPWorker, RankProbe, sgd_step
 
 
 @pytest.mark.slow  # ~20-40 s on 2 busy cores: two ranks import transformers and build the model
@@ -44,14 +44,29 @@ def test_two_rank_fsdp2_step_matches_one_process_and_state_dicts_round_trip():
                                    fresh["model.layers.1.mlp.up_proj.weight"])
 
 
-def test_full_params_gathered_per_unit_equal_per_parameter_gathers_with_uneven_shards():
-    """One all-gather per FSDP unit: 3 ranks and odd row counts (vocab 131, MLP 67, 1 KV head: shards of
-    unequal size) give exactly what gathering each parameter does, under the same names."""
-    config = dict(vocab_size=131, hidden_size=32, intermediate_size=67, num_layers=2, num_heads=2, num_kv_heads=1)
-    with LocalWorkerGroup(FSDPWorker, {"seed": 3, **config}, world_size=3, role="actor") as group:
-        batched = group.call_all("full_params")
-        one_by_one = group.call_all("full_params_one_at_a_time")
-    want = {k: v for k, v in build_tiny_model(seed=3, **config).named_parameters()}
+# odd row counts (vocab 131, MLP 67, 1 KV head): 3 ranks hold shards of unequal (and empty) size
+UNEVEN = dict(vocab_size=131, hidden_size=32, intermediate_size=67, num_layers=2, num_heads=2, num_kv_heads=1)
+
+
+@pytest.fixture(scope="module")
+def uneven_group():
+    with LocalWorkerGroup(FSDPWorker, {"seed": 3, **UNEVEN}, world_size=3, role="actor") as group:
+        yield group
+
+
+@pytest.fixture(scope="module")
+def probe_group():
+    from hybridrl.distributed.rank_runtime import COLLECTIVE_TIMEOUT_ENV
+
+    with LocalWorkerGroup(RankProbe, {}, world_size=2, role="actor", env={COLLECTIVE_TIMEOUT_ENV: "123"}) as group:
+        yield group
+
+
+def test_full_params_gathered_per_unit_equal_per_parameter_gathers_with_uneven_shards(uneven_group):
+    """One all-gather per FSDP unit gives exactly what gathering each parameter does, under the same names."""
+    batched = uneven_group.call_all("full_params")
+    one_by_one = uneven_group.call_all("full_params_one_at_a_time")
+    want = {k: v for k, v in build_tiny_model(seed=3, **UNEVEN).named_parameters()}
     for rank in range(3):
         assert sorted(batched[rank]) == sorted(one_by_one[rank]) == sorted(want)  # unit by unit: another order
         for name, value in one_by_one[rank].items():
@@ -59,12 +74,10 @@ def test_full_params_gathered_per_unit_equal_per_parameter_gathers_with_uneven_s
             torch.testing.assert_close(value, want[name].detach(), rtol=0, atol=0, msg=name)
 
 
-def test_clipping_on_local_shards_matches_torchs_dtensor_clip_with_uneven_shards():
+def test_clipping_on_local_shards_matches_torchs_dtensor_clip_with_uneven_shards(uneven_group):
     """One all-reduce over the local shards: the same norm and clipped gradients as torch's clip over the
     DTensors, on 3 ranks with shards of unequal (and empty) size."""
-    config = dict(vocab_size=131, hidden_size=32, intermediate_size=67, num_layers=2, num_heads=2, num_kv_heads=1)
-    with LocalWorkerGroup(FSDPWorker, {"seed": 3, **config}, world_size=3, role="actor") as group:
-        results = group.call_all("clip_both_ways", 1.0)
+    results = uneven_group.call_all("clip_both_ways", 1.0)
     for rank, result in enumerate(results):
         (norm, grads), (want_norm, want_grads) = result["local_shards"], result["torch"]
         assert norm == pytest.approx(want_norm, rel=1e-5) and want_norm > 1.0, rank  # clipping happened
@@ -73,16 +86,11 @@ def test_clipping_on_local_shards_matches_torchs_dtensor_clip_with_uneven_shards
 
 
 @pytest.mark.parametrize("reshard", [True, False])
-def test_reshard_after_forward_reaches_every_unit(reshard):
+def test_reshard_after_forward_reaches_every_unit(probe_group, reshard):
     """The role's fsdp_config.reshard_after_forward goes to fully_shard (False: no re-gather in backward)."""
-    with LocalWorkerGroup(ShardingProbe, {"reshard_after_forward": reshard}, world_size=2, role="actor") as group:
-        per_rank = group.call_all("units_resharding_after_forward")
-    assert per_rank == [[reshard, reshard]] * 2
+    assert probe_group.call_all("units_resharding_after_forward", reshard) == [[reshard, reshard]] * 2
 
 
-def test_ranks_take_the_collective_timeout_from_the_environment_the_trainer_sets():
+def test_ranks_take_the_collective_timeout_from_the_environment_the_trainer_sets(probe_group):
     """actor_rollout_ref.nccl_timeout travels to the ranks as HYBRIDRL_COLLECTIVE_TIMEOUT_S (group_roles)."""
-    from hybridrl.distributed.rank_runtime import COLLECTIVE_TIMEOUT_ENV
-
-    with LocalWorkerGroup(TimeoutProbe, {}, world_size=2, role="actor", env={COLLECTIVE_TIMEOUT_ENV: "123"}) as group:
-        assert group.call_all("collective_timeout_s") == [123.0, 123.0]
+    assert probe_group.call_all("collective_timeout_s") == [123.0, 123.0]

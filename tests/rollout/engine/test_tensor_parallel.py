@@ -25,17 +25,26 @@ def assert_same_generation(got, want):
         torch.testing.assert_close(torch.tensor(a), torch.tensor(b), atol=1e-5, rtol=0, msg=f"row {row}")
 
 
-@pytest.mark.parametrize("arch,overrides", [("qwen2", {}), ("phi3", {"partial_rotary_factor": 0.5}),
-                                            ("llama", {"num_kv_heads": 1})])
-def test_two_rank_replica_generates_what_one_process_does_and_follows_weight_updates(arch, overrides):
-    """qwen2: q/k/v and gate/up loaded part by part (with qkv bias); phi3: fused checkpoint tensors; llama
-    with one KV head: both ranks keep that head (replicated), each its half of the query heads."""
-    with LocalWorkerGroup(TPEngineRank, {"arch": arch, **overrides}, world_size=2, role="rollout") as group:
-        local = group.call_all("num_local_params")
-        sampled = group.call_all("generate", SAMPLED)
-        greedy = group.call_all("generate", GREEDY)
-        group.call_all("update_weights", 2)
-        updated = group.call_all("generate", GREEDY)
+# qwen2: q/k/v and gate/up loaded part by part (with qkv bias); phi3: fused checkpoint tensors; llama with
+# one KV head: both ranks keep that head (replicated), each its half of the query heads
+MODELS = {"qwen2": ("qwen2", {}), "phi3": ("phi3", {"partial_rotary_factor": 0.5}),
+          "llama_one_kv_head": ("llama", {"num_kv_heads": 1})}
+
+
+@pytest.fixture(scope="module")
+def tp_group():
+    with LocalWorkerGroup(TPEngineRank, {"models": MODELS}, world_size=2, role="rollout") as group:
+        yield group
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_two_rank_replica_generates_what_one_process_does_and_follows_weight_updates(tp_group, name):
+    arch, overrides = MODELS[name]
+    local = tp_group.call_all("num_local_params", name)
+    sampled = tp_group.call_all("generate", name, SAMPLED)
+    greedy = tp_group.call_all("generate", name, GREEDY)
+    tp_group.call_all("update_weights", name, 2)
+    updated = tp_group.call_all("generate", name, GREEDY)
     whole = sum(p.numel() for p in make_engine(make_model(arch, **overrides)).model.parameters())
     assert local[0] == local[1] < whole  # each rank holds its share of the attention and MLP weights
     for rank in range(2):  # both ranks sample the same tokens (no broadcast needed)

@@ -1,4 +1,4 @@
-"""A rank of a tensor-parallel engine replica for the TP tests (importable, so spawned ranks unpickle it)."""
+"""A rank of tensor-parallel engine replicas for the TP tests (importable, so spawned ranks unpickle it)."""
 
 from __future__ import annotations
 
@@ -10,19 +10,21 @@ from tests.rollout.engine.helpers import PROMPTS, make_engine, make_model
 
 
 class TPEngineRank:
-    """Builds the same tiny model on every rank and this rank's slice of it in an engine."""
+    """This rank's slice of each tiny model in `models` ({name: (arch, config overrides)}), one engine each."""
 
-    def __init__(self, arch: str, seed: int = 1, **overrides) -> None:
+    def __init__(self, models: dict[str, tuple[str, dict]], seed: int = 1) -> None:
         tp = TensorParallel(dist.get_rank(), dist.get_world_size(), dist.group.WORLD)
-        self.arch, self.overrides = arch, overrides
-        self.engine = make_engine(make_model(arch, seed=seed, **overrides), tp=tp)
+        self.models = models
+        self.engines = {name: make_engine(make_model(arch, seed=seed, **overrides), tp=tp)
+                        for name, (arch, overrides) in models.items()}
 
-    def generate(self, params: SamplingParams) -> tuple[list, list]:
-        out = self.engine.generate(PROMPTS, params)
+    def generate(self, name: str, params: SamplingParams) -> tuple[list, list]:
+        out = self.engines[name].generate(PROMPTS, params)
         return out.token_ids, out.log_probs
 
-    def update_weights(self, seed: int) -> None:
-        self.engine.update_weights(make_model(self.arch, seed=seed, **self.overrides).named_parameters())
+    def update_weights(self, name: str, seed: int) -> None:
+        arch, overrides = self.models[name]
+        self.engines[name].update_weights(make_model(arch, seed=seed, **overrides).named_parameters())
 
-    def num_local_params(self) -> int:
-        return sum(p.numel() for p in self.engine.model.parameters())
+    def num_local_params(self, name: str) -> int:
+        return sum(p.numel() for p in self.engines[name].model.parameters())
