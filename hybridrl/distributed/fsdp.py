@@ -98,9 +98,8 @@ def iter_full_params(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     name, as `named_parameters` reports them).
     """
     for items in _params_by_unit(model):
-        sharded = [(name, t) for name, t in items if _is_dim0_sharded(t)]
-        yield from ((name, t.full_tensor() if isinstance(t, DTensor) else t) for name, t in items
-                    if not _is_dim0_sharded(t))
+        sharded, other = _split_dim0_sharded(items, key=lambda item: item[1])
+        yield from ((name, t.full_tensor() if isinstance(t, DTensor) else t) for name, t in other)
         for dtype in dict.fromkeys(t.dtype for _, t in sharded):
             yield from _gather_dim0_shards([(name, t) for name, t in sharded if t.dtype == dtype])
 
@@ -118,6 +117,14 @@ def _params_by_unit(model: nn.Module) -> list[list[tuple[str, torch.Tensor]]]:
 def _is_dim0_sharded(tensor: torch.Tensor) -> bool:
     return (isinstance(tensor, DTensor) and tensor.device_mesh.ndim == 1 and tensor.dim() > 0
             and tuple(tensor.placements) == (Shard(0),))
+
+
+def _split_dim0_sharded(items: list, key=lambda item: item) -> tuple[list, list]:
+    """`items` whose tensor (`key(item)`) is a 1-D-mesh Shard(0) DTensor, and the others, in order."""
+    sharded, other = [], []
+    for item in items:
+        (sharded if _is_dim0_sharded(key(item)) else other).append(item)
+    return sharded, other
 
 
 def _gather_dim0_shards(items: list[tuple[str, DTensor]]) -> Iterator[tuple[str, torch.Tensor]]:
@@ -156,12 +163,12 @@ def clip_grad_norm_(model: nn.Module, max_norm: float) -> float:
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     if not grads:
         raise RuntimeError("clip_grad_norm_: no parameter has a gradient; call backward() before clipping")
-    sharded = [g.to_local() for g in grads if _is_dim0_sharded(g)]
-    whole = [g.to_local() if isinstance(g, DTensor) else g for g in grads if not _is_dim0_sharded(g)]
+    sharded_grads, other = _split_dim0_sharded(grads)
+    sharded = [g.to_local() for g in sharded_grads]
+    whole = [g.to_local() if isinstance(g, DTensor) else g for g in other]
     total_sq = _sum_of_squares(sharded, grads[0].device)
-    group = next((g.device_mesh.get_group() for g in grads if _is_dim0_sharded(g)), None)
-    if group is not None:
-        dist.all_reduce(total_sq, group=group)
+    if sharded_grads:
+        dist.all_reduce(total_sq, group=sharded_grads[0].device_mesh.get_group())
     total = (total_sq + _sum_of_squares(whole, total_sq.device)).sqrt()
     coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
     torch._foreach_mul_([t for t in sharded + whole if t.numel()], coef)

@@ -32,6 +32,7 @@ def build_rollout_backend(name: str, model, *, pad_token_id: int, eos_token_ids,
 
         return HFRolloutBackend(model, pad_token_id=pad_token_id, eos_token_ids=eos_token_ids)
     from hybridrl.rollout.engine.llm_engine import LLMEngine
+    from hybridrl.rollout.engine.parallel import SINGLE
 
     return LLMEngine(
         model, tokenizer_eos_ids=tuple(eos_token_ids), dtype=_engine_dtype(rollout_cfg.dtype),
@@ -40,7 +41,7 @@ def build_rollout_backend(name: str, model, *, pad_token_id: int, eos_token_ids,
         max_model_len=rollout_cfg.max_model_len or rollout_cfg.prompt_length + rollout_cfg.response_length,
         enforce_eager=rollout_cfg.enforce_eager, cudagraph_capture_sizes=rollout_cfg.cudagraph_capture_sizes,
         enable_prefix_caching=rollout_cfg.enable_prefix_caching,
-        seed=rollout_cfg.seed if rollout_cfg.seed is not None else 0, **({"tp": tp} if tp is not None else {}))
+        seed=rollout_cfg.seed if rollout_cfg.seed is not None else 0, tp=tp or SINGLE)
 
 
 def _engine_dtype(name: str):

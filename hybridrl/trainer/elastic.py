@@ -30,10 +30,10 @@ from hybridrl.distributed import (
 from hybridrl.logging.log import get_logger
 from hybridrl.rollout import SamplingParams
 from hybridrl.trainer.control import Request
-from hybridrl.trainer.group_roles import GroupRollout, generate_on, pool_rollout_metrics, pop_rank_metrics
+from hybridrl.trainer.group_roles import (GroupRollout, generate_on, pool_rollout_metrics, pop_phase_metrics,
+                                          pop_rank_metrics)
 from hybridrl.trainer.weight_sync import RankWeights, WeightHandoff
 from hybridrl.utils.batch import Batch
-from hybridrl.utils.memory import max_merge
 from hybridrl.workers.colocated import ROW_INDEX_KEY
 
 log = get_logger("hybridrl.trainer")
@@ -164,10 +164,9 @@ class ElasticRollout:
         return batch, pop_rank_metrics(batch)
 
     def phase_metrics(self) -> dict[str, float]:
-        """Peaks (and `timing_s/gen_rank`) of the borrowed replicas' ranks since the last call (the run's own ranks report through
-        `RankGroups.phase_metrics`)."""
-        return max_merge(*(metrics for group in self.replicas.values()
-                           for metrics in group.call_all("pop_phase_metrics")))
+        """Peaks (and `timing_s/gen_rank`) of the borrowed replicas' ranks since the last call (the run's own
+        ranks report through `RankGroups.phase_metrics`)."""
+        return pop_phase_metrics(self.replicas.values())
 
     def sync_weights(self, named_tensors) -> dict[str, float] | None:
         """The base's sync plus the replicas', from ONE gather of the actor's weights; returns the metrics of

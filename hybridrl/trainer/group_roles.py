@@ -106,10 +106,7 @@ class RankGroups:
     timeline_json_file: str | None = None  # ray_kwargs.timeline_json_file: Ray's task timeline, written at shutdown
 
     def phase_metrics(self) -> dict[str, float]:
-        """Since the last call, max over every rank of every group: `perf/max_memory_allocated_gb[/<phase>]`
-        and `timing_s/<phase>_rank` (the slowest rank's wall time inside the phase)."""
-        return max_merge(*(metrics for group in self.groups.values()
-                           for metrics in group.call_all("pop_phase_metrics")))
+        return pop_phase_metrics(self.groups.values())
 
     def shutdown(self) -> None:
         if self.launcher == "ray" and self.timeline_json_file:
@@ -125,6 +122,12 @@ class RankGroups:
             from hybridrl.distributed.ray_launcher import import_ray
 
             import_ray().shutdown()
+
+
+def pop_phase_metrics(groups) -> dict[str, float]:
+    """Since the last call, max over every rank of `groups`: `perf/max_memory_allocated_gb[/<phase>]` and
+    `timing_s/<phase>_rank` (the slowest rank's wall time inside the phase)."""
+    return max_merge(*(metrics for group in groups for metrics in group.call_all("pop_phase_metrics")))
 
 
 def launch_groups(cfg, plans: list[GroupPlan], device_type: str, *, total_steps: int) -> RankGroups:

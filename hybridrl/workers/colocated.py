@@ -69,7 +69,7 @@ class ColocatedWorker:
         self.rank, world_size = dist.get_rank(), dist.get_world_size()
         device = torch.device(device_type)
         self.memory = PhaseMemory(device)  # this rank's peaks per phase (`pop_phase_metrics`)
-        self.phase_seconds: defaultdict[str, float] = defaultdict(float)  # wall time per phase, same
+        self.phase_seconds: defaultdict[str, float] = defaultdict(float)  # this rank's wall time per phase
         _seed_everything(cfg.trainer.seed)  # every rank builds identical weights (e.g. a fresh value head)
         model_cfg = cfg.actor_rollout_ref.model
         self.tokenizer = load_tokenizer(model_cfg.tokenizer_path or model_cfg.path,

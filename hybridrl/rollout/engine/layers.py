@@ -145,8 +145,7 @@ class MergedLinear(nn.Linear):
             default_weight_loader(param, loaded)
             return
         offset, size = self.shard_offsets[shard_id]
-        default_weight_loader(param.data.narrow(0, offset, size),
-                              rank_slice(loaded, self.tp, 0, self.slices[shard_id]) if self.tp.size > 1 else loaded)
+        default_weight_loader(param.data.narrow(0, offset, size), rank_slice(loaded, self.tp, 0, self.slices[shard_id]))
 
 
 class RowParallelLinear(nn.Module):
@@ -162,7 +161,7 @@ class RowParallelLinear(nn.Module):
         self.weight.weight_loader = self._load_weight
 
     def _load_weight(self, param: torch.Tensor, loaded: torch.Tensor, shard_id: object = None) -> None:
-        default_weight_loader(param, rank_slice(loaded, self.tp, 1) if self.tp.size > 1 else loaded)
+        default_weight_loader(param, rank_slice(loaded, self.tp, 1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.tp.size == 1:

@@ -37,7 +37,6 @@ class LLMEngine:
             raise ValueError(f"actor_rollout_ref.rollout.gpu_memory_utilization ({gpu_memory_utilization}) "
                              "must be in (0, 1]; try 0.5")
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        self.tp = tp
         self.model, self.config, self.max_model_len, eos = build_engine_model(
             model, dtype, self.device, max_model_len, tp)
         if tp.size > 1 and self.device.type == "cuda" and not enforce_eager:

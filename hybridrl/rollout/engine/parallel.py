@@ -48,6 +48,8 @@ def rank_slice(full: torch.Tensor, tp: TensorParallel, dim: int, slices: int | N
     """This rank's part of `full` along `dim` cut into `slices` (default tp) equal parts; with fewer slices
     than ranks (KV heads replicated over ranks) consecutive ranks share a slice."""
     slices = slices or tp.size
+    if slices == 1:
+        return full
     size = full.shape[dim] // slices
     return full.narrow(dim, tp.rank * slices // tp.size * size, size)
 
