@@ -31,7 +31,9 @@ from typing import Any, Callable
 HERE = Path(__file__).resolve().parent
 GSM8K_2048 = HERE / "data" / "gsm8k_train_2048.jsonl"
 OOM_MARKERS = ("out of memory", "outofmemoryerror")
-USABLE_FRACTION = 0.97  # of device memory a prediction plans for (allocator rounding and fragmentation)
+# Of device memory a prediction plans for. H200, session 5: a separate-mode step at 8,576 sequences failed
+# to allocate 0.5 GiB with 136.5 GiB allocated and 2 GiB reserved but fragmented (0.98 x 139.8 = 137.0).
+USABLE_FRACTION = 0.98
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -158,31 +160,42 @@ def trial_figures(result: dict[str, Any]) -> dict[str, Any]:
             "kv_cache_gb": result.get("kv_cache_gb"), "kv_budget_gb": result.get("kv_budget_gb"),
             "device_total_gb": result.get("device_total_gb"),
             "kv_during_training": result.get("kv_cache_during_training"),
-            "num_preempted": result.get("rollout/num_preempted")}
+            "num_preempted": result.get("rollout/num_preempted"),
+            "kv_peak_usage": result.get("rollout/kv_cache_peak_usage_max")}
 
 
 def predicted_prompts(fits: list[dict[str, Any]], n: int) -> int | None:
-    """Prompts whose KV cache still fits both the engine's budget and the device beside the mode's non-KV
-    peak (of generation in hybrid mode; of every phase in separate mode, whose cache stays through
-    training): KV bytes per sequence and the non-KV peak as lines through the two largest fits (decode
-    activations grow with max_num_seqs), the budget as the larger fit reported it (H200, session 4: 135.2,
-    132.6 and 130.8 GB at 512, 1024 and 7168 sequences: no line). None with fewer than two fits or
-    without CUDA figures."""
+    """Prompts at which the two largest fits' figures, as lines over sequences, reach a limit (None with
+    fewer than two fits or without CUDA figures):
+    - preemption: the KV blocks in use at the peak (`rollout/kv_cache_peak_usage_max` of the cache; a
+      prompt's blocks are shared by its n samples) reach the engine's budget, as the larger fit reported
+      it (H200: 135.2, 132.6, 130.8, 130.2 GB at 512, 1,024, 7,168, 9,216 sequences: no line);
+    - memory: the cache as allocated (sized for max_num_seqs full-length sequences, capped by the budget)
+      plus the mode's non-KV peak (generation's in hybrid mode; every phase's in separate mode, whose
+      cache stays through training) reaches USABLE_FRACTION of the device."""
     points = sorted((f for f in fits if _has_figures(f)), key=lambda f: f["sequences"])[-2:]
     if len(points) < 2 or points[0]["sequences"] == points[1]["sequences"]:
         return None
-    kv_per_sequence = _line(points, lambda f: f["kv_cache_gb"])[1]
     budget = points[-1]["kv_budget_gb"]  # not a line: it is capped by the free memory at engine start
-    peak0, peak_slope = _line(points, _non_kv_peak)
+    used0, used_slope = _line(points, lambda f: f["kv_peak_usage"] * f["kv_cache_gb"])
+    by_blocks = (budget - used0) / max(used_slope, 1e-12)
+    return int(min(by_blocks, _memory_limit(points, budget)) // n)
+
+
+def _memory_limit(points: list[dict[str, Any]], budget: float) -> float:
+    """Sequences at which min(cache line, budget) + non-KV peak line reaches the usable memory."""
     usable = USABLE_FRACTION * points[-1]["device_total_gb"]
-    sequences = min(budget / max(kv_per_sequence, 1e-12), (usable - peak0) / max(kv_per_sequence + peak_slope, 1e-12))
-    return int(sequences // n)
+    cache0, cache_slope = _line(points, lambda f: f["kv_cache_gb"])
+    peak0, peak_slope = _line(points, _non_kv_peak)
+    uncapped = (usable - cache0 - peak0) / max(cache_slope + peak_slope, 1e-12)
+    if cache0 + cache_slope * uncapped <= budget:
+        return uncapped
+    return (usable - budget - peak0) / peak_slope if peak_slope > 0 else float("inf")
 
 
 def _has_figures(entry: dict[str, Any]) -> bool:
-    # a cache capped by the budget hides the per-sequence size
     return bool(entry.get("kv_cache_gb") and entry.get("kv_budget_gb") and entry.get("device_total_gb")
-                and entry.get("phase_peaks_gb")) and entry["kv_cache_gb"] < entry["kv_budget_gb"]
+                and entry.get("phase_peaks_gb") and entry.get("kv_peak_usage") is not None)
 
 
 def _non_kv_peak(entry: dict[str, Any]) -> float:

@@ -54,33 +54,45 @@ def test_a_prediction_too_high_bisects_and_one_too_low_gallops():
     assert found["largest_fit"] <= 300 < found["smallest_oom"] and found["smallest_oom"] - found["largest_fit"] <= 16
 
 
-def trial(sequences, kv_during_training, phase_peaks, kv_per_sequence=1 / 64, budget=120.0):
-    kv = sequences * kv_per_sequence
+def trial(sequences, kv_during_training, phase_peaks, kv_per_sequence=1 / 64, budget=120.0, used_fraction=1.0):
+    kv = min(sequences * kv_per_sequence, budget)  # the engine caps its cache at the budget
     return {"sequences": sequences, "kv_cache_gb": kv, "kv_budget_gb": budget, "device_total_gb": 100.0,
-            "kv_during_training": kv_during_training,
+            "kv_during_training": kv_during_training, "kv_peak_usage": sequences * kv_per_sequence * used_fraction / kv,
             "phase_peaks_gb": {phase: peak + (kv if kv_during_training or phase == "gen" else 0.0)
                                for phase, peak in phase_peaks.items()}}
 
 
 def test_prediction_plans_the_kv_cache_beside_the_modes_non_kv_peak():
     hybrid = [trial(s, False, {"gen": 4.0, "update_actor": 20.0}) for s in (512, 1024)]
-    # hybrid: the cache lives during gen only, beside 4 GB: (97 - 4) GB at 1/64 GB per sequence, 8 per prompt
-    assert predicted_prompts(hybrid, n=8) == int(93.0 * 64 // 8)
+    # hybrid: the cache lives during gen only, beside 4 GB: (98 - 4) GB at 1/64 GB per sequence, 8 per prompt
+    assert predicted_prompts(hybrid, n=8) == int(94.0 * 64 // 8)
     separate = [trial(s, True, {"gen": 4.0, "update_actor": 20.0}) for s in (512, 1024)]
-    assert predicted_prompts(separate, n=8) == int(77.0 * 64 // 8)  # the cache stays beside training's 20 GB
+    assert predicted_prompts(separate, n=8) == int(78.0 * 64 // 8)  # the cache stays beside training's 20 GB
     assert predicted_prompts(hybrid[:1], n=8) is None  # one fit: no lines yet
-    capped = [dict(t, kv_budget_gb=t["kv_cache_gb"]) for t in hybrid]  # a capped cache hides its per-sequence size
-    assert predicted_prompts(capped, n=8) is None
     assert predicted_prompts([dict(t, device_total_gb=None) for t in hybrid], n=8) is None  # CPU trials
+    assert predicted_prompts([dict(t, kv_peak_usage=None) for t in hybrid], n=8) is None  # no usage figure
 
 
 def test_prediction_follows_peaks_that_grow_with_the_batch_and_the_latest_budget():
-    # the gen activations grow 1/256 GB per sequence beside the cache: (97 - 4) / (1/64 + 1/256)
+    # the gen activations grow 1/256 GB per sequence beside the cache: (98 - 4) / (1/64 + 1/256)
     growing = [dict(trial(s, False, {"gen": 4.0 + s / 256}), sequences=s) for s in (512, 1024)]
-    assert predicted_prompts(growing, n=8) == int(93.0 / (1 / 64 + 1 / 256) // 8)
+    assert predicted_prompts(growing, n=8) == int(94.0 / (1 / 64 + 1 / 256) // 8)
     # a 50 GB budget binds before the device; the larger trial's figure counts (no extrapolated line)
     tight = [trial(512, False, {"gen": 4.0}, budget=53.0), trial(1024, False, {"gen": 4.0}, budget=50.0)]
     assert predicted_prompts(tight, n=8) == int(50.0 * 64 // 8)
+
+
+def test_a_cache_capped_at_the_budget_is_filled_by_the_blocks_in_use():
+    """Prompt blocks shared by the n samples: 3/4 of the reserved size is in use. With the cache capped at a
+    60 GB budget, preemption comes at 60 GB of blocks in use: 60 / (3/4 * 1/64) sequences."""
+    capped = [trial(s, False, {"gen": 4.0}, budget=60.0, used_fraction=0.75) for s in (4096, 4608)]
+    assert capped[-1]["kv_cache_gb"] == 60.0  # the allocation no longer shows the per-sequence size
+    assert predicted_prompts(capped, n=8) == int(60.0 / (0.75 / 64) // 8)
+    # separate mode: the capped cache (60 GB) beside training's peak, 33 GB + 1/1024 GB per sequence, reaches
+    # the device at 5,120 sequences, before the blocks in use (half the reservation) reach the budget at 7,680
+    separate = [trial(s, True, {"update_actor": 33.0 + s / 1024}, budget=60.0, used_fraction=0.5)
+                for s in (4096, 4352)]
+    assert predicted_prompts(separate, n=8) == int((98.0 - 60.0 - 33.0) * 1024 // 8)
 
 
 def test_a_preempted_step_is_not_a_fit_and_an_oom_is_recognized():

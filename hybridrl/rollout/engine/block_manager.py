@@ -56,6 +56,11 @@ class BlockManager:
     def num_free_blocks(self) -> int:
         return self.num_blocks - self._next_fresh + len(self.free_block_ids)
 
+    @property
+    def num_used_blocks(self) -> int:
+        """Blocks some sequence holds now (freed blocks that only keep a cached prefix are free)."""
+        return self.num_blocks - self.num_free_blocks
+
     def _take_free_block(self) -> Block:
         if self._next_fresh < self.num_blocks:
             block = self.blocks[self._next_fresh] = Block(self._next_fresh)

@@ -102,10 +102,6 @@ class RotaryEmbedding(nn.Module):
     def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
                 ) -> tuple[torch.Tensor, torch.Tensor]:
         """q (N, Hq, D), k (N, Hkv, D) rotated at positions (N,). Math in the activation dtype, as HF."""
-        fused = fused_ops_for(q)
-        if fused is not None:  # in place: q and k are fresh views of this layer's qkv projection
-            return (fused.rotary_inplace(q, positions, self.cos, self.sin, self.rot_dim),
-                    fused.rotary_inplace(k, positions, self.cos, self.sin, self.rot_dim))
         cos = self.cos[positions].to(q.dtype)[:, None]  # (N, 1, rot_dim)
         sin = self.sin[positions].to(q.dtype)[:, None]
         return self._rotate(q, cos, sin), self._rotate(k, cos, sin)
@@ -199,9 +195,10 @@ class PagedAttention(nn.Module):
         self.backend: AttentionBackend = TORCH_BACKEND
         self.k_cache = self.v_cache = torch.empty(0)  # bound by the model runner
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-        """q (N, Hq, D), k/v (N, Hkv, D) -> (N, Hq * D)."""
-        self.backend.store_kv_cache(k, v, self.k_cache, self.v_cache, meta.slot_mapping)
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata,
+                rotary: RotaryEmbedding, positions: torch.Tensor) -> torch.Tensor:
+        """q (N, Hq, D), k/v (N, Hkv, D) before RoPE, at positions (N,) -> (N, Hq * D)."""
+        q = self._rotate_and_store(q, k, v, meta, rotary, positions)
         if meta.is_prefill:
             out = self.backend.paged_prefill_attention(
                 q, self.k_cache, self.v_cache, meta.block_tables, meta.context_lens, meta.token_seq_idx,
@@ -211,6 +208,18 @@ class PagedAttention(nn.Module):
                 q, self.k_cache, self.v_cache, meta.block_tables, meta.context_lens, self.scale,
                 self.sliding_window)
         return out.reshape(q.shape[0], -1)
+
+    def _rotate_and_store(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata,
+                          rotary: RotaryEmbedding, positions: torch.Tensor) -> torch.Tensor:
+        """Rotate q and k, write k and v to this layer's cache; return the rotated q. One Triton kernel on
+        CUDA (q rotated in place: it is a fresh view of the layer's projection or q-norm output)."""
+        fused = fused_ops_for(q)
+        if fused is not None and q.dtype == self.k_cache.dtype:
+            return fused.rotary_store_kv(q, k, v, positions, rotary.cos, rotary.sin, rotary.rot_dim,
+                                         self.k_cache, self.v_cache, meta.slot_mapping)
+        q, k = rotary(positions, q, k)
+        self.backend.store_kv_cache(k, v, self.k_cache, self.v_cache, meta.slot_mapping)
+        return q
 
 
 def build_rotary(config: object, head_dim: int, max_positions: int) -> RotaryEmbedding:

@@ -168,11 +168,12 @@ class LLMEngine:
 
     def _run(self, scheduler: Scheduler, params: SamplingParams) -> dict[str, float]:
         prefill_s = decode_s = 0.0
-        num_decode_steps = num_bursts = 0
+        num_decode_steps = num_bursts = peak_blocks = 0
         while not scheduler.is_finished():
             seqs, is_prefill, num_steps = scheduler.schedule(self.max_decode_burst)
             if not seqs:
                 raise RuntimeError("the scheduler made no progress (a sequence cannot get KV blocks)")
+            peak_blocks = max(peak_blocks, self.block_manager.num_used_blocks)
             start = time.perf_counter()
             if is_prefill:
                 tokens, logprobs = self.runner.run_prefill(seqs, params)
@@ -191,4 +192,8 @@ class LLMEngine:
             "rollout/mean_decode_step_s": decode_s / max(num_decode_steps, 1),
             "rollout/num_preempted": float(scheduler.num_preempted),
             "rollout/prefix_cache_hit_tokens": float(scheduler.num_cached_tokens),
+            # the most blocks held at once (prompt blocks shared by a prompt's n samples count once), of
+            # the cache's num_kv_blocks: how close this batch came to preempting
+            "rollout/kv_cache_peak_blocks_max": float(peak_blocks),
+            "rollout/kv_cache_peak_usage_max": peak_blocks / self.num_kv_blocks,
         }

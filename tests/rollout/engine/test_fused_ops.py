@@ -1,4 +1,4 @@
-"""Triton norm / RoPE / SiLU-and-mul kernels vs the torch layer code they replace on CUDA.
+"""Triton norm / RoPE-and-KV-store / SiLU-and-mul kernels vs the torch layer code they replace on CUDA.
 
 Run in a TRITON_INTERPRET=1 subprocess on CPU (see test_triton_decode.py for why); the kernels must
 round where the torch code rounds, so bf16 results agree to within one bf16 ulp."""
@@ -60,26 +60,35 @@ def test_silu_and_mul(dtype, device):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("head_dim,rot_dim", [(64, 64), (96, 48)])  # full and partial (Phi-3 style) rotary
-def test_rotary_in_place_on_a_strided_view(dtype, head_dim, rot_dim, device, monkeypatch):
+def test_rotary_store_kv_matches_rope_then_cache_store(dtype, head_dim, rot_dim, device, monkeypatch):
+    """q/k/v as strided views of one qkv projection, GQA (7 query heads, 2 KV heads), a padding row (slot
+    -1): q rotated in place, rotated k and raw v in their cache slots, every other slot and v untouched."""
     from hybridrl.rollout.engine import fused_ops, layers
+    from hybridrl.rollout.engine.attention.torch_paged import store_kv_cache
 
     device = on_device(device)
     monkeypatch.setattr(layers, "USE_FUSED_OPS", False)  # `rope(...)` below is the torch reference
     torch.manual_seed(2)
     inv_freq = 1.0 / 10000 ** (torch.arange(0, rot_dim, 2).float() / rot_dim)
     rope = RotaryEmbedding(inv_freq, 1.0, 64).to(device, dtype)
-    n, hq, hk = 4, 7, 1
+    n, hq, hk = 4, 7, 2
     qkv = torch.randn(n, (hq + 2 * hk) * head_dim, dtype=dtype).to(device)
-    q = qkv[:, :hq * head_dim].view(n, hq, head_dim)
-    k = qkv[:, hq * head_dim:(hq + hk) * head_dim].view(n, hk, head_dim)
+    q, k, v = (part.view(n, -1, head_dim) for part in qkv.split([hq * head_dim, hk * head_dim, hk * head_dim], -1))
     positions = torch.tensor([0, 5, 17, 63], device=device)
+    slots = torch.tensor([3, -1, 40, 12], device=device)
+    k_cache = torch.randn(4, 16, hk, head_dim, dtype=dtype).to(device)  # (blocks, block_size, Hkv, D)
+    v_cache = torch.randn_like(k_cache)
+    want_k_cache, want_v_cache = k_cache.clone(), v_cache.clone()
     want_q, want_k = rope(positions, q.clone(), k.clone())
-    v_before = qkv[:, (hq + hk) * head_dim:].clone()
-    fused_ops.rotary_inplace(q, positions, rope.cos, rope.sin, rope.rot_dim)
-    fused_ops.rotary_inplace(k, positions, rope.cos, rope.sin, rope.rot_dim)
+    store_kv_cache(want_k, v, want_k_cache, want_v_cache, slots)
+    v_before, k_before = v.clone(), k.clone()
+
+    got = fused_ops.rotary_store_kv(q, k, v, positions, rope.cos, rope.sin, rope.rot_dim, k_cache, v_cache, slots)
+    assert got.data_ptr() == q.data_ptr()
     close(q, want_q, dtype)
-    close(k, want_k, dtype)
-    assert torch.equal(qkv[:, (hq + hk) * head_dim:], v_before)  # v untouched
+    close(k_cache, want_k_cache, dtype)
+    assert torch.equal(v_cache, want_v_cache)  # v is copied, not computed
+    assert torch.equal(v, v_before) and torch.equal(k, k_before)  # k rotated into the cache only
 
 
 @pytest.mark.gpu

@@ -53,6 +53,17 @@ def test_preemption_gives_identical_outputs(model, greedy):
     torch.testing.assert_close(torch.tensor(tight.log_probs), torch.tensor(free.log_probs), atol=1e-4, rtol=0)
 
 
+@pytest.mark.parametrize("prefix_caching,new_tokens,peak", [
+    (True, 6, 3 + 3 * 2), (True, 5, 3 + 3 * 1), (False, 6, 3 * 5), (False, 5, 3 * 4)])
+def test_kv_peak_counts_shared_prompt_blocks_once(model, prefix_caching, new_tokens, peak):
+    """12 prompt tokens = 3 blocks of 4, n=3; the last sampled token never needs a KV slot, so a row holds
+    ceil((12 + new_tokens - 1) / 4) blocks, of which the 3 prompt blocks are shared with prefix caching."""
+    engine = make_engine(model, enable_prefix_caching=prefix_caching)
+    out = engine.generate(PROMPTS[:1], SamplingParams(do_sample=False, n=3, max_new_tokens=new_tokens, ignore_eos=True))
+    assert out.metrics["rollout/kv_cache_peak_blocks_max"] == peak
+    assert out.metrics["rollout/kv_cache_peak_usage_max"] == peak / engine.num_kv_blocks
+
+
 def test_repeated_prompts_hit_the_prefix_cache_across_calls(model):
     engine = make_engine(model)
     params = SamplingParams(do_sample=False, max_new_tokens=4, ignore_eos=True)
