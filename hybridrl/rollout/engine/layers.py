@@ -24,7 +24,7 @@ class AttentionMetadata:
 
     slot_mapping int64 (N,); block_tables int32 (B, M); context_lens int32 (B,) = tokens in the cache
     after this step. Prefill only: token_seq_idx / token_q_idx int64 (N,) place each new token in a
-    padded (B, max_seqlen_q) query grid.
+    padded (B, max_seqlen_q) query grid; query_lens int64 (B,) counts each sequence's new tokens.
     """
 
     is_prefill: bool
@@ -33,6 +33,7 @@ class AttentionMetadata:
     context_lens: torch.Tensor
     token_seq_idx: torch.Tensor | None = None
     token_q_idx: torch.Tensor | None = None
+    query_lens: torch.Tensor | None = None
     max_seqlen_q: int = 1
 
 
@@ -202,7 +203,7 @@ class PagedAttention(nn.Module):
         if meta.is_prefill:
             out = self.backend.paged_prefill_attention(
                 q, self.k_cache, self.v_cache, meta.block_tables, meta.context_lens, meta.token_seq_idx,
-                meta.token_q_idx, meta.max_seqlen_q, self.scale, self.sliding_window)
+                meta.token_q_idx, meta.max_seqlen_q, meta.query_lens, self.scale, self.sliding_window)
         else:
             out = self.backend.paged_decode_attention(
                 q, self.k_cache, self.v_cache, meta.block_tables, meta.context_lens, self.scale,

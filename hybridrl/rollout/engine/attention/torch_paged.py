@@ -58,19 +58,19 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
 def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                             block_tables: torch.Tensor, context_lens: torch.Tensor,
                             token_seq_idx: torch.Tensor, token_q_idx: torch.Tensor, max_seqlen_q: int,
-                            scale: float, sliding_window: int | None = None) -> torch.Tensor:
+                            query_lens: torch.Tensor, scale: float, sliding_window: int | None = None) -> torch.Tensor:
     """Ragged prefill whose K/V (incl. prefix-cache context) are already stored in the cache.
 
     q (N, Hq, D) flattened over sequences; token t is query number token_q_idx[t] of sequence
-    token_seq_idx[t]; each sequence's queries are its last tokens, ending at position context_lens - 1.
-    Queries are padded to (B, max_seqlen_q) for one batched SDPA call -> (N, Hq, D).
+    token_seq_idx[t]; sequence b has query_lens[b] queries, its last tokens, ending at position
+    context_lens[b] - 1 (query_lens comes from the host: counting token_seq_idx on the device would
+    synchronise once per layer). Queries are padded to (B, max_seqlen_q) for one batched SDPA call -> (N, Hq, D).
     """
     batch = block_tables.shape[0]
     q_pad = q.new_zeros(batch, max_seqlen_q, *q.shape[1:])
     q_pad[token_seq_idx, token_q_idx] = q
-    q_lens = torch.bincount(token_seq_idx, minlength=batch)
     ctx = context_lens.long()
-    q_pos = (ctx - q_lens)[:, None] + torch.arange(max_seqlen_q, device=q.device)
+    q_pos = (ctx - query_lens)[:, None] + torch.arange(max_seqlen_q, device=q.device)
     k = gather_context(k_cache, block_tables)
     v = gather_context(v_cache, block_tables)
     mask = key_mask(q_pos, ctx, k.shape[1], sliding_window)
