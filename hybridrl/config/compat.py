@@ -82,6 +82,15 @@ NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
     "actor_rollout_ref.model.use_shm": ((False,), f"/dev/shm preloading is {_LATER}"),
     "transfer_queue.enable": ((False,), f"the transfer queue is {_LATER}"),
     "critic.model.lora_rank": ((0,), "LoRA arrives in a later hybridrl release; use lora_rank=0 (full fine-tuning)"),
+    "actor_rollout_ref.actor.use_prefix_grouper": ((False,), f"sharing a group's prompt prefix in the training forward is {_LATER}"),
+    "actor_rollout_ref.actor.calculate_sum_pi_squared": ((False,), f"sum(pi^2) per token (optimal-token baseline) is {_LATER}"),
+    "actor_rollout_ref.rollout.prometheus.enable": ((False,), f"Prometheus export is {_LATER}; engine statistics are the "
+                                                              "rollout/* metrics of every step"),
+    "actor_rollout_ref.rollout.enable_rollout_routing_replay": ((False,), f"MoE routing replay is {_LATER}"),
+    "reward_model.enable_resource_pool": ((False,), "a separate Ray resource pool for the reward model is not built; "
+                                                    "give it its own devices with reward_model.device_ids"),
+    "trainer.log_val_generations": ((0,), f"logging validation generations to the trackers is {_LATER}; "
+                                          "trainer.rollout_data_dir dumps training generations as JSONL"),
     "actor_rollout_ref.hybrid_engine": ((True,), "only the hybrid engine exists (as in verl): keep hybrid_engine=true"),
 }
 
@@ -140,6 +149,8 @@ def normalize_tree(tree: dict[str, Any], explicit: set[str]) -> list[str]:
         "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size",
     )  # fmt: skip
     problems += _agree(tree, explicit, "reward_model.reward_manager", "reward_manager.name")
+    for role in ("actor_rollout_ref.actor", "critic"):  # verl's newer optimizer configs carry the clip too
+        problems += _agree(tree, explicit, f"{role}.grad_clip", f"{role}.optim.clip_grad")
     logger = get_in(tree, "trainer.logger")
     if isinstance(logger, str):
         set_in(tree, "trainer.logger", [logger])  # verl's Tracking wraps a bare string too

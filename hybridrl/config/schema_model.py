@@ -68,15 +68,15 @@ class ModelConfig:
 class OptimConfig:
     """Optimizer and LR schedule (one scheduler step per update call)."""
 
-    optimizer: str = setting("AdamW", "Optimizer class name inside optimizer_impl.")
-    optimizer_impl: str = setting("torch.optim", "Module holding the optimizer class.")
+    optimizer: str = setting("AdamW", "Optimizer class name inside optimizer_impl (betas go to names containing 'adam').")
+    optimizer_impl: str = setting("torch.optim", "Module holding the optimizer class (imported by name, e.g. bitsandbytes.optim).")
     lr: float = setting(1e-6, "Peak learning rate.")
     lr_warmup_steps_ratio: float = setting(0.0, "Warmup steps as a fraction of total steps (used when lr_warmup_steps <= 0).")
     total_training_steps: int = setting(-1, "Set by the trainer from the data size and total_epochs.")
     weight_decay: float = setting(0.01, "Decoupled weight decay.")
     lr_warmup_steps: int = setting(-1, "Warmup steps; <= 0 = use lr_warmup_steps_ratio.")
     betas: list[float] = setting([0.9, 0.999], "Adam betas.")
-    clip_grad: float = setting(1.0, "Gradient-norm clip (alias of the role's grad_clip).")
+    clip_grad: float = setting(1.0, "Gradient-norm clip: a second spelling of the role's grad_clip (set one).")
     min_lr_ratio: float = setting(0.0, "Cosine schedule floor as a fraction of lr.")
     num_cycles: float = setting(0.5, "Cosine schedule cycles.")
     lr_scheduler_type: str = setting(
@@ -131,7 +131,7 @@ class CheckpointConfig:
     load_contents: list[str] = setting(
         ["model", "optimizer", "extra"], "Parts to load on resume.", ref="${.save_contents}"
     )
-    async_save: bool = setting(False, "Save asynchronously (Megatron only in verl).")
+    async_save: bool = setting(False, "Save asynchronously: Megatron only in verl; no effect under FSDP (saves are synchronous).")
 
 
 @dataclass

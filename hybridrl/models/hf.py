@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 
 import torch
@@ -44,8 +45,10 @@ def _load_error(kind: str, path: str, key: str, err: Exception) -> ModelLoadErro
 
 
 def load_tokenizer(path: str, *, trust_remote_code: bool = False,
-                   key: str = "actor_rollout_ref.model.tokenizer_path") -> PreTrainedTokenizerBase:
-    """Tokenizer with a pad token (falls back to EOS, as verl does) and left padding for prompts."""
+                   key: str = "actor_rollout_ref.model.tokenizer_path",
+                   chat_template: str | None = None) -> PreTrainedTokenizerBase:
+    """Tokenizer with a pad token (falls back to EOS, as verl does) and left padding for prompts;
+    `chat_template` (a Jinja string) replaces the tokenizer's own."""
     path = expand_path(path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
@@ -54,7 +57,29 @@ def load_tokenizer(path: str, *, trust_remote_code: bool = False,
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
+    if chat_template is not None:
+        tokenizer.chat_template = chat_template
     return tokenizer
+
+
+def load_policy_tokenizer(model_cfg) -> PreTrainedTokenizerBase:
+    """The policy's tokenizer from `actor_rollout_ref.model`: its external_lib imported first, tokenizer_path
+    (else path), trust_remote_code and custom_chat_template applied."""
+    import_external_lib(model_cfg.external_lib, "actor_rollout_ref.model.external_lib")
+    return load_tokenizer(model_cfg.tokenizer_path or model_cfg.path, trust_remote_code=model_cfg.trust_remote_code,
+                          chat_template=model_cfg.custom_chat_template)
+
+
+def import_external_lib(module: str | None, key: str) -> None:
+    """verl's `<role>.model.external_lib`: import a module (which registers custom architectures or tokenizers
+    with transformers' Auto classes) before that role's model loads."""
+    if not module:
+        return
+    try:
+        importlib.import_module(module)
+    except ImportError as err:
+        raise ModelLoadError(f"{key}={module!r} could not be imported ({type(err).__name__}: {err}); install it, "
+                             "put it on PYTHONPATH, or set the key to null") from err
 
 
 def load_causal_lm(path: str, *, dtype: torch.dtype = torch.float32, override_config: dict | None = None,

@@ -12,7 +12,7 @@ import torch
 from hybridrl.algorithms import ADVANTAGE_ESTIMATORS
 from hybridrl.data.dataset import RLDataset, collate
 from hybridrl.data.loader import StatefulLoader
-from hybridrl.models.hf import expand_path, load_tokenizer
+from hybridrl.models.hf import expand_path, load_policy_tokenizer
 
 
 @dataclass(frozen=True)
@@ -54,8 +54,7 @@ def build_tokenizer(cfg):
 
         raise ConfigError(f"actor_rollout_ref.model.path={model_cfg.path!r} is a Megatron-LM checkpoint, which has no "
                           f"tokenizer: set actor_rollout_ref.model.tokenizer_path to an HF tokenizer directory")
-    path = model_cfg.tokenizer_path or model_cfg.path
-    return load_tokenizer(path, trust_remote_code=model_cfg.trust_remote_code)
+    return load_policy_tokenizer(model_cfg)
 
 
 def _files(value) -> list[str]:

@@ -28,7 +28,7 @@ import torch.distributed as dist
 
 from hybridrl.distributed.weight_handoff import (BufferSpec, SpilledWeights, WeightManifest, cast_to_cpu,
                                                  open_weights, write_weights)
-from hybridrl.models.hf import load_causal_lm, load_tokenizer, resolve_dtype
+from hybridrl.models.hf import load_causal_lm, load_policy_tokenizer, resolve_dtype
 from hybridrl.rollout import SamplingParams
 from hybridrl.rollout.engine.parallel import SINGLE, replica_groups
 from hybridrl.utils.memory import PhaseMemory, host_memory_metrics
@@ -71,9 +71,7 @@ class ColocatedWorker:
         self.memory = PhaseMemory(device)  # this rank's peaks per phase (`pop_phase_metrics`)
         self.phase_seconds: defaultdict[str, float] = defaultdict(float)  # this rank's wall time per phase
         _seed_everything(cfg.trainer.seed)  # every rank builds identical weights (e.g. a fresh value head)
-        model_cfg = cfg.actor_rollout_ref.model
-        self.tokenizer = load_tokenizer(model_cfg.tokenizer_path or model_cfg.path,
-                                        trust_remote_code=model_cfg.trust_remote_code)
+        self.tokenizer = load_policy_tokenizer(cfg.actor_rollout_ref.model)
         sizes = BatchSizes.from_config(cfg, world_size)
         # The one-process construction order, so the RNG (e.g. a fresh value head) sees the same draws.
         self.actor = ActorWorker(cfg, sizes, device, total_steps) if "actor" in roles else None

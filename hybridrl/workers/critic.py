@@ -8,7 +8,7 @@ import torch
 
 from hybridrl.algorithms import compute_value_loss, masked_mean
 from hybridrl.models.compile import compile_decoder_layers
-from hybridrl.models.hf import enable_activation_checkpointing, load_value_model
+from hybridrl.models.hf import enable_activation_checkpointing, import_external_lib, load_value_model
 from hybridrl.utils.batch import Batch
 from hybridrl.utils.metrics import to_float
 from hybridrl.workers.forward import response_values
@@ -30,6 +30,7 @@ class CriticWorker(TrainState):
         self.precision = resolve_precision(model_cfg.fsdp_config, device, "critic.model.fsdp_config")
         log_precision("critic", self.precision)
         path = model_cfg.path or cfg.actor_rollout_ref.model.path
+        import_external_lib(model_cfg.external_lib, "critic.model.external_lib")
         self.model = load_value_model(path, dtype=self.precision.master,
                                       override_config=model_cfg.override_config,
                                       trust_remote_code=model_cfg.trust_remote_code).to(device)

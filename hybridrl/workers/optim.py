@@ -1,7 +1,9 @@
-"""Optimizer and LR schedule from verl's `optim.*` keys (AdamW, constant or cosine with warmup)."""
+"""Optimizer and LR schedule from verl's `optim.*` keys (any torch-style optimizer class, AdamW by default;
+constant or cosine LR with warmup)."""
 
 from __future__ import annotations
 
+import importlib
 import math
 
 import torch
@@ -10,16 +12,37 @@ SCHEDULER_TYPES = ("constant", "cosine")
 
 
 def build_optimizer(params, optim_cfg) -> torch.optim.Optimizer:
-    name = getattr(optim_cfg, "optimizer", "AdamW") or "AdamW"
-    if name.lower() != "adamw":
-        raise ValueError(f"optim.optimizer={name!r} is not supported; hybridrl uses AdamW (set optim.optimizer=AdamW)")
+    """verl's rule: `optim.optimizer` from the module `optim.optimizer_impl` with lr and weight_decay, betas
+    for Adam-family names, then `override_optimizer_config`. torch's Adam/AdamW on CUDA default to `fused`."""
+    cls = optimizer_class(optim_cfg.optimizer_impl, optim_cfg.optimizer)
     trainable = [p for p in params if p.requires_grad]
-    kwargs = dict(lr=optim_cfg.lr, betas=tuple(optim_cfg.betas), weight_decay=optim_cfg.weight_decay)
+    kwargs = dict(lr=optim_cfg.lr, weight_decay=optim_cfg.weight_decay)
+    if "adam" in optim_cfg.optimizer.lower():
+        kwargs["betas"] = tuple(optim_cfg.betas)
     overrides = getattr(optim_cfg, "override_optimizer_config", None) or {}
-    if trainable and all(p.is_cuda for p in trainable) and not {"fused", "foreach"} & set(overrides):
+    if cls in (torch.optim.AdamW, torch.optim.Adam) and trainable and all(p.is_cuda for p in trainable) \
+            and not {"fused", "foreach"} & set(overrides):
         kwargs["fused"] = True  # one kernel per step instead of foreach's chain; override_optimizer_config wins
     kwargs.update(overrides)
-    return torch.optim.AdamW(trainable, **kwargs)
+    try:
+        return cls(trainable, **kwargs)
+    except TypeError as err:
+        raise ValueError(f"optim.optimizer={optim_cfg.optimizer!r} rejected its arguments {sorted(kwargs)}: {err}. "
+                         "Set the role's optim.override_optimizer_config to what the class accepts") from err
+
+
+def optimizer_class(module_name: str, class_name: str) -> type:
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ValueError(f"optim.optimizer_impl={module_name!r} cannot be imported ({err}); install it or use "
+                         "torch.optim") from err
+    cls = getattr(module, class_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)):
+        found = sorted(n for n, v in vars(module).items() if isinstance(v, type) and issubclass(v, torch.optim.Optimizer))
+        raise ValueError(f"optim.optimizer={class_name!r} is not an optimizer class in {module_name}; "
+                         f"available: {', '.join(found) or 'none'}")
+    return cls
 
 
 def warmup_steps(optim_cfg, total_training_steps: int) -> int:

@@ -38,11 +38,13 @@ def is_remote(model_cfg_path: str, type_name: str | None) -> bool:
 
 def build_reward_model(cfg, tokenizer):
     """verl's `reward_model.enable`: an HF token-classification RM in process, or a remote pooling endpoint."""
-    from hybridrl.models.hf import load_tokenizer
+    from hybridrl.models.hf import import_external_lib, load_tokenizer
     from hybridrl.workers.reward_model import RewardModelWorker
 
     rm = cfg.reward_model
     remote = is_remote(rm.model.path, rm.type)
+    if not remote:
+        import_external_lib(rm.model.external_lib, "reward_model.model.external_lib")
     rm_tokenizer = tokenizer if remote else load_tokenizer(rm.model.path, key="reward_model.model.path")
     return RewardModelWorker(rm.model.path, tokenizer=rm_tokenizer, input_tokenizer=None if remote else tokenizer,
                              micro_batch_size=rm.micro_batch_size_per_gpu or 8, remote=remote,

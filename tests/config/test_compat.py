@@ -34,6 +34,21 @@ def test_old_yaml_spelling_overridden_by_new_cli_spelling(tmp_path):
     assert cfg.actor_rollout_ref.actor.optim.lr_scheduler_type == "constant"
 
 
+@pytest.mark.parametrize("role", ["actor_rollout_ref.actor", "critic"])
+def test_optim_clip_grad_is_the_roles_grad_clip(role):
+    def value(cfg, path):
+        for part in path.split("."):
+            cfg = getattr(cfg, part)
+        return cfg
+
+    cfg = load_config([f"{role}.optim.clip_grad=0.25"])
+    assert value(cfg, f"{role}.grad_clip") == 0.25
+    cfg = load_config([f"{role}.grad_clip=2.0"])
+    assert value(cfg, f"{role}.optim.clip_grad") == 2.0
+    with pytest.raises(ConfigError, match="two spellings of one setting"):
+        load_config([f"{role}.grad_clip=2.0", f"{role}.optim.clip_grad=0.5"])
+
+
 def test_ulysses_spellings_agree():
     # Both spellings carry the same value; it is refused later only because SP is not implemented yet.
     with pytest.raises(ConfigError) as err:
@@ -85,6 +100,9 @@ def test_external_engines_get_the_own_engine_message(engine):
         ("actor_rollout_ref.ref.fsdp_config.offload_policy=true", "CPUOffloadPolicy is not implemented"),
         ("critic.model.fsdp_config.wrap_policy.min_num_params=1000", "size-based FSDP wrapping is not implemented"),
         ("actor_rollout_ref.actor.fsdp_config.full_determinism=true", "full_determinism) are not implemented"),
+        ("actor_rollout_ref.actor.use_prefix_grouper=true", "prompt prefix in the training forward is not implemented"),
+        ("reward_model.enable_resource_pool=true", "give it its own devices with reward_model.device_ids"),
+        ("trainer.log_val_generations=10", "trainer.rollout_data_dir dumps"),
     ],
 )
 def test_not_implemented_values_are_refused(override, phrase):
