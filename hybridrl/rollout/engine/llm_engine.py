@@ -11,6 +11,7 @@ import torch
 from hybridrl.logging.log import get_logger
 from hybridrl.rollout.base import RolloutOutput, SamplingParams
 from hybridrl.rollout.engine.block_manager import BlockManager
+from hybridrl.rollout.engine.kv_memory import MARGIN_BYTES, blocks_for_generation
 from hybridrl.rollout.engine.loader import build_engine_model
 from hybridrl.rollout.engine.model_runner import ModelRunner
 from hybridrl.rollout.engine.models import load_weights
@@ -56,10 +57,13 @@ class LLMEngine:
         self.runner = ModelRunner(self.model, self.device, block_size, max_num_seqs, self.max_model_len,
                                   enforce_eager, cudagraph_capture_sizes)
         self.kv_block_budget: int | None = None  # blocks gpu_memory_utilization allows (set by profiling on CUDA)
-        self.num_kv_blocks = num_kv_blocks or self._profile_num_kv_blocks()
-        if self.num_kv_blocks < 1:
+        self.activation_bytes: int | None = None  # generation's activation peak beside the cache (CUDA profiling)
+        self.planned_kv_blocks = num_kv_blocks or self._profile_num_kv_blocks()
+        if self.planned_kv_blocks < 1:
             raise ValueError("no memory left for the KV cache; raise actor_rollout_ref.rollout."
                              f"gpu_memory_utilization ({gpu_memory_utilization})")
+        self.num_kv_blocks = self.planned_kv_blocks  # this generation's cache: fewer when memory got short
+        self._smallest_warned = self.planned_kv_blocks
         self.wake_up()
 
     # --- memory ---------------------------------------------------------------------------------
@@ -91,12 +95,13 @@ class LLMEngine:
         before = torch.cuda.memory_allocated(self.device)
         torch.cuda.reset_peak_memory_stats(self.device)
         self.runner.warmup(self.max_num_batched_tokens, self.max_model_len, self.max_num_seqs)
-        activation_bytes = torch.cuda.max_memory_allocated(self.device) - before
+        activation_bytes = self.activation_bytes = torch.cuda.max_memory_allocated(self.device) - before
         weight_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
         # Deltas, not totals: a trainer sharing this process and GPU is not the engine's share.
         free, total = torch.cuda.mem_get_info(self.device)
         budget = self.gpu_memory_utilization * total - weight_bytes - activation_bytes
-        return int(min(budget, free - (512 << 20)))  # never plan past what is actually free
+        # never plan past what is actually free (the warm-up's activations are still held by the allocator)
+        return int(min(budget, free - MARGIN_BYTES))
 
     def sleep(self) -> None:
         """Free the KV cache and decode CUDA graphs; weights stay (`update_weights` works while asleep)."""
@@ -105,8 +110,23 @@ class LLMEngine:
 
     def wake_up(self) -> None:
         if self.runner.kv_cache is None:
+            self.num_kv_blocks = self._blocks_free_now()
             self.runner.allocate_kv_cache(self.num_kv_blocks)
         self._reset_prefix_cache()
+
+    def _blocks_free_now(self) -> int:
+        """The planned cache, or a smaller one when the memory free now would not also hold generation's
+        activations (kv_memory.py); warns when the cache first shrinks and whenever it shrinks further."""
+        if self.device.type != "cuda" or self.activation_bytes is None:
+            return self.planned_kv_blocks
+        torch.cuda.empty_cache()
+        free, _ = torch.cuda.mem_get_info(self.device)
+        size = blocks_for_generation(self.planned_kv_blocks, free, self.activation_bytes, self.runner.block_bytes,
+                                     self.gpu_memory_utilization)
+        if size.warning and size.blocks < self._smallest_warned:
+            log.warning(size.warning)
+            self._smallest_warned = size.blocks
+        return size.blocks
 
     def _reset_prefix_cache(self) -> None:
         self.block_manager = BlockManager(self.num_kv_blocks, self.block_size, self.enable_prefix_caching)

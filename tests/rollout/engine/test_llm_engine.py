@@ -185,6 +185,34 @@ def test_cuda_kv_cache_is_sized_for_the_workload_when_the_budget_allows_more(mod
     assert [len(t) for t in out.token_ids] == [20] * 6
 
 
+@pytest.mark.gpu
+def test_cuda_wake_up_shrinks_the_cache_when_the_trainer_took_the_memory(model, caplog):
+    """Memory taken after start-up (here a tensor standing for trainer state) shrinks the next generation's
+    cache instead of leaving its activations to run out of memory; the batch preempts and still finishes
+    with the same tokens. Freed again, the next wake-up gets the planned cache back."""
+    from hybridrl.rollout.engine.llm_engine import LLMEngine
+
+    engine = LLMEngine(model, device="cuda", max_num_seqs=8, max_model_len=64, block_size=16,
+                       gpu_memory_utilization=0.9, num_kv_blocks=None)
+    params = SamplingParams(n=2, max_new_tokens=40, ignore_eos=True, seed=1)
+    want = engine.generate(PROMPTS, params)
+    engine.sleep()
+    torch.cuda.empty_cache()
+    free, _ = torch.cuda.mem_get_info()
+    room = engine.activation_bytes + (512 << 20) + 6 * engine.runner.block_bytes  # 6 blocks: fewer than planned
+    hog = torch.empty(free - room, dtype=torch.uint8, device="cuda")
+    with caplog.at_level("WARNING"):
+        engine.wake_up()
+    assert 1 <= engine.num_kv_blocks < engine.planned_kv_blocks
+    assert "instead of the" in caplog.text and "gpu_memory_utilization" in caplog.text
+    got = engine.generate(PROMPTS, params)
+    assert got.token_ids == want.token_ids and got.metrics["rollout/num_preempted"] > 0
+    engine.sleep()
+    del hog
+    engine.wake_up()
+    assert engine.num_kv_blocks == engine.planned_kv_blocks
+
+
 @pytest.mark.parametrize("max_model_len,expected", [(None, 24 + 40), (100, 100)])
 def test_trainer_engine_max_model_len_follows_the_rollout_config(model, max_model_len, expected):
     """rollout.max_model_len null means prompt_length + response_length (the key's documented default;
