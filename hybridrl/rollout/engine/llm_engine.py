@@ -44,6 +44,7 @@ class LLMEngine:
             # all-reduces inside captured decode graphs are not validated yet: eager decode for now
             log.info("tensor-parallel rollout (%s=%d): decode runs eagerly (no CUDA graphs)", TP_KEY, tp.size)
             enforce_eager = True
+        self.tp = tp
         self.eos_ids = frozenset(eos | set(tokenizer_eos_ids))
         self.gpu_memory_utilization = gpu_memory_utilization
         self.block_size, self.max_num_seqs = block_size, max_num_seqs
@@ -79,7 +80,7 @@ class LLMEngine:
         workload = self.max_num_seqs * -(-self.max_model_len // self.block_size)
         if self.device.type != "cuda":
             return max(1, min(workload, CPU_KV_CAP_BYTES // self.runner.block_bytes))
-        budget = self.kv_block_budget = max(self._cuda_kv_budget_bytes() // self.runner.block_bytes, 0)
+        budget = self.kv_block_budget = self.tp.agree_min(max(self._cuda_kv_budget_bytes() // self.runner.block_bytes, 0))
         blocks = min(workload, budget)
         log.info("KV cache: %d blocks of %d tokens (%.2f GiB), %s", blocks, self.block_size,
                  blocks * self.runner.block_bytes / 2**30,
@@ -126,7 +127,7 @@ class LLMEngine:
         if size.warning and size.blocks < self._smallest_warned:
             log.warning(size.warning)
             self._smallest_warned = size.blocks
-        return size.blocks
+        return self.tp.agree_min(size.blocks)
 
     def _reset_prefix_cache(self) -> None:
         self.block_manager = BlockManager(self.num_kv_blocks, self.block_size, self.enable_prefix_caching)

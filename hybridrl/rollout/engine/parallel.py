@@ -40,6 +40,16 @@ class TensorParallel:
             torch.distributed.all_reduce(x, group=self.group)
         return x
 
+    def agree_min(self, value: int) -> int:
+        """The smallest `value` over the replica's ranks (each measures its own device's free memory; their
+        schedulers must see the same KV cache size)."""
+        if self.size == 1:
+            return value
+        device = "cuda" if torch.distributed.get_backend(self.group) == "nccl" else "cpu"
+        x = torch.tensor([value], dtype=torch.int64, device=device)
+        torch.distributed.all_reduce(x, op=torch.distributed.ReduceOp.MIN, group=self.group)
+        return int(x.item())
+
 
 SINGLE = TensorParallel()
 

@@ -54,6 +54,11 @@ def test_two_rank_replica_generates_what_one_process_does_and_follows_weight_upd
     assert updated[0][0] != greedy[0][0]  # the update changed the model
 
 
+def test_ranks_agree_on_the_smallest_kv_cache(tp_group):
+    """Each rank sizes the cache from its own device's free memory; the replica's schedulers need one size."""
+    assert tp_group.call_all("agree_min", [120, 90]) == [90, 90]
+
+
 def test_shapes_that_do_not_divide_name_the_key():
     with pytest.raises(ValueError, match=r"num_attention_heads \(4\) does not divide by "
                                          r"actor_rollout_ref.rollout.tensor_model_parallel_size \(3\)"):

@@ -13,7 +13,7 @@ class TPEngineRank:
     """This rank's slice of each tiny model in `models` ({name: (arch, config overrides)}), one engine each."""
 
     def __init__(self, models: dict[str, tuple[str, dict]], seed: int = 1) -> None:
-        tp = TensorParallel(dist.get_rank(), dist.get_world_size(), dist.group.WORLD)
+        tp = self.tp = TensorParallel(dist.get_rank(), dist.get_world_size(), dist.group.WORLD)
         self.models = models
         self.engines = {name: make_engine(make_model(arch, seed=seed, **overrides), tp=tp)
                         for name, (arch, overrides) in models.items()}
@@ -28,3 +28,6 @@ class TPEngineRank:
 
     def num_local_params(self, name: str) -> int:
         return sum(p.numel() for p in self.engines[name].model.parameters())
+
+    def agree_min(self, values: list[int]) -> int:
+        return self.tp.agree_min(values[dist.get_rank()])
