@@ -25,6 +25,7 @@ from hybridrl.utils.batch import Batch
 from hybridrl.utils.memory import PhaseMemory, host_memory_metrics, max_merge
 from hybridrl.trainer.oom import oom_guard
 from hybridrl.utils.metrics import timed
+from hybridrl.utils.threads import submit_responsive
 from hybridrl.workers.rollout import sampling_params
 
 log = get_logger("hybridrl.trainer")
@@ -213,8 +214,9 @@ class PPOTrainer:
 
     def _score_in_background(self, batch: Batch):
         """reward_model.launch_reward_fn_async (verl): the reward function scores on a thread while the
-        old_log_prob / ref / values forwards run; a Future of `compute_scores`, or None when scoring is
-        synchronous (the key off, or a reward model, which needs the GPU itself)."""
+        old_log_prob / ref / values forwards run (the GIL handed back every 0.2 ms meanwhile: utils/threads.py);
+        a Future of `compute_scores`, or None when scoring is synchronous (the key off, or a reward model,
+        which needs the GPU itself)."""
         has_model = getattr(self.roles.reward, "reward_model", None) is not None
         if not self.cfg.reward_model.launch_reward_fn_async or has_model:
             return None
@@ -222,7 +224,7 @@ class PPOTrainer:
             from concurrent.futures import ThreadPoolExecutor
 
             self._reward_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hybridrl-reward")
-        return self._reward_pool.submit(self.roles.reward.compute_scores, batch)
+        return submit_responsive(self._reward_pool, self.roles.reward.compute_scores, batch)
 
     def old_log_prob(self, batch: Batch, metrics: dict[str, float]) -> Batch:
         batch = batch.union(self.roles.actor.compute_log_prob(batch))

@@ -1,0 +1,52 @@
+"""A background thread that holds the GIL without slowing the controller's main thread.
+
+The controller scores rewards on a thread (`reward_model.launch_reward_fn_async`) while the main thread
+drives the forward passes: on one GPU it launches kernels, with worker ranks it reads their replies from
+pipes. Each of those steps needs the GIL, and a thread decoding 512 responses (the tokenizer holds the GIL
+for ~90 ms on a 2-core box) gives it back only every `sys.getswitchinterval()` (5 ms by default). A 2-rank
+`call_sharded` beside such a decode took ~80 ms instead of ~18 ms (benchmarks/controller_gil_bench.py);
+with a 0.2 ms interval while the thread works, ~18 ms.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable
+
+SWITCH_INTERVAL_S = 2e-4
+
+_lock = threading.Lock()
+_active = 0
+_saved = 0.0
+
+
+def submit_responsive(pool: ThreadPoolExecutor, fn: Callable[..., Any], *args: Any) -> Future:
+    """`pool.submit(fn, *args)` with the interpreter's switch interval lowered to SWITCH_INTERVAL_S until
+    the task is done (success or error), so the main thread gets the GIL back quickly meanwhile."""
+    _enter()
+    try:
+        future = pool.submit(fn, *args)
+    except BaseException:
+        _leave()
+        raise
+    future.add_done_callback(lambda _: _leave())
+    return future
+
+
+def _enter() -> None:
+    global _active, _saved
+    with _lock:
+        if _active == 0:
+            _saved = sys.getswitchinterval()
+            sys.setswitchinterval(min(_saved, SWITCH_INTERVAL_S))
+        _active += 1
+
+
+def _leave() -> None:
+    global _active
+    with _lock:
+        _active -= 1
+        if _active == 0:
+            sys.setswitchinterval(_saved)

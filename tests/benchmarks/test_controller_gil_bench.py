@@ -1,0 +1,23 @@
+"""benchmarks/controller_gil_bench.py at --quick size on CPU (2 real rank processes, a real decode thread)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))  # `benchmarks` is a directory of scripts, not an installed package
+
+from benchmarks import controller_gil_bench  # noqa: E402
+
+
+def test_quick_run_reports_each_condition(tmp_path, capsys):
+    out = tmp_path / "gil.json"
+    controller_gil_bench.main(["--quick", "--out", str(out)])
+    report = json.loads(capsys.readouterr().out)  # stdout is exactly one JSON object
+    assert report == json.loads(out.read_text())
+    for condition in ("alone", "beside_decode_thread", "beside_decode_thread_responsive"):
+        assert 0 < report[condition]["min_ms"] <= report[condition]["median_ms"] <= report[condition]["max_ms"]
+    assert report["shapes"]["ranks"] == 2 and report["decode_alone_ms"] > 0
+    assert sys.getswitchinterval() == 0.005  # restored once the responsive decodes finished
