@@ -9,7 +9,8 @@ token budget, capped at the burst length); past its limit a row keeps running wi
 
 from __future__ import annotations
 
-from typing import Callable
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 
@@ -18,6 +19,43 @@ from hybridrl.rollout.engine.sampler import gumbel_argmax, sample
 
 # sampler(logits (B, V), keys (B,), steps (B,)) -> (tokens int64 (B,), log-probs float32 (B,))
 Sampler = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
+@dataclass
+class DecodeBurst:
+    """A burst launched on the device: its rows (`seqs`, in batch order), its length, the state the next
+    burst of the same rows continues from, and its outputs on their way to the host."""
+
+    seqs: list[Any]
+    num_steps: int
+    size: int  # the padded (graph) batch size
+    keys: torch.Tensor
+    steps: torch.Tensor  # tokens generated before the burst's last step, per row
+    last_tokens: torch.Tensor  # (B,) the last step's tokens: the next burst's first inputs
+    sampler: Sampler
+    host_tokens: torch.Tensor  # (B, num_steps), filled once `done` fires
+    host_logprobs: torch.Tensor
+    done: Any = None  # a CUDA event after the device-to-host copies; None on CPU (already there)
+
+    def results(self) -> tuple[list[list[int]], list[list[float]]]:
+        """(B, num_steps) tokens and log-probs as lists; waits for this burst only, not for a later one
+        already queued behind it."""
+        if self.done is not None:
+            self.done.synchronize()
+        return self.host_tokens.tolist(), self.host_logprobs.tolist()
+
+
+def copy_to_host(*tensors: torch.Tensor) -> tuple[list[torch.Tensor], Any]:
+    """Start device-to-host copies into pinned memory and return them with an event that fires when they
+    land; CPU tensors come back as they are, with no event."""
+    if tensors[0].device.type != "cuda":
+        return list(tensors), None
+    host = [torch.empty(t.shape, dtype=t.dtype, pin_memory=True) for t in tensors]
+    for dst, src in zip(host, tensors):
+        dst.copy_(src, non_blocking=True)
+    done = torch.cuda.Event()
+    done.record()
+    return host, done
 
 
 def advance_decode_inputs(input_ids: torch.Tensor, positions: torch.Tensor, block_tables: torch.Tensor,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from typing import Iterable
 
 import torch
@@ -11,6 +12,7 @@ import torch
 from hybridrl.logging.log import get_logger
 from hybridrl.rollout.base import RolloutOutput, SamplingParams
 from hybridrl.rollout.engine.block_manager import BlockManager
+from hybridrl.rollout.engine.decode_step import DecodeBurst
 from hybridrl.rollout.engine.kv_memory import MARGIN_BYTES, blocks_for_generation
 from hybridrl.rollout.engine.loader import build_engine_model
 from hybridrl.rollout.engine.model_runner import ModelRunner
@@ -188,33 +190,71 @@ class LLMEngine:
             "more memory to the KV cache)")
 
     def _run(self, scheduler: Scheduler, params: SamplingParams) -> dict[str, float]:
-        prefill_s = decode_s = 0.0
-        num_decode_steps = num_bursts = peak_blocks = 0
-        while not scheduler.is_finished():
-            seqs, is_prefill, num_steps = scheduler.schedule(self.max_decode_burst)
-            if not seqs:
-                raise RuntimeError("the scheduler made no progress (a sequence cannot get KV blocks)")
-            peak_blocks = max(peak_blocks, self.block_manager.num_used_blocks)
-            start = time.perf_counter()
-            if is_prefill:
-                tokens, logprobs = self.runner.run_prefill(seqs, params)
-                prefill_s += time.perf_counter() - start
-            else:
-                tokens, logprobs = self.runner.run_decode(seqs, num_steps, params)
-                decode_s += time.perf_counter() - start
-                num_decode_steps += num_steps
-                num_bursts += 1
-            scheduler.postprocess(seqs, tokens, logprobs)
+        """Prefill and decode steps until every sequence finished. While a decode burst runs on the device
+        the next one of the same rows is queued behind it when the scheduler allows (`continue_burst`),
+        so the host reads and books a burst's tokens while the device already decodes the next."""
+        stats = RunStats()
+        pending: DecodeBurst | None = None
+        busy_since = 0.0
+        while pending is not None or not scheduler.is_finished():
+            if pending is None:
+                seqs, is_prefill, num_steps = scheduler.schedule(self.max_decode_burst)
+                if not seqs:
+                    raise RuntimeError("the scheduler made no progress (a sequence cannot get KV blocks)")
+                stats.peak_blocks = max(stats.peak_blocks, self.block_manager.num_used_blocks)
+                busy_since = time.perf_counter()
+                if is_prefill:
+                    scheduler.postprocess(seqs, *self.runner.run_prefill(seqs, params))
+                    stats.prefill_s += time.perf_counter() - busy_since
+                    continue
+                pending = self.runner.start_decode(seqs, num_steps, params)
+                stats.add_burst(num_steps, chained=False)
+            following = self._continuation(scheduler, pending, stats)
+            tokens, logprobs = pending.results()
+            if following is None:  # the device idles from here until the next launch
+                stats.decode_s += time.perf_counter() - busy_since
+            scheduler.postprocess(pending.seqs, tokens, logprobs)
+            pending = following
+        return stats.metrics(scheduler, self.num_kv_blocks)
+
+    def _continuation(self, scheduler: Scheduler, burst: DecodeBurst, stats: RunStats) -> DecodeBurst | None:
+        num_steps, limits = scheduler.continue_burst(burst.seqs, burst.num_steps, self.max_decode_burst)
+        if not num_steps:
+            return None
+        stats.peak_blocks = max(stats.peak_blocks, self.block_manager.num_used_blocks)
+        stats.add_burst(num_steps, chained=True)
+        return self.runner.continue_decode(burst, num_steps, limits)
+
+
+@dataclass
+class RunStats:
+    """What one `generate` reports as rollout/* metrics."""
+
+    prefill_s: float = 0.0
+    decode_s: float = 0.0  # device decoding: from a launch until the device has nothing queued
+    decode_steps: int = 0
+    bursts: int = 0
+    chained: int = 0
+    peak_blocks: int = 0
+
+    def add_burst(self, num_steps: int, chained: bool) -> None:
+        self.decode_steps += num_steps
+        self.bursts += 1
+        self.chained += int(chained)
+
+    def metrics(self, scheduler: Scheduler, num_kv_blocks: int) -> dict[str, float]:
         return {
-            "rollout/prefill_time_s": prefill_s,
-            "rollout/decode_time_s": decode_s,
-            "rollout/decode_steps": float(num_decode_steps),
-            "rollout/decode_bursts": float(num_bursts),
-            "rollout/mean_decode_step_s": decode_s / max(num_decode_steps, 1),
+            "rollout/prefill_time_s": self.prefill_s,
+            "rollout/decode_time_s": self.decode_s,
+            "rollout/decode_steps": float(self.decode_steps),
+            "rollout/decode_bursts": float(self.bursts),
+            # bursts queued behind the previous one before its tokens reached the host
+            "rollout/decode_bursts_chained": float(self.chained),
+            "rollout/mean_decode_step_s": self.decode_s / max(self.decode_steps, 1),
             "rollout/num_preempted": float(scheduler.num_preempted),
             "rollout/prefix_cache_hit_tokens": float(scheduler.num_cached_tokens),
             # the most blocks held at once (prompt blocks shared by a prompt's n samples count once), of
             # the cache's num_kv_blocks: how close this batch came to preempting
-            "rollout/kv_cache_peak_blocks_max": float(peak_blocks),
-            "rollout/kv_cache_peak_usage_max": peak_blocks / self.num_kv_blocks,
+            "rollout/kv_cache_peak_blocks_max": float(self.peak_blocks),
+            "rollout/kv_cache_peak_usage_max": self.peak_blocks / num_kv_blocks,
         }

@@ -12,7 +12,7 @@ import torch
 from hybridrl.rollout.base import SamplingParams
 from hybridrl.rollout.engine.attention import select_backend
 from hybridrl.rollout.engine.cuda_graph import CUDAGraphDecodeRunner, graph_sizes
-from hybridrl.rollout.engine.decode_step import advance_decode_inputs, make_sampler
+from hybridrl.rollout.engine.decode_step import DecodeBurst, advance_decode_inputs, copy_to_host, make_sampler
 from hybridrl.rollout.engine.layers import AttentionMetadata
 from hybridrl.rollout.engine.sampler import gumbel_argmax, sample
 from hybridrl.rollout.engine.sequence import Sequence
@@ -180,10 +180,9 @@ class ModelRunner:
         return tokens[:, None].tolist(), logprobs[:, None].tolist()
 
     @torch.inference_mode()
-    def run_decode(self, seqs: list[Sequence], num_steps: int, params: SamplingParams
-                   ) -> tuple[list[list[int]], list[list[float]]]:
-        """A burst of `num_steps` decode steps with one host round trip -> (B, num_steps) tokens and
-        log-probs; a row's entries past its remaining budget are junk for the caller to drop.
+    def start_decode(self, seqs: list[Sequence], num_steps: int, params: SamplingParams) -> DecodeBurst:
+        """Launch a burst of `num_steps` decode steps for `seqs` (staged from the host's view of them); its
+        `results()` are (B, num_steps) tokens and log-probs, a row's entries past its budget junk to drop.
 
         The scheduler reserved the KV blocks; sampled tokens feed the next step on the device
         (`advance_decode_inputs`), and each step replays the decode graph of the padded batch size.
@@ -193,11 +192,30 @@ class ModelRunner:
         if size is None:
             raise ValueError(f"{batch} sequences in one decode step exceed max_num_seqs "
                              f"({self.graph_runner.capture_sizes[-1]})")
-        ids, positions, tables, context_lens, slots = (v[:batch] for v in self.graph_runner.views(size))
+        positions = self.graph_runner.views(size)[1][:batch]
         budgets = np.fromiter((min(num_steps, s.num_remaining_tokens) for s in seqs), dtype=np.int64, count=batch)
         limits = positions + self._from_numpy(budgets)
-        keys, steps = self._seeds(seqs), self._steps(seqs)
-        sampler = make_sampler(params, self.device, self.gumbel_argmax)
+        return self._launch(seqs, num_steps, size, limits, self._seeds(seqs), self._steps(seqs),
+                            make_sampler(params, self.device, self.gumbel_argmax))
+
+    @torch.inference_mode()
+    def continue_decode(self, prev: DecodeBurst, num_steps: int, limits: list[int]) -> DecodeBurst:
+        """Launch the burst after `prev` for the same rows before `prev`'s tokens reach the host: the device
+        state `prev` left advances once more, into the block tables as the scheduler extended them.
+        limits (B,): each row's first position past its budget (0 for finished rows: no KV writes)."""
+        batch = len(prev.seqs)
+        ids, positions, tables, context_lens, slots = (v[:batch] for v in self.graph_runner.views(prev.size))
+        grown = self.host_block_tables.gather(prev.seqs, full=False)
+        tables[:, :grown.shape[1]].copy_(self._from_numpy(grown))
+        limits_t = self._from_numpy(np.asarray(limits, dtype=np.int64))
+        advance_decode_inputs(ids, positions, tables, context_lens, slots, prev.last_tokens, limits_t,
+                              self.block_size)
+        return self._launch(prev.seqs, num_steps, prev.size, limits_t, prev.keys, prev.steps + 1, prev.sampler)
+
+    def _launch(self, seqs: list[Sequence], num_steps: int, size: int, limits: torch.Tensor, keys: torch.Tensor,
+                steps: torch.Tensor, sampler) -> DecodeBurst:
+        batch = len(seqs)
+        ids, positions, tables, context_lens, slots = (v[:batch] for v in self.graph_runner.views(size))
         out_tokens = torch.empty(batch, num_steps, dtype=torch.int64, device=self.device)
         out_logprobs = torch.empty(batch, num_steps, dtype=torch.float32, device=self.device)
         for i in range(num_steps):
@@ -206,7 +224,8 @@ class ModelRunner:
             if i + 1 < num_steps:
                 advance_decode_inputs(ids, positions, tables, context_lens, slots, tokens, limits, self.block_size)
                 steps += 1
-        return out_tokens.tolist(), out_logprobs.tolist()
+        (host_tokens, host_logprobs), done = copy_to_host(out_tokens, out_logprobs)
+        return DecodeBurst(seqs, num_steps, size, keys, steps, tokens, sampler, host_tokens, host_logprobs, done)
 
     def _seeds(self, seqs: list[Sequence]) -> torch.Tensor:
         return self._tensor([s.seed for s in seqs], torch.int64)

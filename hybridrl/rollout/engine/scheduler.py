@@ -15,6 +15,11 @@ from hybridrl.rollout.engine.block_manager import BlockManager
 from hybridrl.rollout.engine.sequence import Sequence, SequenceStatus
 
 
+# A burst is queued behind the one in flight only while at least this share of its rows still run; below
+# it the host restages the live rows alone (a smaller batch, a smaller graph).
+MIN_LIVE_TO_CONTINUE = 0.75
+
+
 class Scheduler:
     def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int) -> None:
         self.block_manager = block_manager
@@ -46,6 +51,26 @@ class Scheduler:
                 self.block_manager.reserve(seq, min(num_steps, seq.num_remaining_tokens))
             return list(self.running), False, num_steps
         return self._schedule_decode(), False, 1
+
+    def continue_burst(self, seqs: list[Sequence], num_steps: int, max_steps: int) -> tuple[int, list[int]]:
+        """The burst to queue behind one in flight (`num_steps` steps for `seqs`, tokens not yet seen), so
+        the device need not wait while the host reads them: (length, per-row limits), or (0, []) when the
+        host must look first (a row's budget ends in the burst, sequences wait, too few live rows, blocks
+        short). Rows whose stop token the in-flight burst samples decode one more burst as junk, dropped by
+        `postprocess`. A limit is a row's first position past its budget; 0 for finished rows."""
+        live = [s for s in seqs if s.status is SequenceStatus.RUNNING]
+        if (max_steps <= 1 or self.waiting or len(live) < MIN_LIVE_TO_CONTINUE * len(seqs)
+                or any(s.num_remaining_tokens <= num_steps for s in live)):
+            return 0, []
+        budgets = [s.num_remaining_tokens - num_steps for s in live]
+        length = min(max_steps, max(budgets))
+        spans = [num_steps + min(length, b) for b in budgets]  # KV slots past len(seq) - 1, both bursts
+        if sum(self.block_manager.blocks_to_reserve(s, n) for s, n in zip(live, spans)) > self.block_manager.num_free_blocks:
+            return 0, []
+        for seq, span in zip(live, spans):
+            self.block_manager.reserve(seq, span)
+        limit = {id(s): len(s) - 1 + span for s, span in zip(live, spans)}
+        return length, [limit.get(id(s), 0) for s in seqs]
 
     def _burst_length(self, max_steps: int) -> int:
         """Steps the next decode burst can run: the longest remaining budget (capped at max_steps), or
@@ -113,6 +138,8 @@ class Scheduler:
         keeps decoding finished rows until the host looks."""
         finished = []
         for seq, seq_tokens, seq_logprobs in zip(seqs, token_ids, logprobs):
+            if seq.status is not SequenceStatus.RUNNING:  # finished during the burst before (a junk row)
+                continue
             if seq.append_tokens(seq_tokens, seq_logprobs):
                 seq.status = SequenceStatus.FINISHED
                 self.block_manager.deallocate(seq)

@@ -148,12 +148,15 @@ def test_cpu_uses_the_torch_attention_backend(model):
 @pytest.mark.parametrize("stop", [False, True])
 def test_decode_bursts_match_single_steps(model, stop):
     """Several decode steps per host round trip (tokens fed back on the device, KV slots reserved
-    ahead) must give exactly the tokens and log-probs of one step per round trip, EOS stops included."""
+    ahead, each burst queued behind the one before) must give exactly the tokens and log-probs of one
+    step per round trip, EOS stops included (rows that stopped decode a queued burst as junk)."""
     params = SamplingParams(n=3, seed=3, temperature=0.9, max_new_tokens=14, ignore_eos=not stop,
                             eos_token_ids=[7, 11, 19, 23, 29, 31] if stop else [])
     single = make_engine(model, max_decode_burst=1).generate(PROMPTS, params)
     burst = make_engine(model, max_decode_burst=5).generate(PROMPTS, params)
     assert burst.metrics["rollout/decode_bursts"] < single.metrics["rollout/decode_bursts"]
+    assert burst.metrics["rollout/decode_bursts_chained"] > 0  # queued behind the burst before (no one waits)
+    assert single.metrics["rollout/decode_bursts_chained"] == 0
     assert burst.token_ids == single.token_ids
     torch.testing.assert_close(torch.tensor(sum(burst.log_probs, [])), torch.tensor(sum(single.log_probs, [])),
                                atol=1e-5, rtol=0)
