@@ -37,9 +37,10 @@ def optimizer_class(module_name: str, class_name: str) -> type:
     except ImportError as err:
         raise ValueError(f"optim.optimizer_impl={module_name!r} cannot be imported ({err}); install it or use "
                          "torch.optim") from err
+    is_optimizer = lambda v: isinstance(v, type) and issubclass(v, torch.optim.Optimizer)  # noqa: E731
     cls = getattr(module, class_name, None)
-    if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)):
-        found = sorted(n for n, v in vars(module).items() if isinstance(v, type) and issubclass(v, torch.optim.Optimizer))
+    if not is_optimizer(cls):
+        found = sorted(name for name, value in vars(module).items() if is_optimizer(value))
         raise ValueError(f"optim.optimizer={class_name!r} is not an optimizer class in {module_name}; "
                          f"available: {', '.join(found) or 'none'}")
     return cls

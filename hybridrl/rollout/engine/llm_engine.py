@@ -82,7 +82,8 @@ class LLMEngine:
         workload = self.max_num_seqs * -(-self.max_model_len // self.block_size)
         if self.device.type != "cuda":
             return max(1, min(workload, CPU_KV_CAP_BYTES // self.runner.block_bytes))
-        budget = self.kv_block_budget = self.tp.agree_min(max(self._cuda_kv_budget_bytes() // self.runner.block_bytes, 0))
+        fitting = max(self._cuda_kv_budget_bytes() // self.runner.block_bytes, 0)
+        budget = self.kv_block_budget = self.tp.agree_min(fitting)  # the replica's ranks: one cache size
         blocks = min(workload, budget)
         log.info("KV cache: %d blocks of %d tokens (%.2f GiB), %s", blocks, self.block_size,
                  blocks * self.runner.block_bytes / 2**30,
@@ -204,8 +205,9 @@ class LLMEngine:
                 stats.peak_blocks = max(stats.peak_blocks, self.block_manager.num_used_blocks)
                 busy_since = time.perf_counter()
                 if is_prefill:
-                    scheduler.postprocess(seqs, *self.runner.run_prefill(seqs, params))
+                    tokens, logprobs = self.runner.run_prefill(seqs, params)
                     stats.prefill_s += time.perf_counter() - busy_since
+                    scheduler.postprocess(seqs, tokens, logprobs)
                     continue
                 pending = self.runner.start_decode(seqs, num_steps, params)
                 stats.add_burst(num_steps, chained=False)

@@ -65,10 +65,11 @@ class Scheduler:
         budgets = [s.num_remaining_tokens - num_steps for s in live]
         length = min(max_steps, max(budgets))
         spans = [num_steps + min(length, b) for b in budgets]  # KV slots past len(seq) - 1, both bursts
-        if sum(self.block_manager.blocks_to_reserve(s, n) for s, n in zip(live, spans)) > self.block_manager.num_free_blocks:
+        bm = self.block_manager
+        if sum(bm.blocks_to_reserve(s, n) for s, n in zip(live, spans)) > bm.num_free_blocks:
             return 0, []
         for seq, span in zip(live, spans):
-            self.block_manager.reserve(seq, span)
+            bm.reserve(seq, span)
         limit = {id(s): len(s) - 1 + span for s, span in zip(live, spans)}
         return length, [limit.get(id(s), 0) for s in seqs]
 
