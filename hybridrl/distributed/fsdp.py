@@ -137,9 +137,9 @@ def _gather_dim0_shards(items: list[tuple[str, DTensor]]) -> Iterator[tuple[str,
         rows_per_rank = -(-tensor.shape[0] // world)
         row_numel = math.prod(tensor.shape[1:])  # from the shape: indexing a DTensor dispatches (ms each)
         local = tensor.to_local().reshape(-1)
-        padded = local.new_zeros(rows_per_rank * row_numel)
-        padded[:local.numel()] = local
-        pieces.append(padded)
+        if local.numel() < rows_per_rank * row_numel:  # the last ranks' shorter shards (rows % W != 0)
+            local = torch.cat([local, local.new_zeros(rows_per_rank * row_numel - local.numel())])
+        pieces.append(local)
         layout.append((name, tensor.shape, rows_per_rank * row_numel))
     flat = torch.cat(pieces)
     gathered = flat.new_empty(world * flat.numel())
