@@ -102,7 +102,9 @@ class RolloutConfig:
     prompt_length: int = setting(512, "Prompt tokens (left-padded).", ref="${data.max_prompt_length}")
     response_length: int = setting(512, "Maximum generated tokens.", ref="${data.max_response_length}")
     dtype: str = setting("bfloat16", "Generation weight dtype.")
-    gpu_memory_utilization: float = setting(0.5, "Fraction of total device memory for weights + KV cache, in (0, 1].")
+    gpu_memory_utilization: float = setting(0.5, "Fraction of total device memory for weights + KV cache, in (0, 1]; "
+                                                 "the cache planned at start-up shrinks at a wake-up when less is free "
+                                                 "then (warned; large batches preempt).")
     ignore_eos: bool = setting(False, "Keep generating after EOS.")
     enforce_eager: bool = setting(False, "Disable decode CUDA graphs (debugging; eager decode is several times slower).")
     cudagraph_capture_sizes: list[int] | None = setting(None, "Decode batch sizes with a CUDA graph (a batch pads to the next; "
