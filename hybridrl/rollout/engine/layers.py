@@ -7,8 +7,7 @@ Fused linears carry a `weight_loader(param, tensor, shard_id)` that copies one H
 from __future__ import annotations
 
 import functools
-
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +34,8 @@ class AttentionMetadata:
     token_q_idx: torch.Tensor | None = None
     query_lens: torch.Tensor | None = None
     max_seqlen_q: int = 1
+    # prefill: attention masks by sliding window, built by the first layer that needs one, shared by the rest
+    prefill_masks: dict = field(default_factory=dict, repr=False)
 
 
 def default_weight_loader(param: torch.Tensor, loaded: torch.Tensor, shard_id: object = None) -> None:
@@ -203,7 +204,8 @@ class PagedAttention(nn.Module):
         if meta.is_prefill:
             out = self.backend.paged_prefill_attention(
                 q, self.k_cache, self.v_cache, meta.block_tables, meta.context_lens, meta.token_seq_idx,
-                meta.token_q_idx, meta.max_seqlen_q, meta.query_lens, self.scale, self.sliding_window)
+                meta.token_q_idx, meta.max_seqlen_q, meta.query_lens, self.scale, self.sliding_window,
+                meta.prefill_masks)
         else:
             out = self.backend.paged_decode_attention(
                 q, self.k_cache, self.v_cache, meta.block_tables, meta.context_lens, self.scale,

@@ -18,6 +18,9 @@ ARCHS = {
     "qwen3": ("qwen3", {}),
     "llama": ("llama", {}),
     "mistral_sliding8": ("mistral", {"sliding_window": 8}),
+    # one sliding layer, one full: each window gets its own prefill mask (built once per step, shared)
+    "qwen2_mixed_sliding4": ("qwen2", {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 0,
+                                       "layer_types": ["sliding_attention", "full_attention"]}),
     "phi3_partial_rotary": ("phi3", {"partial_rotary_factor": 0.5}),
     "llama3_rope": ("llama", {"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                                "high_freq_factor": 4.0, "original_max_position_embeddings": 16}}),

@@ -58,22 +58,34 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
 def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                             block_tables: torch.Tensor, context_lens: torch.Tensor,
                             token_seq_idx: torch.Tensor, token_q_idx: torch.Tensor, max_seqlen_q: int,
-                            query_lens: torch.Tensor, scale: float, sliding_window: int | None = None) -> torch.Tensor:
+                            query_lens: torch.Tensor, scale: float, sliding_window: int | None = None,
+                            mask_cache: dict | None = None) -> torch.Tensor:
     """Ragged prefill whose K/V (incl. prefix-cache context) are already stored in the cache.
 
     q (N, Hq, D) flattened over sequences; token t is query number token_q_idx[t] of sequence
     token_seq_idx[t]; sequence b has query_lens[b] queries, its last tokens, ending at position
     context_lens[b] - 1 (query_lens comes from the host: counting token_seq_idx on the device would
     synchronise once per layer). Queries are padded to (B, max_seqlen_q) for one batched SDPA call -> (N, Hq, D).
+    `mask_cache`: one dict per step, shared by its layers, which then build each sliding window's mask once.
     """
     batch = block_tables.shape[0]
     q_pad = q.new_zeros(batch, max_seqlen_q, *q.shape[1:])
     q_pad[token_seq_idx, token_q_idx] = q
-    ctx = context_lens.long()
-    q_pos = (ctx - query_lens)[:, None] + torch.arange(max_seqlen_q, device=q.device)
     k = gather_context(k_cache, block_tables)
     v = gather_context(v_cache, block_tables)
-    mask = key_mask(q_pos, ctx, k.shape[1], sliding_window)
-    mask[:, :, 0] |= ~mask.any(-1)  # padded query rows: attend to something to avoid NaN, dropped below
-    out = attend(q_pad, k.to(q.dtype), v.to(q.dtype), mask, scale)
+    cache = mask_cache if mask_cache is not None else {}
+    if sliding_window not in cache:
+        cache[sliding_window] = prefill_mask(context_lens, query_lens, max_seqlen_q, k.shape[1], sliding_window)
+    out = attend(q_pad, k.to(q.dtype), v.to(q.dtype), cache[sliding_window], scale)
     return out[token_seq_idx, token_q_idx]
+
+
+def prefill_mask(context_lens: torch.Tensor, query_lens: torch.Tensor, max_seqlen_q: int, num_keys: int,
+                 sliding_window: int | None) -> torch.Tensor:
+    """bool (B, max_seqlen_q, num_keys): which keys each padded query row sees; padded rows see key 0 (a
+    row with no keys would make NaN; their outputs are dropped)."""
+    ctx = context_lens.long()
+    q_pos = (ctx - query_lens)[:, None] + torch.arange(max_seqlen_q, device=ctx.device)
+    mask = key_mask(q_pos, ctx, num_keys, sliding_window)
+    mask[:, :, 0] |= ~mask.any(-1)
+    return mask
