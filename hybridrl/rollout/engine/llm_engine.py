@@ -181,6 +181,13 @@ class LLMEngine:
             return
         capacity = self.num_kv_blocks * self.block_size
         util = min(0.95, math.ceil(self.gpu_memory_utilization * needed / self.num_kv_blocks * 20) / 20)
+        if self.num_kv_blocks < self.planned_kv_blocks:  # shrunk at wake-up: the trainer holds the memory
+            raise ValueError(
+                f"one sequence ({prompt_len} prompt + {response_len} response tokens) needs {needed} KV blocks, but "
+                f"only {self.num_kv_blocks} of the {self.planned_kv_blocks} planned fit in the memory free at this "
+                "generation. Free trainer memory while generating: actor_rollout_ref.actor.fsdp_config."
+                "optimizer_offload=true, actor_rollout_ref.ref.fsdp_config.param_offload=true; or shorten "
+                f"actor_rollout_ref.rollout.response_length (now {response_len})")
         raise ValueError(
             f"one sequence ({prompt_len} prompt + {response_len} response tokens) needs {needed} KV blocks of "
             f"{self.block_size} tokens, but the whole KV cache has {self.num_kv_blocks} blocks ({capacity} "

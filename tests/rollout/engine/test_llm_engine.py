@@ -230,3 +230,15 @@ def test_trainer_engine_max_model_len_follows_the_rollout_config(model, max_mode
                                    rollout_cfg=cfg.actor_rollout_ref.rollout)
     assert engine.max_model_len == expected
     assert engine.num_kv_blocks == cfg.actor_rollout_ref.rollout.max_num_seqs * -(-expected // engine.block_size)
+
+
+def test_a_cache_shrunk_below_one_sequence_says_what_holds_the_memory(model, monkeypatch):
+    """The wake-up re-check (CUDA only) can leave fewer blocks than planned; the error then points at the
+    trainer's memory, not at gpu_memory_utilization. On CPU the re-check's answer is stood in for."""
+    engine = make_engine(model, num_kv_blocks=64)
+    engine.sleep()
+    monkeypatch.setattr(engine, "_blocks_free_now", lambda: 2)  # little free at this wake-up
+    engine.wake_up()
+    assert engine.num_kv_blocks == 2 and engine.planned_kv_blocks == 64
+    with pytest.raises(ValueError, match="only 2 of the 64 planned fit.*optimizer_offload=true"):
+        engine.generate(PROMPTS[:1], SamplingParams(do_sample=False, max_new_tokens=12, ignore_eos=True))
