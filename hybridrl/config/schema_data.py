@@ -66,8 +66,8 @@ class DataConfig:
         "What to do with a prompt longer than max_prompt_length.",
         choices=("error", "left", "right", "middle"),
     )
-    image_key: str = setting("images", "Column holding images (multimodal data).")
-    video_key: str = setting("videos", "Column holding videos (multimodal data).")
+    image_key: str = setting("images", "Column holding images; rows with any are refused (multimodal is not supported yet).")
+    video_key: str = setting("videos", "Column holding videos; rows with any are refused (multimodal is not supported yet).")
     trust_remote_code: bool = setting(False, "Allow tokenizer/processor code from the model repo.")
     custom_cls: ClassRefConfig = section(ClassRefConfig, "A custom dataset class replacing the built-in one.")
     return_multi_modal_inputs: bool = setting(True, "Return processor outputs for multimodal rows.")

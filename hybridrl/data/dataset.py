@@ -48,7 +48,8 @@ class RLDataset:
     def __init__(self, files: str | Path | list[str | Path], tokenizer: Any, *, max_prompt_length: int = 512,
                  prompt_key: str = "prompt", reward_fn_key: str = "data_source", truncation: str = "error",
                  filter_overlong_prompts: bool = False, max_samples: int = -1, return_raw_chat: bool = False,
-                 apply_chat_template_kwargs: dict | None = None, seed: int | None = None) -> None:
+                 apply_chat_template_kwargs: dict | None = None, seed: int | None = None,
+                 media_keys: tuple[str, ...] = ("images", "videos")) -> None:
         if truncation not in TRUNCATION_MODES:
             raise ValueError(f"data.truncation={truncation!r} is not a truncation mode; use one of {TRUNCATION_MODES}")
         self.files = [str(files)] if isinstance(files, (str, Path)) else [str(f) for f in files]
@@ -61,6 +62,7 @@ class RLDataset:
         self.truncation = truncation
         self.return_raw_chat = return_raw_chat
         self.apply_chat_template_kwargs = dict(apply_chat_template_kwargs or {})
+        self.media_keys = media_keys
         self.num_filtered = 0
         # origins[i] = (file, row number in that file) so errors point at the exact source row.
         self.rows, self.origins = self._read_files()
@@ -80,6 +82,11 @@ class RLDataset:
         return rows, origins
 
     def _check_prompt(self, row: dict, file: str, number: int) -> None:
+        for key in self.media_keys:
+            if _has_media(row.get(key)):
+                raise ValueError(f"{file}: row {number} has media in column {key!r} (data.image_key / data.video_key): "
+                                 "multimodal prompts are not supported by hybridrl yet, and training on their text "
+                                 "alone would drop them silently; remove the column or these rows")
         prompt = row.get(self.prompt_key)
         if prompt is None:
             raise ValueError(f"{file}: row {number} has no {self.prompt_key!r} column (columns: {sorted(row)}); "
@@ -201,3 +208,12 @@ def collate(rows: list[dict[str, Any]], pad_token_id: int, max_prompt_length: in
     non_tensors = {key: _object_array([row.get(key) for row in rows]) for key in keys}
     tensors = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids}
     return Batch(tensors=tensors, non_tensors=non_tensors)
+
+
+def _has_media(value: Any) -> bool:
+    """A non-empty images/videos cell: None, NaN (a missing cell), "" and empty lists or arrays are none."""
+    if value is None or (isinstance(value, float) and value != value):
+        return False
+    if isinstance(value, (str, list, tuple, np.ndarray)):
+        return len(value) > 0
+    return True

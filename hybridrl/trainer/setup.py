@@ -70,7 +70,8 @@ def build_dataset(cfg, tokenizer, split: str) -> RLDataset:
                      reward_fn_key=data.reward_fn_key, truncation=data.truncation,
                      filter_overlong_prompts=data.filter_overlong_prompts, max_samples=max_samples,
                      return_raw_chat=data.return_raw_chat, apply_chat_template_kwargs=data.apply_chat_template_kwargs,
-                     seed=data.seed if data.seed is not None else cfg.trainer.seed)
+                     seed=data.seed if data.seed is not None else cfg.trainer.seed,
+                     media_keys=(data.image_key, data.video_key))
 
 
 def build_loader(cfg, dataset: RLDataset, tokenizer, split: str) -> StatefulLoader:

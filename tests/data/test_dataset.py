@@ -91,6 +91,19 @@ def test_missing_prompt_names_file_row_and_column(tmp_path, char_tokenizer):
     assert "data.prompt_key" in str(error.value)
 
 
+def test_rows_with_images_or_videos_are_refused_not_trained_on_as_text(tmp_path, char_tokenizer):
+    rows = [{"prompt": "1+1=", "images": []}, {"prompt": "<image> what is this?", "images": [{"bytes": b"\x89PNG"}]}]
+    path = write_parquet(rows, tmp_path / "vl.parquet")
+    with pytest.raises(ValueError, match=r"row 1 has media in column 'images'.*not supported"):
+        RLDataset(str(path), char_tokenizer)
+    clip = tmp_path / "clip.jsonl"
+    clip.write_text(json.dumps({"prompt": "describe", "clips": "a.mp4"}) + "\n")
+    with pytest.raises(ValueError, match="row 0 has media in column 'clips'"):
+        RLDataset(str(clip), char_tokenizer, media_keys=("images", "clips"))  # data.video_key=clips
+    empty = write_parquet([{"prompt": "1+1=", "images": None, "videos": []}], tmp_path / "text.parquet")
+    assert len(RLDataset(str(empty), char_tokenizer)) == 1  # empty media cells are text-only rows
+
+
 def test_malformed_messages_are_an_error(tmp_path, char_tokenizer):
     path = tmp_path / "rows.jsonl"
     path.write_text(json.dumps({"prompt": [{"role": "user"}]}) + "\n")
