@@ -51,16 +51,16 @@ class DataConfig:
         "Tool schema file for multi-turn prompts.",
         ref="${oc.select:actor_rollout_ref.rollout.multi_turn.tool_config_path,null}",
     )
-    return_raw_input_ids: bool = setting(False, "Also return prompt ids without the chat template.")
+    return_raw_input_ids: bool = setting(False, "verl: prompt ids without the chat template for a reward model with its own tokenizer; no effect here (the reward model re-renders the chat with its own template).")
     return_raw_chat: bool = setting(True, "Also return the raw chat messages.")
-    return_full_prompt: bool = setting(False, "Also return the templated prompt text.")
+    return_full_prompt: bool = setting(False, "verl: the templated prompt text in the batch; no effect here (rollout dumps and reward functions get the decoded text).")
     shuffle: bool = setting(True, "Shuffle the training set every epoch.")
     seed: int | None = setting(None, "Shuffling seed; null = 1 as in verl.")
-    dataloader_num_workers: int = setting(8, "Data loader worker processes.")
-    image_patch_size: int = setting(14, "Vision patch size (multimodal data).")
-    validation_shuffle: bool = setting(False, "Shuffle the validation set.")
+    dataloader_num_workers: int = setting(8, "Data loader worker processes; no effect (batches are read and tokenized in the trainer's process).")
+    image_patch_size: int = setting(14, "Vision patch size; no effect (multimodal rows are refused).")
+    validation_shuffle: bool = setting(False, "Shuffle the validation set; no effect (validation covers every row, so its metrics do not depend on order).")
     filter_overlong_prompts: bool = setting(False, "Drop prompts longer than max_prompt_length tokens.")
-    filter_overlong_prompts_workers: int = setting(1, "Processes used to filter overlong prompts.")
+    filter_overlong_prompts_workers: int = setting(1, "Processes used to filter overlong prompts; no effect (filtering runs in the loading process).")
     truncation: str = setting(
         "error",
         "What to do with a prompt longer than max_prompt_length.",
@@ -70,9 +70,9 @@ class DataConfig:
     video_key: str = setting("videos", "Column holding videos; rows with any are refused (multimodal is not supported yet).")
     trust_remote_code: bool = setting(False, "Allow tokenizer/processor code from the model repo.")
     custom_cls: ClassRefConfig = section(ClassRefConfig, "A custom dataset class replacing the built-in one.")
-    return_multi_modal_inputs: bool = setting(True, "Return processor outputs for multimodal rows.")
+    return_multi_modal_inputs: bool = setting(True, "Return processor outputs for multimodal rows; no effect (multimodal rows are refused).")
     sampler: SamplerConfig = section(SamplerConfig, "A custom (curriculum) sampler.")
     datagen: ClassRefConfig = section(ClassRefConfig, "A dynamic data generator class.")
     apply_chat_template_kwargs: dict = setting({}, "Extra kwargs for apply_chat_template, e.g. enable_thinking.")
-    cache_dir: str = setting("~/.cache/verl/rlhf", "Where remote dataset files are copied.", plus=True)
-    need_tools_kwargs: bool = setting(False, "Rows carry tools_kwargs for multi-turn tools.", plus=True)
+    cache_dir: str = setting("~/.cache/verl/rlhf", "Where remote (HDFS) dataset files are copied; no effect (data files are local paths).", plus=True)
+    need_tools_kwargs: bool = setting(False, "Rows carry tools_kwargs for multi-turn tools; no effect (multi-turn rollouts are refused).", plus=True)
