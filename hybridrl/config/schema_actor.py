@@ -54,7 +54,7 @@ class ActorConfig:
     )
     loss_scale_factor: float | None = setting(None, "Divisor for seq-mean-token-sum-norm; null = response length.")
     entropy_coeff: float = setting(0.0, "Entropy bonus coefficient.")
-    calculate_entropy: bool = setting(False, "Compute entropy even when entropy_coeff is 0 (metric only).")
+    calculate_entropy: bool = setting(False, "Compute entropy even when entropy_coeff is 0; always on here (actor/entropy is logged every step).")
     use_kl_loss: bool = setting(False, "Add a KL-to-reference loss (GRPO style); needs the ref model.")
     use_prefix_grouper: bool = setting(False, "Share prompt prefixes across a group in the forward pass.")
     use_torch_compile: bool = setting(
@@ -72,8 +72,8 @@ class ActorConfig:
     data_loader_seed: int = setting(42, "Seed of the mini-batch shuffling.")
     grad_clip: float = setting(1.0, "Gradient-norm clip.")
     ulysses_sequence_parallel_size: int = setting(1, "Ulysses sequence parallel (same key under fsdp_config).")
-    entropy_from_logits_with_chunking: bool = setting(False, "Compute entropy in row chunks.")
-    entropy_checkpointing: bool = setting(False, "Recompute entropy in backward.")
+    entropy_from_logits_with_chunking: bool = setting(False, "Compute entropy in row chunks; always so here (the fused log-prob path never holds a whole fp32 logits tensor).")
+    entropy_checkpointing: bool = setting(False, "Recompute entropy in backward; no effect (the chunked log-prob path recomputes its chunks in backward).")
     use_remove_padding: bool = setting(
         True, "See model.use_remove_padding.", ref="${oc.select:actor_rollout_ref.model.use_remove_padding,false}"
     )
@@ -111,6 +111,6 @@ class RefConfig:
     ulysses_sequence_parallel_size: int = setting(
         1, "Ulysses sequence parallel.", ref="${actor_rollout_ref.actor.ulysses_sequence_parallel_size}"
     )
-    entropy_from_logits_with_chunking: bool = setting(False, "Compute entropy in row chunks.")
-    entropy_checkpointing: bool = setting(False, "Recompute entropy in backward.")
+    entropy_from_logits_with_chunking: bool = setting(False, "Compute entropy in row chunks; always so here (the fused log-prob path never holds a whole fp32 logits tensor).")
+    entropy_checkpointing: bool = setting(False, "Recompute entropy in backward; no effect (the chunked log-prob path recomputes its chunks in backward).")
     device_ids: list[int] | None = setting(None, DEVICE_IDS_DOC)

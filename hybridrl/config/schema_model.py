@@ -109,11 +109,11 @@ class FsdpConfig:
     seed: int = setting(42, "Engine seed.")
     full_determinism: bool = setting(False, "Deterministic kernels (not implemented: false only).")
     ulysses_sequence_parallel_size: int = setting(1, "Ulysses sequence-parallel size.")
-    entropy_from_logits_with_chunking: bool = setting(False, "Compute entropy in row chunks.")
+    entropy_from_logits_with_chunking: bool = setting(False, "Compute entropy in row chunks; always so here (the fused log-prob path never holds a whole fp32 logits tensor).")
     use_torch_compile: bool = setting(True, "This role's regional torch.compile of decoder layers on CUDA (the actor "
                                       "and ref also need their own use_torch_compile; either false turns it off).")
-    entropy_checkpointing: bool = setting(False, "Recompute entropy in backward.")
-    forward_only: bool = setting(False, "The role never trains (set for ref).")
+    entropy_checkpointing: bool = setting(False, "Recompute entropy in backward; no effect (the chunked log-prob path recomputes its chunks in backward).")
+    forward_only: bool = setting(False, "The role never trains (verl sets it for ref); no effect here: the reference role builds no optimizer.")
     strategy: str = setting("fsdp", "Engine strategy of this role (fsdp and fsdp2 both mean FSDP2 here).")
     dtype: str = setting("bfloat16", "Compute dtype on GPU (mixed precision); CPU computes in model_dtype.")
     mixed_precision: dict = setting(
