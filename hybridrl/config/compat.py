@@ -91,6 +91,15 @@ NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
                                                     "give it its own devices with reward_model.device_ids"),
     "trainer.log_val_generations": ((0,), f"logging validation generations to the trackers is {_LATER}; "
                                           "trainer.rollout_data_dir dumps training generations as JSONL"),
+    "actor_rollout_ref.model.tiled_mlp.enabled": ((False,), f"tiled MLP is {_LATER}; bound activation memory with "
+                                                            "enable_gradient_checkpointing and use_dynamic_bsz token budgets"),
+    "actor_rollout_ref.rollout.logprobs_mode": (("processed_logprobs",), "the engine returns each sampled token's "
+                                                "log-prob under logits / temperature, before top-k/top-p (what the "
+                                                "trainer recomputes); other modes are not implemented"),
+    "reward_model.reward_loop_module_path": ((None,), f"custom reward loops are {_LATER}; use "
+                                                      "custom_reward_function.path with verl's compute_score signature"),
+    "reward_model.reward_loop_class_name": ((None,), f"custom reward loops are {_LATER}; use "
+                                                     "custom_reward_function.path with verl's compute_score signature"),
     "actor_rollout_ref.hybrid_engine": ((True,), "only the hybrid engine exists (as in verl): keep hybrid_engine=true"),
 }
 

@@ -44,7 +44,7 @@ class ActorConfig:
     clip_ratio_high: float = setting(0.2, "Upper clip epsilon (DAPO clip-higher: 0.28).")
     tau_pos: float = setting(1.0, "SAPO gate temperature for positive advantages.")
     tau_neg: float = setting(1.05, "SAPO gate temperature for negative advantages.")
-    freeze_vision_tower: bool = setting(False, "Do not train the vision encoder.")
+    freeze_vision_tower: bool = setting(False, "Do not train the vision encoder; no effect (multimodal models and rows are refused).")
     policy_loss: PolicyLossConfig = section(PolicyLossConfig, "Policy loss variant.")
     clip_ratio_c: float = setting(3.0, "Dual-clip constant (> 1) for negative advantages.")
     loss_agg_mode: str = setting(

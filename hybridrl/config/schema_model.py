@@ -11,7 +11,7 @@ from hybridrl.config.fields import section, setting
 class FusedKernelOptions:
     """Options of the fused log-prob kernels."""
 
-    impl_backend: str = setting("torch", "Fused kernel backend.", choices=("torch", "triton"))
+    impl_backend: str = setting("torch", "Fused kernel backend; no effect (hybridrl's fused log-prob kernels are Triton on CUDA, torch on CPU).", choices=("torch", "triton"))
 
 
 @dataclass

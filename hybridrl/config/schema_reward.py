@@ -122,7 +122,7 @@ class RewardModelConfig:
         32768, "Accepted; no effect on the reward model.", ref="${critic.forward_max_token_len_per_gpu}"
     )
     reward_manager: str = setting("naive", "Deprecated spelling of reward_manager.name.")
-    reward_loop_source: str = setting("register", "Where the reward loop class comes from.")
+    reward_loop_source: str = setting("register", "Where the reward loop class comes from; no effect (custom loops are refused: see reward_loop_module_path).")
     reward_loop_module_path: str | None = setting(None, "File of a custom reward loop.")
     reward_loop_class_name: str | None = setting(None, "Class of a custom reward loop.")
     launch_reward_fn_async: bool = setting(
@@ -131,7 +131,7 @@ class RewardModelConfig:
     sandbox_fusion: SandboxFusionConfig = section(SandboxFusionConfig, "Code sandbox.")
     ulysses_sequence_parallel_size: int = setting(1, "Ulysses sequence parallel.")
     use_reward_loop: bool = setting(True, "verl's reward-loop path (accepted; scoring runs after generation here).")
-    num_workers: int = setting(1, "Reward scoring workers.")
+    num_workers: int = setting(1, "Reward scoring workers; no effect (scoring runs inline or, with launch_reward_fn_async, on one thread).")
     reward_kwargs: dict = setting({}, "Extra kwargs passed to the reward manager.", plus=True)
     on_error: str = setting(
         "raise",

@@ -64,7 +64,7 @@ class CheckpointEngineConfig:
     backend: str = setting("naive", "Weight transfer backend (colocated: in-process copy).")
     update_weights_bucket_megabytes: int = setting(2048, "vLLM transfer bucket size; no effect here (weights move one FSDP unit "
                                                    "at a time, or through one shared-memory buffer).")
-    engine_kwargs: dict = setting({}, "Backend-specific options.")
+    engine_kwargs: dict = setting({}, "Weight-transfer backend options; no effect (weights move one FSDP unit at a time or through shared memory).")
 
 
 @dataclass
@@ -139,7 +139,7 @@ class RolloutConfig:
     n: int = setting(1, "Responses per prompt (the group size of GRPO/RLOO).")
     over_sample_rate: float = setting(0.0, "Extra prompts generated and dropped to cut long tails.")
     multi_stage_wake_up: bool = setting(False, "Restore weights and KV cache in stages.")
-    engine_kwargs: dict = setting({"vllm": {}, "sglang": {}, "trtllm": {}}, "Engine-specific options (open dict).")
+    engine_kwargs: dict = setting({"vllm": {}, "sglang": {}, "trtllm": {}}, "vLLM / SGLang / TRT-LLM options (open dict); no effect on hybridrl's own engine.")
     val_kwargs: ValKwargs = section(ValKwargs, "Validation sampling.")
     multi_turn: MultiTurnConfig = section(MultiTurnConfig, "Multi-turn rollout.")
     calculate_log_probs: bool = setting(False, "The engine always returns its log-probs (rollout_log_probs, used for "

@@ -95,7 +95,7 @@ class TrainerConfig:
     test_freq: int = setting(-1, "Validate every N steps (and at the end); -1 = never.")
     critic_warmup: int = setting(0, "Steps that train only the critic.")
     default_hdfs_dir: str | None = setting(None, "Mirror checkpoints to HDFS.")
-    del_local_ckpt_after_load: bool = setting(False, "Delete the local checkpoint after resuming.")
+    del_local_ckpt_after_load: bool = setting(False, "Delete the local checkpoint after resuming (verl: copies from HDFS); no effect (checkpoints are local; default_hdfs_dir is refused).")
     default_local_dir: str = setting(
         "checkpoints/verl_examples/gsm8k",
         "Checkpoint root.",
@@ -108,7 +108,7 @@ class TrainerConfig:
     device: str = setting(
         "auto", "hybridrl default auto = cuda if available else cpu (verl: cuda).", choices=("auto", "cuda", "cpu")
     )
-    use_legacy_worker_impl: str = setting("auto", "verl worker generation (one implementation here).", choices=("auto", "enable", "disable"))
+    use_legacy_worker_impl: str = setting("auto", "verl worker generation; no effect (one implementation here).", choices=("auto", "enable", "disable"))
     seed: int = setting(42, "hybridrl: seeds model initialisation, shuffling fallbacks and sampling.")
     launcher: str = setting("auto", "hybridrl: auto = local on one node, ray on several.", choices=("auto", "local", "ray"))
 
