@@ -100,6 +100,8 @@ NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
                                                       "custom_reward_function.path with verl's compute_score signature"),
     "reward_model.reward_loop_class_name": ((None,), f"custom reward loops are {_LATER}; use "
                                                      "custom_reward_function.path with verl's compute_score signature"),
+    "reward_model.ulysses_sequence_parallel_size": ((1,), f"Ulysses sequence parallelism is {_LATER}"),
+    "reward_model.strategy": (("fsdp", "fsdp2"), f"the Megatron engine is {_LATER}; use fsdp2"),
     "actor_rollout_ref.hybrid_engine": ((True,), "only the hybrid engine exists (as in verl): keep hybrid_engine=true"),
 }
 

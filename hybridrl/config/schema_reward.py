@@ -81,7 +81,8 @@ class RewardModelModelConfig:
     """The reward model."""
 
     input_tokenizer: str = setting(
-        "~/models/deepseek-llm-7b-chat", "Tokenizer of the policy's text.", ref="${actor_rollout_ref.model.path}"
+        "~/models/deepseek-llm-7b-chat", "Tokenizer of the policy's text; no effect (the policy's own tokenizer decodes "
+        "the responses, and the reward model's chat template re-renders them when the two differ).", ref="${actor_rollout_ref.model.path}"
     )
     path: str = setting("~/models/FsfairX-LLaMA3-RM-v0.1", "Local HF reward model directory.")
     external_lib: str | None = setting(None, "Module imported before loading.")
@@ -108,8 +109,8 @@ class RewardModelConfig:
 
     enable: bool = setting(False, "Score training rollouts with a reward model (validation keeps rule rewards, as verl).")
     enable_resource_pool: bool = setting(False, "Give the reward model its own devices.")
-    n_gpus_per_node: int = setting(8, "Devices per node of the reward pool.")
-    nnodes: int = setting(0, "Nodes of the reward pool.")
+    n_gpus_per_node: int = setting(8, "Devices per node of verl's reward pool (enable_resource_pool); no effect: use reward_model.device_ids.")
+    nnodes: int = setting(0, "Nodes of verl's reward pool (enable_resource_pool); no effect: use reward_model.device_ids.")
     strategy: str = setting("fsdp", "Engine strategy.", choices=("fsdp", "fsdp2", "megatron"))
     model: RewardModelModelConfig = section(RewardModelModelConfig, "Reward model.")
     micro_batch_size: int | None = setting(None, "Deprecated global micro batch (rows).")

@@ -62,11 +62,13 @@ def load_tokenizer(path: str, *, trust_remote_code: bool = False,
     return tokenizer
 
 
-def load_policy_tokenizer(model_cfg) -> PreTrainedTokenizerBase:
+def load_policy_tokenizer(model_cfg, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
     """The policy's tokenizer from `actor_rollout_ref.model`: its external_lib imported first, tokenizer_path
-    (else path), trust_remote_code and custom_chat_template applied."""
+    (else path) and custom_chat_template applied; tokenizer code trusted when the model's trust_remote_code
+    or `trust_remote_code` (verl's data.trust_remote_code, which verl's tokenizer loading reads) is set."""
     import_external_lib(model_cfg.external_lib, "actor_rollout_ref.model.external_lib")
-    return load_tokenizer(model_cfg.tokenizer_path or model_cfg.path, trust_remote_code=model_cfg.trust_remote_code,
+    return load_tokenizer(model_cfg.tokenizer_path or model_cfg.path,
+                          trust_remote_code=model_cfg.trust_remote_code or trust_remote_code,
                           chat_template=model_cfg.custom_chat_template)
 
 

@@ -54,7 +54,7 @@ def build_tokenizer(cfg):
 
         raise ConfigError(f"actor_rollout_ref.model.path={model_cfg.path!r} is a Megatron-LM checkpoint, which has no "
                           f"tokenizer: set actor_rollout_ref.model.tokenizer_path to an HF tokenizer directory")
-    return load_policy_tokenizer(model_cfg)
+    return load_policy_tokenizer(model_cfg, trust_remote_code=cfg.data.trust_remote_code)
 
 
 def _files(value) -> list[str]:

@@ -71,7 +71,7 @@ class ColocatedWorker:
         self.memory = PhaseMemory(device)  # this rank's peaks per phase (`pop_phase_metrics`)
         self.phase_seconds: defaultdict[str, float] = defaultdict(float)  # this rank's wall time per phase
         _seed_everything(cfg.trainer.seed)  # every rank builds identical weights (e.g. a fresh value head)
-        self.tokenizer = load_policy_tokenizer(cfg.actor_rollout_ref.model)
+        self.tokenizer = load_policy_tokenizer(cfg.actor_rollout_ref.model, trust_remote_code=cfg.data.trust_remote_code)
         sizes = BatchSizes.from_config(cfg, world_size)
         # The one-process construction order, so the RNG (e.g. a fresh value head) sees the same draws.
         self.actor = ActorWorker(cfg, sizes, device, total_steps) if "actor" in roles else None

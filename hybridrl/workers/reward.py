@@ -45,10 +45,12 @@ def build_reward_model(cfg, tokenizer):
     remote = is_remote(rm.model.path, rm.type)
     if not remote:
         import_external_lib(rm.model.external_lib, "reward_model.model.external_lib")
-    rm_tokenizer = tokenizer if remote else load_tokenizer(rm.model.path, key="reward_model.model.path")
+    trust = rm.model.trust_remote_code
+    rm_tokenizer = tokenizer if remote else load_tokenizer(rm.model.path, key="reward_model.model.path",
+                                                           trust_remote_code=trust)
     return RewardModelWorker(rm.model.path, tokenizer=rm_tokenizer, input_tokenizer=None if remote else tokenizer,
                              micro_batch_size=rm.micro_batch_size_per_gpu or 8, remote=remote,
-                             max_length=rm.max_length)
+                             max_length=rm.max_length, trust_remote_code=trust)
 
 
 class RewardWorker:

@@ -50,7 +50,7 @@ class RewardModelWorker:
 
     def __init__(self, model_path_or_url: str, *, tokenizer: Any, input_tokenizer: Any = None,
                  micro_batch_size: int = 8, device: str | torch.device = "cpu", remote: bool = False,
-                 client_kwargs: dict | None = None, max_length: int | None = None):
+                 client_kwargs: dict | None = None, max_length: int | None = None, trust_remote_code: bool = False):
         if micro_batch_size < 1:
             raise ValueError(f"reward_model.micro_batch_size_per_gpu must be >= 1, got {micro_batch_size}")
         if client_kwargs and not remote:
@@ -61,7 +61,7 @@ class RewardModelWorker:
         self.micro_batch_size, self.device, self.max_length = micro_batch_size, device, max_length
         self.client = PoolingClient(model_path_or_url, **(client_kwargs or {})) if remote else None
         self.model = None if remote else load_value_model(
-            model_path_or_url, key="reward_model.model.path").to(device).eval()
+            model_path_or_url, key="reward_model.model.path", trust_remote_code=trust_remote_code).to(device).eval()
         self.source = redact_url(model_path_or_url) if remote else model_path_or_url
 
     def describe(self) -> str:

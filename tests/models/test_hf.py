@@ -39,3 +39,23 @@ def test_a_missing_external_lib_names_the_key():
     import_external_lib(None, "critic.model.external_lib")  # unset: nothing to import
     with pytest.raises(ModelLoadError, match="critic.model.external_lib='no_such_plugin' could not be imported"):
         import_external_lib("no_such_plugin", "critic.model.external_lib")
+
+
+def test_tokenizer_code_is_trusted_by_data_or_model_trust_remote_code(tiny_model_dir, tmp_path):
+    """verl loads the tokenizer with data.trust_remote_code; hybridrl honours it or the model's key. Without
+    either, transformers quietly falls back to its generic tokenizer class."""
+    import json
+    import shutil
+
+    model_dir = shutil.copytree(tiny_model_dir, tmp_path / "remote_tok")
+    (model_dir / "tokenization_marked.py").write_text(
+        "from transformers import PreTrainedTokenizerFast\n\n\n"
+        "class MarkedTokenizer(PreTrainedTokenizerFast):\n    remote_code_ran = True\n")
+    config_path = model_dir / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    config.update(tokenizer_class="MarkedTokenizer", auto_map={"AutoTokenizer": [None, "tokenization_marked.MarkedTokenizer"]})
+    config_path.write_text(json.dumps(config))
+    base = [f"actor_rollout_ref.model.path={model_dir}"]
+    assert not getattr(build_tokenizer(load_config(base)), "remote_code_ran", False)
+    assert build_tokenizer(load_config(base + ["data.trust_remote_code=true"])).remote_code_ran
+    assert build_tokenizer(load_config(base + ["actor_rollout_ref.model.trust_remote_code=true"])).remote_code_ran
