@@ -21,7 +21,7 @@ def compute_policy_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, adva
                         response_mask: torch.Tensor, cliprange: float | None = None,
                         cliprange_low: float | None = None, cliprange_high: float | None = None,
                         clip_ratio_c: float = 3.0, loss_agg_mode: str = "token-mean",
-                        rollout_is_weights: torch.Tensor | None = None
+                        rollout_is_weights: torch.Tensor | None = None, loss_scale_factor: float | None = None
                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Clipped PPO (Schulman et al. 2017) with dual-clip for A < 0 (Ye et al. 2019, arXiv 1912.09729).
 
@@ -48,7 +48,7 @@ def compute_policy_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, adva
     pg_losses = torch.where(advantages < 0, clip_pg_losses2, clip_pg_losses1)
     if rollout_is_weights is not None:
         pg_losses = pg_losses * rollout_is_weights
-    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode, loss_scale_factor)
     return pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower
 
 
@@ -88,22 +88,24 @@ def _metrics(clipfrac: torch.Tensor, ppo_kl: torch.Tensor, clipfrac_lower: torch
 
 def vanilla_policy_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
                         response_mask: torch.Tensor, *, clip_ratio_low: float, clip_ratio_high: float,
-                        clip_ratio_c: float, loss_agg_mode: str, rollout_is_weights: torch.Tensor | None = None
-                        ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """`loss_mode: vanilla` — PPO + dual-clip, aggregated with `loss_agg_mode`."""
+                        clip_ratio_c: float, loss_agg_mode: str, rollout_is_weights: torch.Tensor | None = None,
+                        loss_scale_factor: float | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """`loss_mode: vanilla` — PPO + dual-clip, aggregated with `loss_agg_mode` (and `loss_scale_factor`, the
+    divisor of seq-mean-token-sum-norm)."""
     pg_loss, *metrics = compute_policy_loss(old_log_prob, log_prob, advantages, response_mask,
                                             cliprange_low=clip_ratio_low, cliprange_high=clip_ratio_high,
                                             clip_ratio_c=clip_ratio_c, loss_agg_mode=loss_agg_mode,
-                                            rollout_is_weights=rollout_is_weights)
+                                            rollout_is_weights=rollout_is_weights, loss_scale_factor=loss_scale_factor)
     return pg_loss, _metrics(*metrics)
 
 
 def gspo_policy_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
                      response_mask: torch.Tensor, *, clip_ratio_low: float, clip_ratio_high: float,
-                     clip_ratio_c: float, loss_agg_mode: str, rollout_is_weights: torch.Tensor | None = None
-                     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                     clip_ratio_c: float, loss_agg_mode: str, rollout_is_weights: torch.Tensor | None = None,
+                     loss_scale_factor: float | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """`loss_mode: gspo` — like verl, always aggregates with seq-mean-token-mean whatever `loss_agg_mode`
-    says, and ignores `clip_ratio_c` (no dual clip)."""
+    says (so `loss_scale_factor`, a seq-mean-token-sum-norm divisor, does not apply), and ignores
+    `clip_ratio_c` (no dual clip)."""
     pg_loss, *metrics = compute_policy_loss_gspo(old_log_prob, log_prob, advantages, response_mask,
                                                  clip_ratio_low, clip_ratio_high, "seq-mean-token-mean",
                                                  rollout_is_weights=rollout_is_weights)

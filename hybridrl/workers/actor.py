@@ -140,17 +140,17 @@ class ActorWorker(TrainState):
             old_log_prob, log_prob, micro["advantages"], mask,
             clip_ratio_low=cfg.clip_ratio_low if cfg.clip_ratio_low is not None else cfg.clip_ratio,
             clip_ratio_high=cfg.clip_ratio_high if cfg.clip_ratio_high is not None else cfg.clip_ratio,
-            clip_ratio_c=cfg.clip_ratio_c, loss_agg_mode=cfg.loss_agg_mode)
+            clip_ratio_c=cfg.clip_ratio_c, loss_agg_mode=cfg.loss_agg_mode, loss_scale_factor=cfg.loss_scale_factor)
         loss = pg_loss
         metrics = {"actor/pg_loss": to_float(pg_loss)}
         metrics.update({f"actor/{k}": to_float(v) for k, v in pg_metrics.items()})
         if cfg.entropy_coeff != 0:
-            entropy_agg = agg_loss(entropy, mask, cfg.loss_agg_mode)
+            entropy_agg = agg_loss(entropy, mask, cfg.loss_agg_mode, cfg.loss_scale_factor)
             loss = loss - cfg.entropy_coeff * entropy_agg
             metrics["actor/entropy_loss"] = to_float(entropy_agg)
         if cfg.use_kl_loss:
             kld = kl_penalty(log_prob, micro["ref_log_prob"], cfg.kl_loss_type)
-            kl_loss = agg_loss(kld, mask, cfg.loss_agg_mode)
+            kl_loss = agg_loss(kld, mask, cfg.loss_agg_mode, cfg.loss_scale_factor)
             loss = loss + cfg.kl_loss_coef * kl_loss
             metrics.update({"actor/kl_loss": to_float(kl_loss), "actor/kl_coef": cfg.kl_loss_coef})
         return loss, metrics, (log_prob.detach(), entropy.detach() if entropy is not None else None)

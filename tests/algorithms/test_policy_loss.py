@@ -97,3 +97,14 @@ def test_registry_uniform_signature():
     torch.testing.assert_close(gspo_token_mean, gspo_direct)
     with pytest.raises(ValueError, match="gspo"):
         get_policy_loss_fn("sapo")
+
+
+def test_loss_scale_factor_divides_seq_mean_token_sum_norm():
+    """Dr.GRPO's constant normaliser: Σ token losses / loss_scale_factor (default: the padded length, 5 here).
+    Token losses of the dual-clip case: -1.2 + 0.8 + 3 - 1 = 1.6."""
+    old, log_prob, advantages, mask = dual_clip_case()
+    options = dict(clip_ratio_low=0.2, clip_ratio_high=0.2, clip_ratio_c=3.0, loss_agg_mode="seq-mean-token-sum-norm")
+    default, _ = POLICY_LOSSES["vanilla"](old, log_prob, advantages, mask, **options)
+    scaled, _ = POLICY_LOSSES["vanilla"](old, log_prob, advantages, mask, loss_scale_factor=2.0, **options)
+    torch.testing.assert_close(default, torch.tensor(1.6 / 5))
+    torch.testing.assert_close(scaled, torch.tensor(1.6 / 2))
