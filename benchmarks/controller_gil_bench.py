@@ -45,6 +45,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     args.rows, args.seq_len, args.response_len = (16, 48, 16) if args.quick else (512, 415, 256)
+    args.prompts = 4 if args.quick else 64  # the stand-in tokenizer's vocabulary comes from these prompts
     args.repeats = args.repeats or (1 if args.quick else 5)
     return args
 
@@ -76,7 +77,7 @@ def summary(seconds: list[float]) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    tokenizer = build_stand_in_tokenizer(prompt_texts(gsm8k_rows(64)), qwen2_config())
+    tokenizer = build_stand_in_tokenizer(prompt_texts(gsm8k_rows(args.prompts)), qwen2_config())
     responses = torch.randint(0, tokenizer.vocab_size, (args.rows, args.response_len))
     decode = lambda: tokenizer.batch_decode(responses, skip_special_tokens=True)  # noqa: E731
     batch = step_batch(args.rows, args.seq_len, args.response_len)
