@@ -3,9 +3,10 @@
 The controller scores rewards on a thread (`reward_model.launch_reward_fn_async`) while the main thread
 drives the forward passes: on one GPU it launches kernels, with worker ranks it reads their replies from
 pipes. Each of those steps needs the GIL, and a thread decoding 512 responses (the tokenizer holds the GIL
-for ~90 ms on a 2-core box) gives it back only every `sys.getswitchinterval()` (5 ms by default). A 2-rank
-`call_sharded` beside such a decode took ~80 ms instead of ~18 ms (benchmarks/controller_gil_bench.py);
-with a 0.2 ms interval while the thread works, ~18 ms.
+for ~90 ms on a 2-core box) gives it back only every `sys.getswitchinterval()` (5 ms by default).
+benchmarks/controller_gil_bench.py, 2-core box, medians of 30 calls in three runs: a 2-rank `call_sharded`
+took 13-17 ms alone, 93-114 ms beside such a decode, 30, 34 and 100 ms with a 0.2 ms interval while the
+thread works (noisy: two ranks, the controller and the thread share the two cores).
 """
 
 from __future__ import annotations

@@ -209,7 +209,7 @@ class LLMEngine:
                 seqs, is_prefill, num_steps = scheduler.schedule(self.max_decode_burst)
                 if not seqs:
                     raise RuntimeError("the scheduler made no progress (a sequence cannot get KV blocks)")
-                stats.peak_blocks = max(stats.peak_blocks, self.block_manager.num_used_blocks)
+                stats.see_blocks(self.block_manager.num_used_blocks)
                 busy_since = time.perf_counter()
                 if is_prefill:
                     tokens, logprobs = self.runner.run_prefill(seqs, params)
@@ -230,7 +230,7 @@ class LLMEngine:
         num_steps, limits = scheduler.continue_burst(burst.seqs, burst.num_steps, self.max_decode_burst)
         if not num_steps:
             return None
-        stats.peak_blocks = max(stats.peak_blocks, self.block_manager.num_used_blocks)
+        stats.see_blocks(self.block_manager.num_used_blocks)
         stats.add_burst(num_steps, chained=True)
         return self.runner.continue_decode(burst, num_steps, limits)
 
@@ -245,6 +245,10 @@ class RunStats:
     bursts: int = 0
     chained: int = 0
     peak_blocks: int = 0
+
+    def see_blocks(self, used: int) -> None:
+        """After each scheduling decision (its blocks are booked): the peak of blocks held."""
+        self.peak_blocks = max(self.peak_blocks, used)
 
     def add_burst(self, num_steps: int, chained: bool) -> None:
         self.decode_steps += num_steps

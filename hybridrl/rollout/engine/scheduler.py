@@ -70,8 +70,8 @@ class Scheduler:
             return 0, []
         for seq, span in zip(live, spans):
             bm.reserve(seq, span)
-        limit = {id(s): len(s) - 1 + span for s, span in zip(live, spans)}
-        return length, [limit.get(id(s), 0) for s in seqs]
+        live_spans = iter(spans)  # in `seqs` order, one per running row
+        return length, [len(s) - 1 + next(live_spans) if s.status is SequenceStatus.RUNNING else 0 for s in seqs]
 
     def _burst_length(self, max_steps: int) -> int:
         """Steps the next decode burst can run: the longest remaining budget (capped at max_steps), or
