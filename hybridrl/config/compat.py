@@ -75,7 +75,9 @@ NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
     "data.custom_cls.path": ((None,), f"custom dataset classes are {_LATER}"),
     "data.sampler.class_path": ((None,), f"custom (curriculum) samplers are {_LATER}"),
     "data.datagen.path": ((None,), f"dynamic data generation is {_LATER}"),
-    "global_profiler.tool": ((None,), f"the global profiler is {_LATER}"),
+    "global_profiler.tool": ((None, "torch", "torch_memory"), "hybridrl profiles with tool=torch (traces) or "
+                             "tool=torch_memory (CUDA allocator snapshots); for Nsight Systems run the whole job under "
+                             "`nsys profile -t cuda,nvtx python -m hybridrl ...`; Ascend NPUs are not supported"),
     "trainer.esi_redundant_time": ((0,), f"ESI pre-expiry checkpointing is {_LATER}"),
     "trainer.default_hdfs_dir": ((None,), f"HDFS checkpoint mirroring is {_LATER}"),
     "data.use_shm": ((False,), f"/dev/shm preloading is {_LATER}"),

@@ -125,11 +125,15 @@ class RayKwargsConfig:
 class GlobalProfilerConfig:
     """Profiling of selected steps."""
 
-    tool: str | None = setting(None, "nsys|npu|torch|torch_memory; null = off.")
-    steps: list[int] | None = setting(None, "Steps to profile.")
-    profile_continuous_steps: bool = setting(False, "Profile consecutive steps as one trace.")
-    save_path: str = setting("outputs/profile", "Where traces go.")
-    global_tool_config: dict = setting({}, "Per-tool options (open dict).")
+    tool: str | None = setting(None, "torch (torch.profiler traces + top-op tables) or torch_memory (CUDA allocator "
+                               "snapshots) of the controller and every worker rank; null = off. nsys|npu: refused, "
+                               "run the job under nsys instead.")
+    steps: list[int] | None = setting(None, "Steps to profile (1-based, e.g. [2,3]).")
+    profile_continuous_steps: bool = setting(False, "Profile consecutive listed steps as one trace.")
+    save_path: str = setting("outputs/profile", "Where profiles go: <save_path>/step_<N>/<process>.*.")
+    global_tool_config: dict = setting({}, "Per-tool options (open dict): torch.contents (cpu, cuda, memory, shapes, "
+                                           "stack), torch.discrete (one profile per phase), "
+                                           "torch_memory.trace_alloc_max_entries.")
 
 
 @dataclass

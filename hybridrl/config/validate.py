@@ -8,6 +8,7 @@ from hybridrl.config.batch_rules import check_mini_batch, micro_batch_problems, 
 from hybridrl.config.errors import ConfigError
 from hybridrl.config.index import config_tree, get_in, schema_index
 from hybridrl.config.precision import precision_problems
+from hybridrl.config.profiler_rules import profiler_problems
 from hybridrl.config.roles import critic_enabled, ref_enabled
 from hybridrl.config.schema import HybridRLConfig
 from hybridrl.config.schema_trainer import LOGGERS
@@ -30,6 +31,7 @@ def validate_config(cfg: HybridRLConfig, world_size: int = 1) -> None:
         + _trainer_problems(cfg)
         + precision_problems(cfg)
         + token_budget_problems(cfg)
+        + profiler_problems(cfg.global_profiler)
     )
     if problems:
         raise ConfigError(f"{len(problems)} config problem(s):\n" + "\n".join(f"  - {p}" for p in problems))

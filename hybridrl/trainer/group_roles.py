@@ -108,6 +108,10 @@ class RankGroups:
     def phase_metrics(self) -> dict[str, float]:
         return pop_phase_metrics(self.groups.values())
 
+    def call_all(self, method: str, *args) -> list:
+        """`method` on every rank of every group, results in group then rank order."""
+        return [result for group in self.groups.values() for result in group.call_all(method, *args)]
+
     def shutdown(self) -> None:
         if self.launcher == "ray" and self.timeline_json_file:
             from hybridrl.distributed.ray_launcher import import_ray

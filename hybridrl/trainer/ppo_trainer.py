@@ -25,6 +25,7 @@ from hybridrl.utils.batch import Batch
 from hybridrl.utils.memory import PhaseMemory, host_memory_metrics, max_merge
 from hybridrl.trainer.oom import oom_guard
 from hybridrl.utils.metrics import timed
+from hybridrl.utils.profiling import ProfileSpec, StepProfiler, profiled_step
 from hybridrl.utils.threads import submit_responsive
 from hybridrl.workers.rollout import sampling_params
 
@@ -64,6 +65,8 @@ class PPOTrainer:
         kl = cfg.algorithm.kl_ctrl
         self.kl_ctrl = get_kl_controller(kl.type, kl.kl_coef, kl.target_kl, kl.horizon)
         self.global_step = 0
+        self.profile_spec = ProfileSpec.from_config(cfg.global_profiler)
+        self.profiler = StepProfiler("controller", self.device)
         self._reward_pool = None  # reward_model.launch_reward_fn_async: one scoring thread, made on first use
         if cfg.reward_model.launch_reward_fn_async and getattr(self.roles.reward, "reward_model", None) is not None:
             log.warning("reward_model.launch_reward_fn_async applies to reward functions; with a reward model "
@@ -104,7 +107,8 @@ class PPOTrainer:
                 self.roles.rollout.apply(request)
             prompts, epoch = self.train_loader.next_batch()
             self.global_step += 1
-            metrics = self.run_step(prompts)
+            with profiled_step(self.profile_spec, self.global_step, self.profiler, self._call_ranks):
+                metrics = self.run_step(prompts)
             metrics.update({"training/global_step": self.global_step, "training/epoch": epoch,
                             "perf/rollout_num_devices": len(self.roles.rollout.devices)})
             self._after_step(metrics)
@@ -131,8 +135,13 @@ class PPOTrainer:
     @contextmanager
     def _phase(self, name: str, timings: dict[str, float]):
         """A named phase: timed, its peak memory recorded, and a CUDA OOM inside it made actionable."""
-        with timed(name, timings), oom_guard(name, self.cfg, self.device), self.memory.phase(name):
+        with timed(name, timings), oom_guard(name, self.cfg, self.device), self.memory.phase(name), \
+                self.profiler.phase(name):
             yield
+
+    def _call_ranks(self, method: str, *args) -> list:
+        """`method` on every worker rank (none in one process)."""
+        return self.roles.group.call_all(method, *args) if self.roles.group is not None else []
 
     def run_step(self, prompts: Batch) -> dict[str, float]:
         metrics: dict[str, float] = {}

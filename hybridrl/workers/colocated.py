@@ -33,6 +33,7 @@ from hybridrl.rollout import SamplingParams
 from hybridrl.rollout.engine.parallel import SINGLE, replica_groups
 from hybridrl.utils.memory import PhaseMemory, host_memory_metrics
 from hybridrl.utils.batch import Batch
+from hybridrl.utils.profiling import ProfileSpec, StepProfiler
 from hybridrl.workers.actor import ActorWorker
 from hybridrl.workers.critic import CriticWorker
 from hybridrl.workers.reference import ReferenceWorker
@@ -53,7 +54,7 @@ def _phase(name: str):
         def recorded(self, *args, **kwargs):
             start = time.perf_counter()
             try:
-                with self.memory.phase(name):
+                with self.memory.phase(name), self.profiler.phase(name):
                     return method(self, *args, **kwargs)
             finally:
                 self.phase_seconds[name] += time.perf_counter() - start
@@ -70,6 +71,7 @@ class ColocatedWorker:
         device = torch.device(device_type)
         self.memory = PhaseMemory(device)  # this rank's peaks per phase (`pop_phase_metrics`)
         self.phase_seconds: defaultdict[str, float] = defaultdict(float)  # this rank's wall time per phase
+        self.profiler = StepProfiler(f"rank{self.rank}", device)  # global_profiler: started by the controller
         _seed_everything(cfg.trainer.seed)  # every rank builds identical weights (e.g. a fresh value head)
         self.tokenizer = load_policy_tokenizer(cfg.actor_rollout_ref.model, trust_remote_code=cfg.data.trust_remote_code)
         sizes = BatchSizes.from_config(cfg, world_size)
@@ -92,6 +94,12 @@ class ColocatedWorker:
         metrics.update({f"timing_s/{phase}_rank": seconds for phase, seconds in self.phase_seconds.items()})
         self.phase_seconds.clear()
         return metrics
+
+    def start_profile(self, spec: ProfileSpec, step: int) -> None:
+        self.profiler.start(spec, step)
+
+    def stop_profile(self, step: int) -> None:
+        self.profiler.stop(step)
 
     def _build_rollout(self, cfg, device: torch.device) -> RolloutWorker:
         """A plain copy of the initial policy (the actor's own module may be sharded) behind the backend."""

@@ -76,7 +76,9 @@ def one_process_run(tmp_path_factory, arith_model_dir, arithmetic_files) -> tupl
 def test_two_ranks_give_the_metrics_of_one_process(tmp_path, arith_model_dir, arithmetic_files, one_process_run):
     _, expected = one_process_run
     out = str(tmp_path)
-    trainer = PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, out, ranks=2, steps=2)))
+    profile = os.path.join(out, "profile")  # profiling step 2 must not change its metrics either
+    trainer = PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, out, ranks=2, steps=2, extra=[
+        "global_profiler.tool=torch", "global_profiler.steps=[2]", f"global_profiler.save_path={profile}"])))
     assert trainer.roles.group is not None and trainer.num_devices == 2
     # Memory: each rank reports its own peak (CPU: its resident set), the controller takes the max;
     # the controller itself measures nothing (on GPUs it would otherwise open a CUDA context).
@@ -93,6 +95,11 @@ def test_two_ranks_give_the_metrics_of_one_process(tmp_path, arith_model_dir, ar
         assert all(0 < r[f"timing_s/{phase}_rank"] <= r[f"timing_s/{phase}"] for r in records), phase
     group = trainer.roles.group.groups["actor_rollout_ref"]
     assert not any(p.is_alive() for p in group._procs)  # fit() stopped the ranks
+    assert sorted(os.listdir(profile)) == ["step_2"]
+    for process in ("controller", "rank0", "rank1"):  # every process of the run, the same step
+        assert os.path.exists(os.path.join(profile, "step_2", f"{process}.trace.json.gz")), process
+    with open(os.path.join(profile, "step_2", "rank1.txt")) as f:
+        assert "phase/update_actor" in f.read()
 
 
 def test_balanced_batches_give_ranks_closer_token_counts(tmp_path, arith_model_dir, arithmetic_files):

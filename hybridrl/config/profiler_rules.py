@@ -1,0 +1,32 @@
+"""`global_profiler.*` rules and defaults (torch-free: the config package must not import torch).
+
+The profiler itself is `hybridrl.utils.profiling`.
+"""
+
+from __future__ import annotations
+
+TOOLS = ("torch", "torch_memory")
+TORCH_CONTENTS = ("cpu", "cuda", "memory", "shapes", "stack")
+TOOL_OPTIONS = {"torch": {"contents": list(TORCH_CONTENTS[:2]), "discrete": False},
+                "torch_memory": {"trace_alloc_max_entries": 100_000, "stack_depth": 32}}
+
+
+def profiler_problems(profiler_cfg) -> list[str]:
+    """Config rules for `global_profiler.*` (the tool's own value is checked by compat's NOT_IMPLEMENTED)."""
+    if profiler_cfg.tool not in TOOLS:
+        return []
+    problems = []
+    steps = profiler_cfg.steps
+    if not steps or any(not isinstance(s, int) or s < 1 for s in steps):
+        problems.append(f"global_profiler.tool={profiler_cfg.tool} needs global_profiler.steps, a list of step numbers "
+                        f">= 1 (e.g. [2,3]); got {steps!r}")
+    known = TOOL_OPTIONS[profiler_cfg.tool]
+    unknown = sorted(set(profiler_cfg.global_tool_config.get(profiler_cfg.tool, {})) - set(known))
+    if unknown:
+        problems.append(f"global_profiler.global_tool_config.{profiler_cfg.tool} has unknown option(s) {unknown}; "
+                        f"known: {sorted(known)}")
+    contents = profiler_cfg.global_tool_config.get("torch", {}).get("contents", [])
+    if profiler_cfg.tool == "torch" and set(contents) - set(TORCH_CONTENTS):
+        problems.append(f"global_profiler.global_tool_config.torch.contents={contents} may hold only "
+                        f"{list(TORCH_CONTENTS)}")
+    return problems
