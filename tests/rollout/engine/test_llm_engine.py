@@ -181,6 +181,21 @@ def test_cuda_kv_cache_is_sized_for_the_workload_when_the_budget_allows_more(mod
     """max_num_seqs x max_model_len tokens can never be exceeded at once: no point reserving more."""
     from hybridrl.rollout.engine.llm_engine import LLMEngine
 
+    engine = LLMEngine(model, device="cuda", max_num_seqs=8, max_model_len=64, block_size=16,
+                       gpu_memory_utilization=0.5)
+    assert engine.num_kv_blocks == 8 * 64 // 16
+    out = engine.generate(PROMPTS, SamplingParams(n=2, max_new_tokens=20, ignore_eos=True))
+    assert [len(t) for t in out.token_ids] == [20] * 6
+
+
+@pytest.mark.gpu
+def test_cuda_wake_up_shrinks_the_cache_when_the_trainer_took_the_memory(model, caplog):
+    """Memory taken after start-up (here a tensor standing for trainer state) shrinks the next generation's
+    cache instead of leaving its activations to run out of memory; the batch preempts and still finishes
+    with the same tokens. Freed again, the next wake-up gets the planned cache back."""
+    from hybridrl.rollout.engine.kv_memory import MARGIN_BYTES
+    from hybridrl.rollout.engine.llm_engine import LLMEngine
+
     # 256-token blocks (128 KiB here): the device frees memory in 2 MiB pages, so the hog below can only be
     # sized to within 16 blocks; the planned cache (24 rows x 2 blocks) must stay well above that.
     engine = LLMEngine(model, device="cuda", max_num_seqs=24, max_model_len=512, block_size=256,
