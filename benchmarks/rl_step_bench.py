@@ -48,7 +48,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--workdir", default=None, help="where the model dir and data go (default: a temp dir)")
     parser.add_argument("--hybridrl-override", action="append", default=[], help="extra verl override (repeatable)")
     parser.add_argument("--profile", default=None,
-                        help="hybrid mode: write torch.profiler tables of each phase of the last step here")
+                        help="hybrid mode: a folder for torch.profiler tables and traces of one extra step, per phase and "
+                             "process (global_profiler with discrete=true)")
     args = parser.parse_args(argv)
     args.device = args.device or ("cpu" if args.quick or not torch.cuda.is_available() else "cuda")
     defaults = dict(num_prompts=4, n=2, response_length=8, micro_batch=4) if args.quick else dict(

@@ -11,7 +11,6 @@ cache itself; an extra `sleep()` on a sleeping engine, or `wake_up()` on an awak
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import gc
 import time
@@ -35,6 +34,7 @@ def overrides(args, paths: dict[str, Path], mode: str) -> list[str]:
     """verl keys for the workload: GRPO + KL loss, one optimizer step over all responses per RL step."""
     rows = args.num_prompts * args.n
     arr = "actor_rollout_ref"
+    profiled = int(profiles(args, mode))
     return [
         "algorithm.adv_estimator=grpo", f"data.train_files={paths['train']}", "data.val_files=[]",
         f"data.train_batch_size={args.num_prompts}", f"data.max_prompt_length={args.max_prompt_length}",
@@ -50,11 +50,24 @@ def overrides(args, paths: dict[str, Path], mode: str) -> list[str]:
         f"{arr}.rollout.free_cache_engine={str(mode != 'separate').lower()}",
         f"{arr}.rollout.log_prob_micro_batch_size_per_gpu={args.micro_batch}",
         f"{arr}.ref.log_prob_micro_batch_size_per_gpu={args.micro_batch}",
-        f"trainer.device={args.device}", "trainer.logger=[file]", f"trainer.total_training_steps={args.steps}",
+        f"trainer.device={args.device}", "trainer.logger=[file]", f"trainer.total_training_steps={args.steps + profiled}",
         "trainer.test_freq=-1", "trainer.save_freq=-1", "trainer.val_before_train=false",
         f"trainer.default_local_dir={paths['work'] / ('hybridrl_' + mode)}", f"trainer.seed={args.seed}",
-        *(OFFLOAD if mode == "hybrid_offload" else ()), *args.hybridrl_override,
+        *(OFFLOAD if mode == "hybrid_offload" else ()), *profile_overrides(args, mode), *args.hybridrl_override,
     ]
+
+
+def profile_overrides(args, mode: str) -> list[str]:
+    """--profile DIR (hybrid mode): one extra step, profiled per phase in every process (global_profiler,
+    discrete) and left out of the summary (the profiler slows it down)."""
+    if not profiles(args, mode):
+        return []
+    return ["global_profiler.tool=torch", f"global_profiler.steps=[{args.steps + 1}]",
+            f"global_profiler.save_path={args.profile}", "+global_profiler.global_tool_config.torch.discrete=true"]
+
+
+def profiles(args, mode: str) -> bool:
+    return bool(getattr(args, "profile", None)) and mode == "hybrid"
 
 
 def _wrap(owner: Any, name: str, around: Callable[[], Any]) -> bool:
@@ -81,32 +94,6 @@ def instrument(trainer, tracker, mode: str) -> list[str]:
         if _wrap(owner, method, functools.partial(tracker.phase, phase)):
             wrapped.append(phase)
     return wrapped
-
-
-def profile_phases(trainer, path: str, at_call: int) -> None:
-    """torch.profiler tables (top ops by device and host time) of each phase's `at_call`-th call, to `path`."""
-    from torch.profiler import ProfilerActivity, profile
-
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
-    sort_keys = ("cuda_time_total", "cpu_time_total") if torch.cuda.is_available() else ("cpu_time_total",)
-    for role, method, phase in PHASE_METHODS:
-        owner = trainer if role is None else getattr(trainer.roles, role, None)
-        calls = [0]
-
-        @contextlib.contextmanager
-        def around(phase=phase, calls=calls):
-            calls[0] += 1
-            if calls[0] != at_call:
-                yield
-                return
-            with profile(activities=activities) as prof:
-                yield
-            with open(path, "a") as f:
-                for key in sort_keys:
-                    f.write(f"== {phase} (call {at_call}), sorted by {key}\n"
-                            f"{prof.key_averages().table(sort_by=key, row_limit=25)}\n")
-
-        _wrap(owner, method, around)
 
 
 def record_steps(trainer, tracker) -> list[dict[str, float]]:
@@ -168,13 +155,9 @@ def run(args, paths: dict[str, Path], mode: str) -> dict[str, Any]:
     kv_gb = getattr(backend, "kv_cache_bytes", 0) / 2**30
     budget_blocks = getattr(backend, "kv_block_budget", None)  # what gpu_memory_utilization allows (CUDA)
     kv_budget_gb = budget_blocks * backend.runner.block_bytes / 2**30 if budget_blocks is not None else None
-    profiling = bool(getattr(args, "profile", None)) and mode == "hybrid"
-    if profiling:  # one extra step, profiled and left out of the summary (the profiler slows it down)
-        trainer.total_steps += 1
-        profile_phases(trainer, args.profile, at_call=trainer.total_steps)
     steps = record_steps(trainer, tracker)
     trainer.fit()
-    result = summarize(steps[:-1] if profiling else steps, args.warmup_steps)
+    result = summarize(steps[:-1] if profiles(args, mode) else steps, args.warmup_steps)
     result.update({"build_s": build_s, "kv_cache_gb": kv_gb, "kv_budget_gb": kv_budget_gb,
                    "device_total_gb": device_total_gb(trainer.device), "phases_tracked": phases,
                    "kv_cache_during_training": mode == "separate"})

@@ -267,7 +267,8 @@ def time_attention(config, batch: int, ctx: int, dtype: torch.dtype, **knobs: in
 
 
 def sweep_knobs(config, batch: int, ctx: int, dtype: torch.dtype) -> list[dict[str, Any]]:
-    """block_n x num_warps x num_stages of the decode kernel at one shape, fastest first."""
+    """block_n x num_warps x num_stages of the decode kernel at one shape, then a few split-K settings, fastest
+    first."""
     rows = []
     for block_n in (32, 64, 128):
         for num_warps in (2, 4, 8):
@@ -277,6 +278,11 @@ def sweep_knobs(config, batch: int, ctx: int, dtype: torch.dtype) -> list[dict[s
                     rows.append({**knobs, "us": time_attention(config, batch, ctx, dtype, **knobs)["triton_us"]})
                 except Exception as exc:  # a config the compiler rejects (e.g. shared memory) is data too
                     rows.append({**knobs, "error": repr(exc)[:200]})
+    for block_n in (32, 64):  # flash-decoding split-K at the main shape (the heuristic leaves it off there)
+        for num_warps in (2, 4):
+            for num_splits in (2, 4):
+                knobs = dict(block_n=block_n, num_warps=num_warps, num_stages=2, num_splits=num_splits)
+                rows.append({**knobs, "us": time_attention(config, batch, ctx, dtype, **knobs)["triton_us"]})
     return sorted(rows, key=lambda r: r.get("us", float("inf")))
 
 
