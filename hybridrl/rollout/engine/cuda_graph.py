@@ -139,8 +139,11 @@ class CUDAGraphDecodeRunner:
                              f"max_blocks_per_seq={self.max_blocks_per_seq}; raise it (max_model_len / block_size)")
         self.input_ids[:batch].copy_(input_ids, non_blocking=True)
         self.positions[:batch].copy_(positions, non_blocking=True)
-        # Columns past `width` keep stale ids: harmless, context_lens bounds every read.
         self.block_tables[:batch, :width].copy_(block_tables, non_blocking=True)
+        # No stale ids past `width`: the Triton kernel reads only up to context_lens, but the torch backend
+        # (run eagerly through these buffers) gathers every column, and a smaller cache after a wake-up
+        # would not hold them.
+        self.block_tables[:batch, width:].zero_()
         self.context_lens[:batch].copy_(context_lens, non_blocking=True)
         self.slot_mapping[:batch].copy_(slot_mapping, non_blocking=True)
         self._pad(batch, size)

@@ -21,6 +21,8 @@ from hybridrl.rollout.engine.sequence import Sequence
 class HostBlockTables:
     """Host-side block tables indexed by sequence row: prefill writes whole rows, decode only new blocks.
 
+    Columns past a row's blocks hold 0, never an earlier sequence's ids: batched gathers read every column
+    of the (B, max blocks) table, and after a wake-up with a smaller cache such ids lie past its end.
     Saves rebuilding a (B, M) table from Python lists every decode step (a block is added per 16 tokens).
     """
 
@@ -34,6 +36,8 @@ class HostBlockTables:
             self.table = np.resize(self.table, (rows, self.table.shape[1]))
             self.num_synced = np.resize(self.num_synced, rows)
         self.table[seq.row, start:len(seq.block_table)] = seq.block_table[start:]
+        if start == 0:  # the row's previous sequence may have held more blocks: no stale ids in its tail
+            self.table[seq.row, len(seq.block_table):] = 0
         self.num_synced[seq.row] = len(seq.block_table)
 
     def gather(self, seqs: list[Sequence], full: bool) -> np.ndarray:

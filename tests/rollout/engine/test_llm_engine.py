@@ -246,3 +246,19 @@ def test_a_cache_shrunk_below_one_sequence_says_what_holds_the_memory(model, mon
     assert engine.num_kv_blocks == 2 and engine.planned_kv_blocks == 64
     with pytest.raises(ValueError, match="only 2 of the 64 planned fit.*optimizer_offload=true"):
         engine.generate(PROMPTS[:1], SamplingParams(do_sample=False, max_new_tokens=12, ignore_eos=True))
+
+
+@pytest.mark.parametrize("max_decode_burst", [1, 8])
+def test_a_cache_shrunk_at_wake_up_never_reads_the_last_generation_block_ids(model, monkeypatch, max_decode_burst):
+    """Block-table rows are reused across generations: a row whose new sequence holds fewer blocks kept the
+    previous sequence's ids in its tail, which the prefill's context gather read. After a wake-up with a
+    smaller cache those ids lie past its end (an index error on CPU, a device-side assert on CUDA, found by
+    the wake-up GPU test). On CPU the re-check's answer is stood in for."""
+    params = SamplingParams(n=3, seed=2, max_new_tokens=16, ignore_eos=True)
+    engine = make_engine(model, num_kv_blocks=64, max_decode_burst=max_decode_burst)
+    want = engine.generate(PROMPTS, params)  # rows hold block ids up to ~30
+    engine.sleep()
+    monkeypatch.setattr(engine, "_blocks_free_now", lambda: 10)
+    engine.wake_up()
+    got = engine.generate(PROMPTS, params)
+    assert got.metrics["rollout/num_preempted"] > 0 and got.token_ids == want.token_ids
