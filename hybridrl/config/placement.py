@@ -50,7 +50,7 @@ def _list_problems(key: str, ids: list[int], total: int) -> list[str]:
 
 
 def _fsdp_size_problems(cfg: HybridRLConfig, total: int) -> list[str]:
-    """fsdp_size: -1 (shard over all of the role's ranks) or that very number; hybrid sharding is not built."""
+    """fsdp_size: -1 (shard over all of the role's ranks) or a divisor of their number (hybrid sharding)."""
     arr = cfg.actor_rollout_ref
     actor_ranks = len(arr.actor.device_ids) if arr.actor.device_ids is not None else total
     roles = {"actor_rollout_ref.actor": (arr.actor.fsdp_config.fsdp_size, actor_ranks),
@@ -58,9 +58,10 @@ def _fsdp_size_problems(cfg: HybridRLConfig, total: int) -> list[str]:
                                        len(arr.ref.device_ids) if arr.ref.device_ids is not None else actor_ranks),
              "critic.model": (cfg.critic.model.fsdp_config.fsdp_size,
                               len(cfg.critic.device_ids) if cfg.critic.device_ids is not None else total)}
-    return [f"{role}.fsdp_config.fsdp_size={size}: sharding over groups smaller than the role's {ranks} rank(s) "
-            f"(hybrid sharding) is not implemented in hybridrl yet; use -1 (shard over all of them)"
-            for role, (size, ranks) in roles.items() if size not in (-1, ranks)]
+    return [f"{role}.fsdp_config.fsdp_size={size} must be -1 (shard over all of the role's {ranks} rank(s)) or "
+            f"divide {ranks}: {', '.join(str(d) for d in range(1, ranks + 1) if ranks % d == 0)} (hybrid sharding: "
+            "groups of that many ranks, replicated across groups)"
+            for role, (size, ranks) in roles.items() if size != -1 and (size < 1 or ranks % size)]
 
 
 def _tensor_parallel_problems(cfg: HybridRLConfig, rollout_devices: int) -> list[str]:

@@ -102,7 +102,9 @@ class FsdpConfig:
     offload_policy: bool = setting(False, "FSDP2 CPUOffloadPolicy during training (not implemented: false only).")
     reshard_after_forward: bool = setting(True, "FSDP2: free each unit's gathered parameters after forward (false: "
                                           "keep them for backward, no second all-gather, more memory).")
-    fsdp_size: int = setting(-1, "Shard group size: -1 or the role's rank count (hybrid sharding not implemented).")
+    fsdp_size: int = setting(-1, "Shard group size: -1 = all of the role's ranks; a divisor k of them = hybrid "
+                                 "sharding (HSDP: shard within groups of k, replicate across groups; k=1 keeps a whole "
+                                 "copy per rank, no parameter all-gathers).")
     forward_prefetch: bool = setting(False, "FSDP1 only: no effect under FSDP2, which prefetches by itself (as verl's fsdp2).")
     model_dtype: str = setting("fp32", "Master weight dtype (parameters, gradients, optimizer updates).")
     use_orig_params: bool = setting(False, "FSDP1 only: no effect under FSDP2 (as verl's fsdp2).")

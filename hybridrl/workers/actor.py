@@ -51,7 +51,7 @@ class ActorWorker(TrainState):
                                and fsdp.use_torch_compile, off_key="actor_rollout_ref.actor.use_torch_compile")
         self.sharded = shard_model(self.model, log_prob_forward=True, param_dtype=self.precision.fsdp_param_dtype,
                                    reduce_dtype=self.precision.reduce,  # FSDP2 when running as a rank
-                                   reshard_after_forward=fsdp.reshard_after_forward)
+                                   reshard_after_forward=fsdp.reshard_after_forward, fsdp_size=fsdp.fsdp_size)
         self.optimizer = build_optimizer(self.model.parameters(), self.actor_cfg.optim)
         self.offloader = PhaseOffloader(self.model, self.optimizer, device, fsdp.param_offload, fsdp.optimizer_offload)
         self.lr_scheduler = build_lr_scheduler(self.optimizer, self.actor_cfg.optim, total_training_steps)

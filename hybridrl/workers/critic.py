@@ -40,7 +40,8 @@ class CriticWorker(TrainState):
                                off_key="critic.model.fsdp_config.use_torch_compile")
         self.sharded = shard_model(self.model, param_dtype=self.precision.fsdp_param_dtype,
                                    reduce_dtype=self.precision.reduce,  # FSDP2 when running as a rank
-                                   reshard_after_forward=model_cfg.fsdp_config.reshard_after_forward)
+                                   reshard_after_forward=model_cfg.fsdp_config.reshard_after_forward,
+                                   fsdp_size=model_cfg.fsdp_config.fsdp_size)
         self.optimizer = build_optimizer(self.model.parameters(), self.cfg.optim)
         self.lr_scheduler = build_lr_scheduler(self.optimizer, self.cfg.optim, total_training_steps)
         self.remove_padding = model_cfg.use_remove_padding

@@ -31,7 +31,8 @@ class ReferenceWorker:
                                off_key="actor_rollout_ref.ref.use_torch_compile")
         self.sharded = shard_model(self.model, log_prob_forward=True, param_dtype=self.precision.fsdp_param_dtype,
                                    reduce_dtype=self.precision.reduce,  # FSDP2 when running as a rank
-                                   reshard_after_forward=ref_cfg.fsdp_config.reshard_after_forward)
+                                   reshard_after_forward=ref_cfg.fsdp_config.reshard_after_forward,
+                                   fsdp_size=ref_cfg.fsdp_config.fsdp_size)
         self.plan = MicroBatchPlan.for_phase(cfg, "ref", micro_batch_size)
         self.remove_padding = model_cfg.use_remove_padding  # verl's ref follows the model's switch
         self.device = device

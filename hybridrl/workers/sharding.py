@@ -25,7 +25,8 @@ def is_distributed() -> bool:
 
 
 def shard_model(model: nn.Module, *, log_prob_forward: bool = False, param_dtype: torch.dtype | None = None,
-                reduce_dtype: torch.dtype = torch.float32, reshard_after_forward: bool = True) -> bool:
+                reduce_dtype: torch.dtype = torch.float32, reshard_after_forward: bool = True,
+                fsdp_size: int = -1) -> bool:
     """Shard `model` with FSDP2 in place when running as a rank; returns whether it did.
 
     Call it after gradient-checkpointing set-up and before building the optimizer (the optimizer must
@@ -34,7 +35,8 @@ def shard_model(model: nn.Module, *, log_prob_forward: bool = False, param_dtype
     `param_dtype` / `reduce_dtype`: FSDP2's mixed precision (`Precision.fsdp_param_dtype`, `.reduce`);
     param_dtype None computes in the weights' own dtype, as one process does. `reshard_after_forward`
     (the role's `fsdp_config` key): False keeps each layer's gathered weights from forward to backward
-    (no second all-gather, one unsharded layer more in memory per FSDP unit).
+    (no second all-gather, one unsharded layer more in memory per FSDP unit). `fsdp_size` (the role's
+    `fsdp_config` key): shard over groups of that many ranks, replicated across groups (HSDP; -1 = all ranks).
     """
     if not is_distributed():
         return False
@@ -44,7 +46,8 @@ def shard_model(model: nn.Module, *, log_prob_forward: bool = False, param_dtype
     # HF heads return views (e.g. logits); FSDP2 warns in case they are modified in place, which no
     # hybridrl forward path does, so the per-call warning is noise here.
     warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
-    apply_fsdp2(model, param_dtype=param_dtype, reduce_dtype=reduce_dtype, reshard_after_forward=reshard_after_forward)
+    apply_fsdp2(model, param_dtype=param_dtype, reduce_dtype=reduce_dtype, reshard_after_forward=reshard_after_forward,
+                fsdp_size=fsdp_size)
     if log_prob_forward:
         enable_fsdp_log_prob_forward(model)
     return True

@@ -69,10 +69,11 @@ def test_tensor_parallel_rollout_needs_whole_replicas_and_the_engine():
     assert "does not divide the rollout's 3 device(s)" in message
 
 
-def test_fsdp_size_is_all_of_a_roles_ranks():
-    validate_placement(load_config(["trainer.n_gpus_per_node=4", "actor_rollout_ref.actor.fsdp_config.fsdp_size=4"]), 4)
+def test_fsdp_size_divides_a_roles_ranks():
+    for size in (4, 2, 1):  # all of them, or hybrid sharding over groups of `size`
+        validate_placement(load_config(["trainer.n_gpus_per_node=4", f"actor_rollout_ref.actor.fsdp_config.fsdp_size={size}"]), 4)
     validate_placement(load_config(GAE + ["actor_rollout_ref.actor.device_ids=[0,1]", "actor_rollout_ref.rollout.device_ids=[0,1]",
                                           "critic.device_ids=[2,3]", "critic.model.fsdp_config.fsdp_size=2"]), 4)
-    message = placement_error(["trainer.n_gpus_per_node=4", "actor_rollout_ref.ref.fsdp_config.fsdp_size=2"], 4)
-    assert ("actor_rollout_ref.ref.fsdp_config.fsdp_size=2: sharding over groups smaller than the role's 4 rank(s) "
-            "(hybrid sharding) is not implemented") in message and "use -1" in message
+    message = placement_error(["trainer.n_gpus_per_node=4", "actor_rollout_ref.ref.fsdp_config.fsdp_size=3"], 4)
+    assert ("actor_rollout_ref.ref.fsdp_config.fsdp_size=3 must be -1 (shard over all of the role's 4 rank(s)) or "
+            "divide 4: 1, 2, 4") in message

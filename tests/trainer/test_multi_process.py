@@ -19,7 +19,9 @@ import shutil
 import signal
 
 import pytest
+import torch
 
+from hybridrl.checkpoint.manager import load_role
 from hybridrl.config import load_config
 from hybridrl.distributed import WorkerDiedError
 from hybridrl.trainer.ppo_trainer import PPOTrainer
@@ -132,6 +134,29 @@ def test_tensor_parallel_rollout_gives_the_metrics_of_one_process(tmp_path, arit
     assert records[1]["training/rollout_probs_diff_mean"] < 1e-5  # synced slices give the actor's log-probs
     for got, want in zip(records, expected):
         assert_same_metrics(got, want)
+
+
+def test_hybrid_sharding_gives_the_metrics_and_checkpoint_of_one_process(tmp_path, arith_model_dir, arithmetic_files,
+                                                                        one_process_run):
+    """fsdp_size=1 on 2 ranks: HSDP with whole replicas (a 2-D mesh, no parameter all-gathers, gradients
+    all-reduced), for the actor, reference and critic; the saved states are the one-process format."""
+    one_dir, expected = one_process_run
+    out = str(tmp_path)
+    PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, out, ranks=2, steps=2, extra=[
+        "actor_rollout_ref.actor.fsdp_config.fsdp_size=1", "actor_rollout_ref.ref.fsdp_config.fsdp_size=1",
+        "critic.model.fsdp_config.fsdp_size=1", "trainer.save_freq=2"]))).fit()
+    records = read_metrics(out)
+    assert records[1]["training/rollout_probs_diff_mean"] < 1e-5  # weight sync from replicas
+    for got, want in zip(records, expected):
+        assert_same_metrics(got, want)
+    for role in ("actor", "critic"):
+        got = load_role(os.path.join(out, "global_step_2", role), ["model", "optimizer"])
+        want = load_role(os.path.join(one_dir, "global_step_2", role), ["model", "optimizer"])
+        for name, tensor in want["model"].items():
+            torch.testing.assert_close(got["model"][name], tensor, rtol=1e-4, atol=1e-6)
+        for index, slots in want["optimizer"]["state"].items():
+            torch.testing.assert_close(got["optimizer"]["state"][index]["exp_avg_sq"], slots["exp_avg_sq"],
+                                       rtol=1e-3, atol=1e-9)
 
 
 def test_roles_on_separate_ranks_give_the_metrics_of_one_process(tmp_path, arith_model_dir, arithmetic_files):
