@@ -104,7 +104,11 @@ class ModelRunner:
 
     @torch.inference_mode()
     def warmup(self, max_num_batched_tokens: int, max_model_len: int, max_num_seqs: int) -> None:
-        """The largest prefill step and the largest sampling batch, to measure the activation peak.
+        """Everything a generation holds beside the KV cache, to measure its peak: the largest decode graph
+        (its memory pool lives until the cache is freed), then, with it held, the largest prefill step, the
+        largest sampling batch and one eager decode of the largest batch (what capturing one more graph size
+        allocates). Without the graph pool in the measure, a wake-up that fitted the cache to the memory free
+        left a full-batch graph short of its logits (H200, 10,752 rows: 3.04 GiB asked, 2.88 free).
 
         Dummy sequences all point at one scratch block: the gathered context has the real size.
         """
@@ -114,13 +118,16 @@ class ModelRunner:
         for seq in seqs:
             seq.block_table = [0] * seq.num_blocks(self.block_size)
         self.allocate_kv_cache(1)
+        largest = self.graph_runner.capture_sizes[-1]
+        self.graph_runner.capture([largest])  # no-op when decode runs eagerly; pads every row onto block 0
         input_ids, positions, meta, last = self.prepare_prefill(seqs)
         self.model.compute_logits(self.model(input_ids, positions, meta)[last])
         logits = torch.zeros(max_num_seqs, self.model.config.vocab_size, device=self.device, dtype=self.dtype)
         keys = torch.zeros(max_num_seqs, dtype=torch.int64, device=self.device)
         sample(logits, 1.0, -1, 0.9, False, keys, keys, self.gumbel_argmax)
         del logits
-        self.free_kv_cache()
+        self.decode_fn(*self.graph_runner.views(largest))  # the static buffers hold padding rows (block 0)
+        self.free_kv_cache()  # and the graphs
 
     # --- step inputs ----------------------------------------------------------------------------
     def _tensor(self, data: list, dtype: torch.dtype) -> torch.Tensor:
