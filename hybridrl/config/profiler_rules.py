@@ -1,14 +1,11 @@
-"""`global_profiler.*` rules and defaults (torch-free: the config package must not import torch).
+"""`global_profiler.*` rules (torch-free: the config package must not import torch).
 
 The profiler itself is `hybridrl.utils.profiling`.
 """
 
 from __future__ import annotations
 
-TOOLS = ("torch", "torch_memory")
-TORCH_CONTENTS = ("cpu", "cuda", "memory", "shapes", "stack")
-TOOL_OPTIONS = {"torch": {"contents": list(TORCH_CONTENTS[:2]), "discrete": False},
-                "torch_memory": {"trace_alloc_max_entries": 100_000, "stack_depth": 32}}
+from hybridrl.utils.profiler_options import TOOL_OPTIONS, TOOLS, TORCH_CONTENTS
 
 
 def profiler_problems(profiler_cfg) -> list[str]:

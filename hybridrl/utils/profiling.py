@@ -22,8 +22,8 @@ from typing import Callable, Iterator
 
 import torch
 
-from hybridrl.config.profiler_rules import TOOL_OPTIONS
 from hybridrl.logging.log import get_logger
+from hybridrl.utils.profiler_options import TOOL_OPTIONS
 
 log = get_logger("hybridrl.profiling")
 
