@@ -119,34 +119,21 @@ def test_balanced_batches_give_ranks_closer_token_counts(tmp_path, arith_model_d
         assert math.isfinite(r["actor/pg_loss"]) and math.isfinite(r["critic/vf_loss"])
 
 
-def test_tensor_parallel_rollout_gives_the_metrics_of_one_process(tmp_path, arith_model_dir, arithmetic_files,
-                                                                  one_process_run):
-    """Two ranks, one engine replica split across both (rollout.tensor_model_parallel_size=2): the FSDP actor
-    syncs full weights, each rank loads its slices, both generate every row; the first rank answers. The
-    actor and critic also keep gathered weights from forward to backward (reshard_after_forward=false)."""
-    _, expected = one_process_run
-    out = str(tmp_path)
-    PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, out, ranks=2, steps=2, extra=[
-        "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
-        "actor_rollout_ref.actor.fsdp_config.reshard_after_forward=false",
-        "critic.model.fsdp_config.reshard_after_forward=false"]))).fit()
-    records = read_metrics(out)
-    assert records[1]["training/rollout_probs_diff_mean"] < 1e-5  # synced slices give the actor's log-probs
-    for got, want in zip(records, expected):
-        assert_same_metrics(got, want)
-
-
-def test_hybrid_sharding_gives_the_metrics_and_checkpoint_of_one_process(tmp_path, arith_model_dir, arithmetic_files,
-                                                                        one_process_run):
-    """fsdp_size=1 on 2 ranks: HSDP with whole replicas (a 2-D mesh, no parameter all-gathers, gradients
-    all-reduced), for the actor, reference and critic; the saved states are the one-process format."""
+def test_tensor_parallel_rollout_and_hybrid_sharding_give_the_metrics_and_checkpoint_of_one_process(
+        tmp_path, arith_model_dir, arithmetic_files, one_process_run):
+    """Two ranks, one engine replica split across both (rollout.tensor_model_parallel_size=2): the actor syncs
+    full weights, each rank loads its slices, both generate every row; the first rank answers. The actor and
+    reference use hybrid sharding with whole replicas (fsdp_size=1: a 2-D mesh, no parameter all-gathers,
+    gradients all-reduced); the critic shards over both ranks and keeps gathered weights from forward to
+    backward (reshard_after_forward=false). Saved states are the one-process format."""
     one_dir, expected = one_process_run
     out = str(tmp_path)
     PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, out, ranks=2, steps=2, extra=[
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
         "actor_rollout_ref.actor.fsdp_config.fsdp_size=1", "actor_rollout_ref.ref.fsdp_config.fsdp_size=1",
-        "critic.model.fsdp_config.fsdp_size=1", "trainer.save_freq=2"]))).fit()
+        "critic.model.fsdp_config.reshard_after_forward=false", "trainer.save_freq=2"]))).fit()
     records = read_metrics(out)
-    assert records[1]["training/rollout_probs_diff_mean"] < 1e-5  # weight sync from replicas
+    assert records[1]["training/rollout_probs_diff_mean"] < 1e-5  # synced slices give the actor's log-probs
     for got, want in zip(records, expected):
         assert_same_metrics(got, want)
     for role in ("actor", "critic"):
