@@ -79,10 +79,7 @@ class StepProfiler:
         self.first_step = 0
         self._session = None  # the running torch.profiler.profile (whole-step mode)
         self._phase_calls: dict[str, int] = {}  # discrete: a phase entered again gets a numbered file
-
-    @property
-    def active(self) -> bool:
-        return self.spec is not None
+        self._phase_session = None  # discrete: the phase profile running now (a nested phase becomes a range in it)
 
     def start(self, spec: ProfileSpec, step: int) -> None:
         if spec.tool == "torch_memory" and self.device.type != "cuda":
@@ -121,17 +118,18 @@ class StepProfiler:
         if self.spec is None or self.spec.tool != "torch":
             yield
             return
-        if not self.spec.options["discrete"]:
+        if not self.spec.options["discrete"] or self._phase_session is not None:
             with torch.profiler.record_function(f"phase/{name}"):
                 yield
             return
         calls = self._phase_calls[name] = self._phase_calls.get(name, 0) + 1
         stem = f"{self.label}.{name}" + (f".{calls}" if calls > 1 else "")
-        session = self._torch_profile()
+        session = self._phase_session = self._torch_profile()
         try:
             with session:
                 yield
         finally:
+            self._phase_session = None
             directory = self.spec.directory(self.first_step, self.first_step)
             os.makedirs(directory, exist_ok=True)
             _write_torch_profile(session, os.path.join(directory, stem), self.device)

@@ -63,6 +63,16 @@ def test_discrete_torch_profiles_give_each_phase_its_own_table(tmp_path, arith_m
     assert "aten::" in (save / "step_1" / "controller.update_actor.txt").read_text()
 
 
+def test_a_phase_inside_a_discrete_phase_is_a_range_of_the_outer_profile(tmp_path):
+    profiler = StepProfiler("rank0", "cpu")
+    profiler.start(_spec({1}, discrete=True, save_path=str(tmp_path)), 1)
+    with profiler.phase("update_actor"), profiler.phase("update_weights"):
+        torch.ones(4).sum()
+    profiler.stop(1)
+    assert sorted(os.listdir(tmp_path / "step_1")) == ["rank0.update_actor.trace.json.gz", "rank0.update_actor.txt"]
+    assert "phase/update_weights" in (tmp_path / "step_1" / "rank0.update_actor.txt").read_text()
+
+
 def test_memory_snapshots_need_cuda_and_say_what_to_use():
     with pytest.raises(RuntimeError, match="global_profiler.tool=torch on CPU"):
         StepProfiler("controller", "cpu").start(_spec({1}, tool="torch_memory"), 1)
