@@ -66,7 +66,8 @@ class PPOTrainer:
         self.kl_ctrl = get_kl_controller(kl.type, kl.kl_coef, kl.target_kl, kl.horizon)
         self.global_step = 0
         self.profile_spec = ProfileSpec.from_config(cfg.global_profiler)
-        self.profiler = StepProfiler("controller", self.device)
+        self.profiler = StepProfiler("controller", self.memory.device,
+                                     cuda_elsewhere=self.memory.device != self.device)  # the ranks hold the GPUs
         self._reward_pool = None  # reward_model.launch_reward_fn_async: one scoring thread, made on first use
         if cfg.reward_model.launch_reward_fn_async and getattr(self.roles.reward, "reward_model", None) is not None:
             log.warning("reward_model.launch_reward_fn_async applies to reward functions; with a reward model "

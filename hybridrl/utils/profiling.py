@@ -72,9 +72,13 @@ class StepProfiler:
     """One process's profiler: `start(spec, step)` at the first step of a run, `stop()` after its last;
     `phase(name)` around each phase (a named range, or with discrete=true a profile of its own)."""
 
-    def __init__(self, label: str, device: torch.device | str) -> None:
+    def __init__(self, label: str, device: torch.device | str, *, cuda_elsewhere: bool = False) -> None:
+        """`device`: where this process computes. `cuda_elsewhere`: a controller that leaves the GPUs to its
+        worker ranks (a CUDA profile or snapshot here would only open a context on GPU 0): it profiles its
+        host side, and has no allocator to snapshot."""
         self.label = label
         self.device = torch.device(device)
+        self.cuda_elsewhere = cuda_elsewhere
         self.spec: ProfileSpec | None = None
         self.first_step = 0
         self._session = None  # the running torch.profiler.profile (whole-step mode)
@@ -82,6 +86,8 @@ class StepProfiler:
         self._phase_session = None  # discrete: the phase profile running now (a nested phase becomes a range in it)
 
     def start(self, spec: ProfileSpec, step: int) -> None:
+        if spec.tool == "torch_memory" and self.cuda_elsewhere:
+            return  # the ranks write the snapshots
         if spec.tool == "torch_memory" and self.device.type != "cuda":
             raise RuntimeError(f"global_profiler.tool=torch_memory snapshots the CUDA allocator, but {self.label} "
                                f"runs on {self.device}; use global_profiler.tool=torch on CPU")

@@ -73,9 +73,15 @@ def test_a_phase_inside_a_discrete_phase_is_a_range_of_the_outer_profile(tmp_pat
     assert "phase/update_weights" in (tmp_path / "step_1" / "rank0.update_actor.txt").read_text()
 
 
-def test_memory_snapshots_need_cuda_and_say_what_to_use():
+def test_memory_snapshots_need_cuda_and_say_what_to_use(tmp_path):
+    spec = _spec({1}, tool="torch_memory", save_path=str(tmp_path))
     with pytest.raises(RuntimeError, match="global_profiler.tool=torch on CPU"):
-        StepProfiler("controller", "cpu").start(_spec({1}, tool="torch_memory"), 1)
+        StepProfiler("controller", "cpu").start(spec, 1)
+    # a controller whose worker ranks hold the GPUs has no allocator to snapshot: the ranks write theirs
+    controller = StepProfiler("controller", "cpu", cuda_elsewhere=True)
+    controller.start(spec, 1)
+    controller.stop(1)
+    assert not os.path.exists(tmp_path / "step_1" / "controller.memory.pickle")
 
 
 @pytest.mark.gpu
