@@ -56,12 +56,14 @@ class ProfileSpec:
         return self.tool == "torch" and bool(self.options["discrete"])
 
     def starts_at(self, step: int) -> bool:
-        joined = self.continuous and not self.discrete
-        return step in self.steps and not (joined and step - 1 in self.steps)
+        return step in self.steps and not (self._joins_steps and step - 1 in self.steps)
 
     def ends_at(self, step: int) -> bool:
-        joined = self.continuous and not self.discrete
-        return step in self.steps and not (joined and step + 1 in self.steps)
+        return step in self.steps and not (self._joins_steps and step + 1 in self.steps)
+
+    @property
+    def _joins_steps(self) -> bool:
+        return self.continuous and not self.discrete
 
     def directory(self, first: int, last: int) -> str:
         name = f"step_{first}" if first == last else f"step_{first}-{last}"
@@ -100,23 +102,20 @@ class StepProfiler:
             self._session = self._torch_profile()
             self._session.__enter__()
 
-    def stop(self, step: int) -> list[str]:
-        """End the run started by `start` (at `step`, its last); returns the files written."""
+    def stop(self, step: int) -> None:
+        """End the run started by `start` (at `step`, its last) and write its files."""
         spec, self.spec = self.spec, None
         if spec is None:
-            return []
+            return
         directory = spec.directory(self.first_step, step)
         os.makedirs(directory, exist_ok=True)
         if spec.tool == "torch_memory":
-            path = os.path.join(directory, f"{self.label}.memory.pickle")
-            torch.cuda.memory._dump_snapshot(path)
+            torch.cuda.memory._dump_snapshot(os.path.join(directory, f"{self.label}.memory.pickle"))
             torch.cuda.memory._record_memory_history(enabled=None)
-            return [path]
-        if self._session is None:  # discrete: every phase already wrote its own files
-            return []
-        session, self._session = self._session, None
-        session.__exit__(None, None, None)
-        return _write_torch_profile(session, os.path.join(directory, self.label), self.device)
+        elif self._session is not None:  # discrete: every phase already wrote its own files
+            session, self._session = self._session, None
+            session.__exit__(None, None, None)
+            _write_torch_profile(session, os.path.join(directory, self.label), self.device)
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -151,17 +150,15 @@ class StepProfiler:
                        profile_memory="memory" in contents, with_stack="stack" in contents)
 
 
-def _write_torch_profile(session, stem: str, device: torch.device) -> list[str]:
+def _write_torch_profile(session, stem: str, device: torch.device) -> None:
     """`<stem>.trace.json.gz` and `<stem>.txt` (top ops by device time, then host time)."""
-    trace = f"{stem}.trace.json.gz"
-    session.export_chrome_trace(trace)
+    session.export_chrome_trace(f"{stem}.trace.json.gz")
     averages = session.key_averages()
     keys = ("device_time_total", "cpu_time_total") if device.type == "cuda" else ("cpu_time_total",)
     with open(f"{stem}.txt", "w") as f:
         for key in keys:
             f.write(f"== {os.path.basename(stem)}, top {TABLE_ROWS} by {key}\n"
                     f"{averages.table(sort_by=key, row_limit=TABLE_ROWS)}\n")
-    return [trace, f"{stem}.txt"]
 
 
 @contextmanager

@@ -17,7 +17,7 @@ from hybridrl.workers.micro_batches import MicroBatchPlan
 from hybridrl.workers.offload import PhaseOffloader
 from hybridrl.workers.optim import build_lr_scheduler, build_optimizer
 from hybridrl.workers.precision import log_precision, resolve_precision
-from hybridrl.workers.sharding import TrainState, clip_grad_norm, gradient_sync, named_weights, shard_model
+from hybridrl.workers.sharding import TrainState, clip_grad_norm, gradient_sync, named_weights, shard_role
 from hybridrl.workers.sizes import BatchSizes
 
 UPDATE_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask",
@@ -49,9 +49,7 @@ class ActorWorker(TrainState):
                 self.model.enable_input_require_grads()  # frozen embeddings: let checkpointed blocks see grads
         compile_decoder_layers(self.model, device, "actor", enabled=self.actor_cfg.use_torch_compile
                                and fsdp.use_torch_compile, off_key="actor_rollout_ref.actor.use_torch_compile")
-        self.sharded = shard_model(self.model, log_prob_forward=True, param_dtype=self.precision.fsdp_param_dtype,
-                                   reduce_dtype=self.precision.reduce,  # FSDP2 when running as a rank
-                                   reshard_after_forward=fsdp.reshard_after_forward, fsdp_size=fsdp.fsdp_size)
+        self.sharded = shard_role(self.model, fsdp, self.precision, log_prob_forward=True)
         self.optimizer = build_optimizer(self.model.parameters(), self.actor_cfg.optim)
         self.offloader = PhaseOffloader(self.model, self.optimizer, device, fsdp.param_offload, fsdp.optimizer_offload)
         self.lr_scheduler = build_lr_scheduler(self.optimizer, self.actor_cfg.optim, total_training_steps)

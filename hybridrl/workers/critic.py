@@ -15,7 +15,7 @@ from hybridrl.workers.forward import response_values
 from hybridrl.workers.micro_batches import MicroBatchPlan
 from hybridrl.workers.optim import build_lr_scheduler, build_optimizer
 from hybridrl.workers.precision import log_precision, resolve_precision
-from hybridrl.workers.sharding import TrainState, clip_grad_norm, gradient_sync, shard_model
+from hybridrl.workers.sharding import TrainState, clip_grad_norm, gradient_sync, shard_role
 from hybridrl.workers.sizes import BatchSizes
 
 UPDATE_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask", "values", "returns")
@@ -38,10 +38,7 @@ class CriticWorker(TrainState):
             enable_activation_checkpointing(self.model)
         compile_decoder_layers(self.model, device, "critic", enabled=model_cfg.fsdp_config.use_torch_compile,
                                off_key="critic.model.fsdp_config.use_torch_compile")
-        self.sharded = shard_model(self.model, param_dtype=self.precision.fsdp_param_dtype,
-                                   reduce_dtype=self.precision.reduce,  # FSDP2 when running as a rank
-                                   reshard_after_forward=model_cfg.fsdp_config.reshard_after_forward,
-                                   fsdp_size=model_cfg.fsdp_config.fsdp_size)
+        self.sharded = shard_role(self.model, model_cfg.fsdp_config, self.precision)
         self.optimizer = build_optimizer(self.model.parameters(), self.cfg.optim)
         self.lr_scheduler = build_lr_scheduler(self.optimizer, self.cfg.optim, total_training_steps)
         self.remove_padding = model_cfg.use_remove_padding

@@ -11,7 +11,7 @@ from hybridrl.workers.forward import batched_log_probs
 from hybridrl.workers.micro_batches import MicroBatchPlan
 from hybridrl.workers.offload import PhaseOffloader
 from hybridrl.workers.precision import log_precision, resolve_precision
-from hybridrl.workers.sharding import shard_model
+from hybridrl.workers.sharding import shard_role
 
 
 class ReferenceWorker:
@@ -29,10 +29,7 @@ class ReferenceWorker:
         compile_decoder_layers(self.model, device, "reference",
                                enabled=ref_cfg.use_torch_compile and ref_cfg.fsdp_config.use_torch_compile,
                                off_key="actor_rollout_ref.ref.use_torch_compile")
-        self.sharded = shard_model(self.model, log_prob_forward=True, param_dtype=self.precision.fsdp_param_dtype,
-                                   reduce_dtype=self.precision.reduce,  # FSDP2 when running as a rank
-                                   reshard_after_forward=ref_cfg.fsdp_config.reshard_after_forward,
-                                   fsdp_size=ref_cfg.fsdp_config.fsdp_size)
+        self.sharded = shard_role(self.model, ref_cfg.fsdp_config, self.precision, log_prob_forward=True)
         self.plan = MicroBatchPlan.for_phase(cfg, "ref", micro_batch_size)
         self.remove_padding = model_cfg.use_remove_padding  # verl's ref follows the model's switch
         self.device = device

@@ -18,6 +18,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from hybridrl.utils.collectives import all_reduce_int
+
 
 def is_distributed() -> bool:
     """True inside a worker-group rank (torch.distributed initialised by the launcher)."""
@@ -53,15 +55,17 @@ def shard_model(model: nn.Module, *, log_prob_forward: bool = False, param_dtype
     return True
 
 
+def shard_role(model: nn.Module, fsdp_cfg, precision, *, log_prob_forward: bool = False) -> bool:
+    """`shard_model` (FSDP2 when running as a rank) with a role's `fsdp_config` (reshard_after_forward,
+    fsdp_size) and resolved precision."""
+    return shard_model(model, log_prob_forward=log_prob_forward, param_dtype=precision.fsdp_param_dtype,
+                       reduce_dtype=precision.reduce, reshard_after_forward=fsdp_cfg.reshard_after_forward,
+                       fsdp_size=fsdp_cfg.fsdp_size)
+
+
 def max_over_ranks(value: int, sharded: bool) -> int:
     """The largest `value` of all ranks (collective when sharded): ranks must run as many FSDP forwards."""
-    if not sharded:
-        return value
-    tensor = torch.tensor([value], dtype=torch.long)
-    if dist.get_backend() == "nccl":
-        tensor = tensor.cuda()
-    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-    return int(tensor.item())
+    return all_reduce_int(value, dist.ReduceOp.MAX) if sharded else value
 
 
 @contextmanager

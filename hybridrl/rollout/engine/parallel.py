@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from hybridrl.utils.collectives import all_reduce_int
+
 TP_KEY = "actor_rollout_ref.rollout.tensor_model_parallel_size"
 
 
@@ -45,10 +47,7 @@ class TensorParallel:
         schedulers must see the same KV cache size)."""
         if self.size == 1:
             return value
-        device = "cuda" if torch.distributed.get_backend(self.group) == "nccl" else "cpu"
-        x = torch.tensor([value], dtype=torch.int64, device=device)
-        torch.distributed.all_reduce(x, op=torch.distributed.ReduceOp.MIN, group=self.group)
-        return int(x.item())
+        return all_reduce_int(value, torch.distributed.ReduceOp.MIN, self.group)
 
 
 SINGLE = TensorParallel()
