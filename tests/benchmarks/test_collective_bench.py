@@ -1,0 +1,34 @@
+"""benchmarks/collective_bench.py: its sizes are the model's, and a --quick run on 2 gloo CPU ranks reports them."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))  # `benchmarks` is a directory of scripts, not an installed package
+
+from benchmarks import collective_bench  # noqa: E402
+from benchmarks.common import build_random_model, qwen2_config  # noqa: E402
+
+
+def test_sizes_are_one_decoder_layer_and_the_whole_model():
+    import torch
+
+    model = build_random_model(qwen2_config(quick=True), torch.float32, "cpu")
+    sizes = collective_bench.step_sizes(quick=True)
+    assert sizes["layer"] == sum(p.numel() for p in model.model.layers[0].parameters())
+    assert sizes["model"] == sum(p.numel() for p in model.parameters())  # tied embeddings counted once
+
+
+def test_quick_run_times_every_collective(tmp_path, capsys):
+    out = tmp_path / "collectives.json"
+    collective_bench.main(["--quick", "--iters", "2", "--out", str(out)])
+    report = json.loads(capsys.readouterr().out)  # stdout is exactly one JSON object
+    assert report == json.loads(out.read_text())
+    assert report["backend"] == "gloo" and "contention" not in report
+    assert set(report["collectives"]) == {"all_gather_layer_bf16", "all_gather_model_bf16",
+                                          "reduce_scatter_layer_fp32", "all_reduce_layer_fp32"}
+    for case in report["collectives"].values():
+        assert case["ms"] > 0 and case["bus_gb_s"] > 0
