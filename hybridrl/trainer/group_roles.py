@@ -130,8 +130,21 @@ class RankGroups:
 
 def pop_phase_metrics(groups) -> dict[str, float]:
     """Since the last call, max over every rank of `groups`: `perf/max_memory_allocated_gb[/<phase>]` and
-    `timing_s/<phase>_rank` (the slowest rank's wall time inside the phase)."""
-    return max_merge(*(metrics for group in groups for metrics in group.call_all("pop_phase_metrics")))
+    `timing_s/<phase>_rank` (the slowest rank's wall time inside the phase); where several ranks ran a
+    phase, also `timing_s/<phase>_rank_min` (the fastest's: the two apart is the ranks' imbalance)."""
+    per_rank = [metrics for group in groups for metrics in group.call_all("pop_phase_metrics")]
+    return {**max_merge(*per_rank), **fastest_rank_times(per_rank)}
+
+
+def fastest_rank_times(per_rank: list[dict[str, float]]) -> dict[str, float]:
+    """`timing_s/<phase>_rank_min`: the least of the ranks' `timing_s/<phase>_rank`, for phases that more
+    than one rank reported."""
+    times: dict[str, list[float]] = {}
+    for metrics in per_rank:
+        for key, seconds in metrics.items():
+            if key.startswith("timing_s/") and key.endswith("_rank"):
+                times.setdefault(key, []).append(seconds)
+    return {f"{key}_min": min(values) for key, values in times.items() if len(values) > 1}
 
 
 def launch_groups(cfg, plans: list[GroupPlan], device_type: str, *, total_steps: int) -> RankGroups:
