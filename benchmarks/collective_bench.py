@@ -22,19 +22,18 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
-from benchmarks.common import emit, environment, qwen2_config  # noqa: E402
+from benchmarks.common import emit, environment, model_shapes, qwen2_config  # noqa: E402
+from hybridrl.distributed import LocalWorkerGroup  # noqa: E402
 
 WORLD = 2
 
@@ -48,14 +47,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def step_sizes(quick: bool) -> dict[str, int]:
-    """Element counts of the step's collectives for the benchmark model."""
-    config = qwen2_config(quick=quick)
-    hidden, inter = config.hidden_size, config.intermediate_size
-    head_dim = hidden // config.num_attention_heads
-    kv = config.num_key_value_heads * head_dim
-    layer = hidden * (hidden + 2 * kv) + (hidden + 2 * kv) + hidden * hidden + 3 * hidden * inter + 2 * hidden
-    model = config.num_hidden_layers * layer + config.vocab_size * hidden + hidden
-    return {"layer": layer, "model": model}
+    """Element counts of the step's collectives for the benchmark model: one decoder layer, the whole model."""
+    shapes = model_shapes(quick)
+    numel = {name: torch.Size(shape).numel() for name, shape in shapes.items()}
+    return {"layer": sum(n for name, n in numel.items() if name.startswith("model.layers.0.")),
+            "model": sum(numel.values())}
 
 
 def timed_ms(fn: Callable[[], None], iters: int, device: torch.device) -> float:
@@ -152,22 +148,20 @@ def _per_call_ms(kernel: Callable[[], Any], calls: int, device: torch.device, wa
     return start.elapsed_time(end) / calls
 
 
-def _rank(rank: int, args: argparse.Namespace, init_file: str, out_file: str) -> None:
-    cuda = not args.quick
-    device = torch.device("cuda", rank) if cuda else torch.device("cpu")
-    if cuda:
-        torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if cuda else "gloo", init_method=f"file://{init_file}", rank=rank,
-                            world_size=WORLD, **({"device_id": device} if cuda else {}))
-    try:
-        sizes = step_sizes(args.quick)
-        report: dict[str, Any] = {"sizes_elements": sizes, "collectives": collectives(sizes, args.iters, device)}
-        if cuda:
-            report["contention"] = contention(sizes, args.iters, device)
-        if rank == 0:
-            torch.save(report, out_file)
-    finally:
-        dist.destroy_process_group()
+class CollectiveRank:
+    """One rank of the benchmark (hybridrl's local launcher starts it with torch.distributed set up:
+    NCCL on its own GPU, or gloo on CPU with --quick)."""
+
+    def __init__(self, quick: bool) -> None:
+        self.quick = quick
+        self.device = torch.device("cpu") if quick else torch.device("cuda", torch.cuda.current_device())
+
+    def measure(self, iters: int) -> dict[str, Any]:
+        sizes = step_sizes(self.quick)
+        report: dict[str, Any] = {"sizes_elements": sizes, "collectives": collectives(sizes, iters, self.device)}
+        if not self.quick:
+            report["contention"] = contention(sizes, iters, self.device)
+        return report
 
 
 def link_topology() -> str | None:
@@ -181,10 +175,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     if not args.quick and torch.cuda.device_count() < WORLD:
         raise SystemExit(f"needs {WORLD} CUDA devices, found {torch.cuda.device_count()}; --quick runs on CPU")
-    with tempfile.TemporaryDirectory(prefix="collective_bench_") as tmp:
-        out_file = os.path.join(tmp, "rank0.pt")
-        mp.spawn(_rank, args=(args, os.path.join(tmp, "init"), out_file), nprocs=WORLD, join=True)
-        report = torch.load(out_file)
+    group = LocalWorkerGroup(CollectiveRank, {"quick": args.quick}, world_size=WORLD, role="collective_bench",
+                             device_ids=None if args.quick else list(range(WORLD)))
+    try:
+        report = group.call_all("measure", args.iters)[0]  # rank 0's timings
+    finally:
+        group.shutdown()
     result = {"benchmark": "collective_bench", "world_size": WORLD,
               "backend": "gloo" if args.quick else "nccl",
               "nccl_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")},

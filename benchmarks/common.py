@@ -49,6 +49,15 @@ def qwen2_config(quick: bool = False, **overrides: Any):
     return Qwen2Config(**{**(QUICK if quick else QWEN25_05B), **overrides})
 
 
+def model_shapes(quick: bool) -> dict[str, tuple[int, ...]]:
+    """Parameter names and shapes of the model (tied lm_head once, as the actor's gather yields them)."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(qwen2_config(quick))
+    return {name: tuple(param.shape) for name, param in model.named_parameters()}
+
+
 def build_random_model(config, dtype: torch.dtype, device: str, seed: int = 0) -> torch.nn.Module:
     """A randomly initialised causal LM of `config`, built directly on `device`, in eval mode."""
     from transformers import AutoModelForCausalLM

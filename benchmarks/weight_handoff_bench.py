@@ -26,22 +26,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
-from benchmarks.common import qwen2_config  # noqa: E402
+from benchmarks.common import model_shapes  # noqa: E402
 from hybridrl.distributed import LocalWorkerGroup  # noqa: E402
 from hybridrl.distributed.weight_handoff import cast_to_cpu, open_weights, write_weights  # noqa: E402
 from hybridrl.trainer.weight_sync import RankWeights, WeightHandoff  # noqa: E402
 
 MODES = {"pickle_fp32": ("pickle", None), "pickle_bf16": ("pickle", torch.bfloat16),
          "shared_memory": ("shared_memory", torch.bfloat16)}
-
-
-def model_shapes(quick: bool) -> dict[str, tuple[int, ...]]:
-    """Parameter names and shapes of the model (tied lm_head once, as the actor's gather yields them)."""
-    from transformers import AutoModelForCausalLM
-
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(qwen2_config(quick))
-    return {name: tuple(param.shape) for name, param in model.named_parameters()}
 
 
 class BenchActor:
