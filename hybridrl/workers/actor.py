@@ -165,8 +165,9 @@ class ActorWorker(TrainState):
         return out
 
     # ------------------------------------------------------- state & weights
-    def named_weights(self):
-        """(HF name, full tensor) pairs for the rollout engine's weight sync (gathered when sharded).
+    def named_weights(self, gather_dtype: torch.dtype | None = None):
+        """(HF name, full tensor) pairs for the rollout engine's weight sync (gathered when sharded, in
+        `gather_dtype` when given: the rollout's dtype, so the gather moves no bytes the rollout drops).
 
         A generator: parameters are brought in (param_offload) only while the consumer iterates. With
         LoRA the first sync sends every weight with the adapter merged, later ones only the merged
@@ -174,7 +175,7 @@ class ActorWorker(TrainState):
         """
         with self.offloader.for_compute():
             if not self.lora:
-                yield from named_weights(self.model, self.sharded)
+                yield from named_weights(self.model, self.sharded, gather_dtype)
                 return
             from hybridrl.models.lora import merged_lora_deltas, merged_named_weights
 

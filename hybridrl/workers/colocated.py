@@ -155,14 +155,15 @@ class ColocatedWorker:
     @_phase("update_weights")
     def sync_rollout_weights(self) -> None:
         """Gather the actor's parameters one at a time into the rollout replica (collective)."""
-        self._role("rollout").sync_weights(self._role("actor").named_weights())
+        rollout = self._role("rollout")
+        rollout.sync_weights(self._role("actor").named_weights(rollout.weights_dtype))
 
     @_phase("update_weights")
     def actor_weights(self, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
         """The actor's full weights on CPU in `dtype` (the rollout's; None: as trained), on rank 0 ({} elsewhere),
         for a rollout on other ranks, sent pickled (collective)."""
         weights = {}
-        for name, tensor in self._role("actor").named_weights():
+        for name, tensor in self._role("actor").named_weights(dtype):
             if self.rank == 0:
                 weights[name] = cast_to_cpu(tensor, dtype, copy=True)
         return weights
@@ -171,7 +172,7 @@ class ColocatedWorker:
     def write_actor_weights(self, spec: BufferSpec) -> WeightManifest | SpilledWeights | None:
         """Rank 0 writes the actor's full weights into the shared-memory buffer `spec` one tensor at a time and
         returns where each lies (None elsewhere); every rank takes part in the gather (collective)."""
-        named = self._role("actor").named_weights()
+        named = self._role("actor").named_weights(spec.dtype)
         if self.rank == 0:
             return write_weights(named, spec)
         for _ in named:

@@ -46,6 +46,15 @@ def _right_pad(rows: list[list], width: int, value, dtype) -> torch.Tensor:
     return torch.from_numpy(padded.reshape(len(rows), width))
 
 
+def unpadded_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> list[list[int]]:
+    """Each row's tokens where its mask is set, as lists: one masked select for the batch, not one per row
+    (256 rows: 12 ms of per-row index/nonzero calls on an H200 host)."""
+    mask = attention_mask.bool()
+    flat = input_ids[mask].tolist()
+    ends = mask.sum(dim=1).cumsum(0).tolist()
+    return [flat[start:end] for start, end in zip([0] + ends[:-1], ends)]
+
+
 def assemble(prompts: Batch, token_ids: list[list[int]], log_probs: list[list[float]], n: int,
              response_length: int, pad_token_id: int) -> Batch:
     """Repeat prompt rows n times (interleaved) and add responses, masks, positions, rollout log-probs."""
@@ -75,6 +84,7 @@ class RolloutWorker:
         self.cfg = cfg.actor_rollout_ref.rollout
         self.pad_token_id = tokenizer.pad_token_id
         self.eos_token_ids = _eos_ids(tokenizer, model)
+        self.weights_dtype = rollout_weights_dtype(cfg, device_type)  # what `sync_weights` keeps of a tensor
         self.backend = build_rollout_backend(self.cfg.name, model, pad_token_id=self.pad_token_id,
                                              eos_token_ids=self.eos_token_ids, rollout_cfg=self.cfg,
                                              device_type=device_type, tp=tp)
@@ -90,7 +100,7 @@ class RolloutWorker:
 
     def generate_sequences(self, prompts: Batch, params: SamplingParams) -> tuple[Batch, dict[str, float]]:
         start = time.perf_counter()
-        prompt_ids = [ids[mask.bool()].tolist() for ids, mask in zip(prompts["input_ids"], prompts["attention_mask"])]
+        prompt_ids = unpadded_rows(prompts["input_ids"], prompts["attention_mask"])
         timings: dict[str, float] = {}
         with self.model_context(), self._kv_cache(timings), timed("timing_s/gen_engine", timings):
             out = self.backend.generate(prompt_ids, params)

@@ -110,13 +110,16 @@ def load_model_state(model: nn.Module, state: dict[str, torch.Tensor], sharded: 
     load_full_state_dict(model, state)
 
 
-def named_weights(model: nn.Module, sharded: bool) -> Iterable[tuple[str, torch.Tensor]]:
-    """(HF name, full tensor) pairs for weight sync: the state dict, or gathered one parameter at a time."""
+def named_weights(model: nn.Module, sharded: bool,
+                  gather_dtype: torch.dtype | None = None) -> Iterable[tuple[str, torch.Tensor]]:
+    """(HF name, full tensor) pairs for weight sync: the state dict as stored, or gathered one FSDP unit at
+    a time, in `gather_dtype` when given (the receiver's dtype: fewer bytes over the link; consumers cast
+    whatever they get)."""
     if not sharded:
         return model.state_dict().items()
     from hybridrl.distributed.fsdp import iter_full_params
 
-    return iter_full_params(model)
+    return iter_full_params(model, gather_dtype)
 
 
 def _trainable_names(model: nn.Module) -> list[str]:

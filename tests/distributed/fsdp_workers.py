@@ -44,8 +44,8 @@ class FSDPWorker:
     def state(self, rank0_only: bool = True) -> dict:
         return full_state_dict(self.model, rank0_only=rank0_only)
 
-    def full_params(self) -> dict:
-        return {name: tensor.clone() for name, tensor in iter_full_params(self.model)}
+    def full_params(self, dtype: torch.dtype | None = None) -> dict:
+        return {name: tensor.clone() for name, tensor in iter_full_params(self.model, dtype)}
 
     def full_params_one_at_a_time(self) -> dict:
         """The reference for iter_full_params: DTensor.full_tensor per parameter."""

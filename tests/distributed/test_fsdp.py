@@ -74,6 +74,16 @@ def test_full_params_gathered_per_unit_equal_per_parameter_gathers_with_uneven_s
             torch.testing.assert_close(value, want[name].detach(), rtol=0, atol=0, msg=name)
 
 
+def test_full_params_gathered_in_the_receivers_dtype_are_the_cast_weights(uneven_group):
+    """Shards cast to bf16 before the gather (half the bytes) give exactly the fp32 weights cast afterwards."""
+    gathered = uneven_group.call_all("full_params", torch.bfloat16)
+    want = {k: v.detach().to(torch.bfloat16) for k, v in build_tiny_model(seed=3, **UNEVEN).named_parameters()}
+    for rank in range(3):
+        assert sorted(gathered[rank]) == sorted(want)
+        for name, value in gathered[rank].items():
+            assert value.dtype == torch.bfloat16 and torch.equal(value, want[name]), (rank, name)
+
+
 def test_clipping_on_local_shards_matches_torchs_dtensor_clip_with_uneven_shards(uneven_group):
     """One all-reduce over the local shards: the same norm and clipped gradients as torch's clip over the
     DTensors, on 3 ranks with shards of unequal (and empty) size."""

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from hybridrl.utils.batch import Batch
-from hybridrl.workers.rollout import assemble
+from hybridrl.workers.rollout import assemble, unpadded_rows
 
 
 def _prompts() -> Batch:
@@ -30,3 +30,14 @@ def test_responses_and_log_probs_are_right_padded_after_interleaved_prompts():
 def test_a_response_longer_than_the_response_length_is_an_error():
     with pytest.raises(ValueError, match="more than the response length 2"):
         assemble(_prompts(), [[1, 2, 3], [1]], [[0.0] * 3, [0.0]], n=1, response_length=2, pad_token_id=0)
+
+
+def test_unpadded_rows_match_masking_each_row():
+    """One masked select for the batch gives each row's own tokens (left padding, a fully padded row, none)."""
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(1, 100, (6, 9), generator=gen)
+    lengths = [9, 4, 0, 1, 7, 3]
+    mask = torch.stack([torch.arange(9) >= 9 - n for n in lengths]).long()
+    assert unpadded_rows(ids, mask) == [row[m.bool()].tolist() for row, m in zip(ids, mask)]
+    assert [len(row) for row in unpadded_rows(ids, mask)] == lengths
+    assert unpadded_rows(ids[:0], mask[:0]) == []

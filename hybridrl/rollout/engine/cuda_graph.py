@@ -9,6 +9,8 @@ from __future__ import annotations
 import bisect
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Callable
 
 import torch
@@ -39,6 +41,27 @@ def graph_sizes(requested: list[int] | None, max_num_seqs: int) -> list[int] | N
         raise ValueError(f"actor_rollout_ref.rollout.cudagraph_capture_sizes={requested} must be batch sizes in "
                          f"[1, max_num_seqs={max_num_seqs}] (or null for the default ladder)")
     return sorted(set(requested) | {max_num_seqs})
+
+
+_capture_streams: dict[torch.device, torch.cuda.Stream] = {}
+
+
+@contextmanager
+def capturing(graph: torch.cuda.CUDAGraph, pool, device: torch.device) -> Iterator[None]:
+    """`torch.cuda.graph(graph, pool=pool)` without what its entry also does: empty the device and pinned-
+    host caches. With free_cache_engine a generation captures its graph after every wake-up, and emptying
+    there handed the trainer's cached blocks back to the driver (H200 trace, a rank of two: 41 cudaFree,
+    10.7 ms, then re-allocated by the next training phase) and dropped the pinned buffers the decode
+    bursts copy tokens into. The wake-up already sized the KV cache to leave generation's activations,
+    this graph's pool included, free (kv_memory.py), emptying the cache itself when that needed it."""
+    torch.cuda.synchronize(device)
+    stream = _capture_streams.setdefault(device, torch.cuda.Stream(device))  # capture off the default stream
+    with torch.cuda.stream(stream):
+        graph.capture_begin(*(() if pool is None else (pool,)))
+        try:
+            yield
+        finally:
+            graph.capture_end()
 
 
 class CUDAGraphDecodeRunner:
@@ -183,7 +206,7 @@ class CUDAGraphDecodeRunner:
                 continue
             self._check_output(self.decode_fn(*self.views(size)))  # warm-up: compiles Triton kernels
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self._pool):
+            with capturing(graph, self._pool, self.device):
                 out = self.decode_fn(*self.views(size))
                 if self._outputs is None:
                     self._outputs = out

@@ -22,11 +22,16 @@ class CacheSize:
     warning: str | None  # set when the cache is smaller than planned
 
 
+def fitting_blocks(free_bytes: int, activation_bytes: int, block_bytes: int) -> int:
+    """KV blocks that fit in `free_bytes` beside generation's activations and the margin (may be < 1)."""
+    return (free_bytes - activation_bytes - MARGIN_BYTES) // block_bytes
+
+
 def blocks_for_generation(planned: int, free_bytes: int, activation_bytes: int, block_bytes: int,
                           gpu_memory_utilization: float) -> CacheSize:
     """The planned blocks, or as many as fit beside generation's activations in `free_bytes` when fewer do.
     Raises RuntimeError, naming what to change, when not one block fits."""
-    fitting = (free_bytes - activation_bytes - MARGIN_BYTES) // block_bytes
+    fitting = fitting_blocks(free_bytes, activation_bytes, block_bytes)
     if fitting >= planned:
         return CacheSize(planned, None)
     remedy = (f"lower actor_rollout_ref.rollout.gpu_memory_utilization (now {gpu_memory_utilization}) so the cache "

@@ -13,7 +13,7 @@ from hybridrl.logging.log import get_logger
 from hybridrl.rollout.base import RolloutOutput, SamplingParams
 from hybridrl.rollout.engine.block_manager import BlockManager
 from hybridrl.rollout.engine.decode_step import DecodeBurst
-from hybridrl.rollout.engine.kv_memory import MARGIN_BYTES, blocks_for_generation
+from hybridrl.rollout.engine.kv_memory import MARGIN_BYTES, blocks_for_generation, fitting_blocks
 from hybridrl.rollout.engine.loader import build_engine_model
 from hybridrl.rollout.engine.model_runner import ModelRunner
 from hybridrl.rollout.engine.models import load_weights
@@ -123,14 +123,23 @@ class LLMEngine:
         activations (kv_memory.py); warns when the cache first shrinks and whenever it shrinks further."""
         if self.device.type != "cuda" or self.activation_bytes is None:
             return self.planned_kv_blocks
-        torch.cuda.empty_cache()
-        free, _ = torch.cuda.mem_get_info(self.device)
+        free = self._free_bytes(release_cached=False)
+        if fitting_blocks(free, self.activation_bytes, self.runner.block_bytes) < self.planned_kv_blocks:
+            free = self._free_bytes(release_cached=True)
         size = blocks_for_generation(self.planned_kv_blocks, free, self.activation_bytes, self.runner.block_bytes,
                                      self.gpu_memory_utilization)
         if size.warning and size.blocks < self._smallest_warned:
             log.warning(size.warning)
             self._smallest_warned = size.blocks
         return self.tp.agree_min(size.blocks)
+
+    def _free_bytes(self, release_cached: bool) -> int:
+        """Device memory the driver has free. `release_cached` first hands the allocator's unused cached
+        blocks (the trainer's, between steps) back to it; the wake-up does so only when the plan does not
+        fit without them, as freeing them costs a cudaFree each and training re-allocates them afterwards."""
+        if release_cached:
+            torch.cuda.empty_cache()
+        return torch.cuda.mem_get_info(self.device)[0]
 
     def _reset_prefix_cache(self) -> None:
         self.block_manager = BlockManager(self.num_kv_blocks, self.block_size, self.enable_prefix_caching)

@@ -220,6 +220,34 @@ def test_cuda_wake_up_shrinks_the_cache_when_the_trainer_took_the_memory(model, 
     assert engine.num_kv_blocks == engine.planned_kv_blocks
 
 
+@pytest.mark.gpu
+def test_cuda_wake_up_keeps_the_trainers_cached_blocks_unless_the_plan_needs_them(model):
+    """Blocks the allocator caches between steps (the trainer's) stay cached when the planned cache fits
+    beside them, so training does not allocate them again; when it does not fit, they go back to the
+    driver and the wake-up still gets the planned cache."""
+    from hybridrl.rollout.engine.kv_memory import MARGIN_BYTES
+    from hybridrl.rollout.engine.llm_engine import LLMEngine
+
+    engine = LLMEngine(model, device="cuda", max_num_seqs=24, max_model_len=512, block_size=256,
+                       gpu_memory_utilization=0.9, num_kv_blocks=None)
+    cache_bytes = engine.planned_kv_blocks * engine.runner.block_bytes
+    engine.sleep()
+    torch.cuda.empty_cache()
+    torch.empty(256 << 20, dtype=torch.uint8, device="cuda")  # freed at once: 256 MiB in the allocator's cache
+    cached = torch.cuda.memory_reserved()
+    engine.wake_up()
+    assert engine.num_kv_blocks == engine.planned_kv_blocks
+    assert torch.cuda.memory_reserved() >= cached  # kept (the cache may be carved out of the freed block)
+    engine.sleep()
+    free, _ = torch.cuda.mem_get_info()  # now cache all the device but half the plan: the wake-up needs it back
+    torch.empty(free - engine.activation_bytes - MARGIN_BYTES - cache_bytes // 2, dtype=torch.uint8, device="cuda")
+    engine.wake_up()
+    assert engine.num_kv_blocks == engine.planned_kv_blocks
+    assert torch.cuda.memory_reserved() < cached + cache_bytes + (64 << 20)
+    out = engine.generate(PROMPTS, SamplingParams(n=2, max_new_tokens=8, ignore_eos=True))
+    assert [len(t) for t in out.token_ids] == [8] * 6
+
+
 @pytest.mark.parametrize("max_model_len,expected", [(None, 24 + 40), (100, 100)])
 def test_trainer_engine_max_model_len_follows_the_rollout_config(model, max_model_len, expected):
     """rollout.max_model_len null means prompt_length + response_length (the key's documented default;
