@@ -165,6 +165,13 @@ def environment(device: str) -> dict[str, Any]:
     return info
 
 
+def fill_defaults(args: Any, quick: dict[str, Any], full: dict[str, Any]) -> None:
+    """Set each option the user left at None to its value for the run's size (`args.quick` or not)."""
+    for key, value in (quick if args.quick else full).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+
+
 def emit(result: dict[str, Any], out: str | None = None) -> None:
     """Print the result as one JSON object on stdout (and write it to `out` when given)."""
     text = json.dumps(result, indent=2, sort_keys=False, default=float)

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 
 from benchmarks import rl_step_hybridrl, rl_step_trl  # noqa: E402
 from benchmarks.common import (GSM8K_64, H200_BANDWIDTH, H200_BF16_FLOPS, emit, environment,  # noqa: E402
-                               kv_bytes_per_token, qwen2_config)
+                               fill_defaults, kv_bytes_per_token, qwen2_config)
 from benchmarks.rl_step_setup import gsm8k_rows, prompt_lengths, write_model_dir  # noqa: E402
 
 RUNS = ("hybrid", "hybrid_offload", "separate", "trl")
@@ -52,11 +52,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "process (global_profiler with discrete=true)")
     args = parser.parse_args(argv)
     args.device = args.device or ("cpu" if args.quick or not torch.cuda.is_available() else "cuda")
-    defaults = dict(num_prompts=4, n=2, response_length=8, micro_batch=4) if args.quick else dict(
-        num_prompts=64, n=8, response_length=256, micro_batch=64)
-    for key, value in defaults.items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
+    fill_defaults(args, dict(num_prompts=4, n=2, response_length=8, micro_batch=4),
+                  dict(num_prompts=64, n=8, response_length=256, micro_batch=64))
     args.runs = [r for r in args.only.split(",") if r]
     unknown = set(args.runs) - set(RUNS)
     if unknown or (args.num_prompts * args.n) % args.micro_batch:

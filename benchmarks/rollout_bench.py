@@ -19,7 +19,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
-from benchmarks.common import (GSM8K_64, H200_BANDWIDTH, environment, emit, gsm8k_prompts,  # noqa: E402
+from benchmarks.common import (GSM8K_64, H200_BANDWIDTH, environment, emit, fill_defaults, gsm8k_prompts,  # noqa: E402
                                build_random_model, kv_bytes_per_token, model_bytes, peak_memory_gb,
                                qwen2_config, reset_peak_memory, timed)
 from hybridrl.rollout.base import SamplingParams  # noqa: E402
@@ -49,11 +49,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="write a torch.profiler table (top kernels) of one engine generate here")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    defaults = dict(num_prompts=4, n=2, response_length=8) if args.quick else dict(
-        num_prompts=64, n=8, response_length=256)
-    for key, value in defaults.items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
+    fill_defaults(args, dict(num_prompts=4, n=2, response_length=8), dict(num_prompts=64, n=8, response_length=256))
     # Varying-length section: responses capped at max_len, mean ~max_len * 0.4 (see stop_ids).
     args.varied_max_len = 16 if args.quick else 512
     args.dtype = torch.float32 if args.quick and args.device == "cpu" else torch.bfloat16

@@ -26,7 +26,7 @@ from torch.autograd import DeviceType
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
-from benchmarks.common import build_random_model, emit, environment, qwen2_config  # noqa: E402
+from benchmarks.common import build_random_model, emit, environment, fill_defaults, qwen2_config  # noqa: E402
 from hybridrl.distributed.fsdp import apply_fsdp2  # noqa: E402
 from hybridrl.distributed.local_launcher import find_free_port  # noqa: E402
 from hybridrl.models.compile import compile_decoder_layers  # noqa: E402
@@ -45,11 +45,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--iters", type=int, default=None, help="timed iterations (default 8; quick 2)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
-    defaults = dict(rows=4, prompt_length=12, response_length=8, iters=2) if args.quick else dict(
-        rows=123, prompt_length=173, response_length=256, iters=8)
-    for key, value in defaults.items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
+    fill_defaults(args, dict(rows=4, prompt_length=12, response_length=8, iters=2),
+                  dict(rows=123, prompt_length=173, response_length=256, iters=8))
     args.modes = [m for m in args.modes.split(",") if m]
     unknown = set(args.modes) - set(MODES)
     if unknown:
