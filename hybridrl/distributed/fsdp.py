@@ -232,6 +232,7 @@ def _all_gather_dim0(items: list[tuple[str, DTensor]], dtype: torch.dtype, group
     return gathered, layout
 
 
+@torch.no_grad()  # as torch's clip; and DTensor.to_local() is then the local tensor, not an autograd op each
 def clip_grad_norm_(model: nn.Module, max_norm: float) -> float:
     """Clip the global L2 gradient norm (over all shards) to `max_norm`; returns the norm before clipping.
 
