@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
-from benchmarks.common import emit, environment, model_shapes, qwen2_config  # noqa: E402
+from benchmarks.common import emit, environment, model_shapes, qwen2_config, sync  # noqa: E402
 from hybridrl.distributed import LocalWorkerGroup  # noqa: E402
 
 WORLD = 2
@@ -69,8 +69,7 @@ def timed_ms(fn: Callable[[], None], iters: int, device: torch.device) -> float:
 
 
 def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    sync(device)
     dist.barrier()
 
 

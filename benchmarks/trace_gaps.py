@@ -58,8 +58,9 @@ def gap_size_label(us: float) -> str:
     return next(label for bound, label in GAP_SIZES if us < bound)
 
 
-def describe_gap(host: list[dict], start: float, end: float) -> dict[str, Any]:
-    """The host events spanning most of the gap, and the host ops that ran inside it (ms, most first)."""
+def describe_gap(host: list[dict], start: float, end: float, origin: float) -> dict[str, Any]:
+    """Where the gap starts (ms after `origin`), the host events spanning most of it, and the host ops that
+    ran inside it (ms, most first)."""
     length = end - start
     spanning = [e["name"][:60] for e in host if e["ts"] < end and e["ts"] + e["dur"] > start
                 and e["dur"] > 0.5 * length]
@@ -67,7 +68,7 @@ def describe_gap(host: list[dict], start: float, end: float) -> dict[str, Any]:
     for e in host:
         if start <= e["ts"] < end:
             inside[e["name"][:60]] += min(e["dur"], end - e["ts"])
-    return {"ms": round(length / 1e3, 3), "at_ms": None, "spanning": spanning[:5],
+    return {"ms": round(length / 1e3, 3), "at_ms": round((start - origin) / 1e3, 3), "spanning": spanning[:5],
             "host_inside_ms": {name: round(us / 1e3, 3) for name, us in inside.most_common(5)}}
 
 
@@ -88,11 +89,7 @@ def summarize(path: str, top: int = 12) -> dict[str, Any]:
     per_stream: defaultdict[Any, float] = defaultdict(float)
     for e in device:
         per_stream[str(e.get("tid"))] += e["dur"]
-    largest = []
-    for start, end in gaps[:top]:
-        gap = describe_gap(host, start, end)
-        gap["at_ms"] = round((start - lo) / 1e3, 3)
-        largest.append(gap)
+    largest = [describe_gap(host, start, end, lo) for start, end in gaps[:top]]
     return {"window_ms": round((hi - lo) / 1e3, 3), "device_busy_ms": round(busy_us / 1e3, 3),
             "device_idle_ms": round((hi - lo - busy_us) / 1e3, 3),
             "idle_ms_by_gap_size": {label: round(by_size[label] / 1e3, 3) for _, label in GAP_SIZES},

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,8 @@ from torch.autograd import DeviceType
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
-from benchmarks.common import build_random_model, emit, environment, fill_defaults, qwen2_config  # noqa: E402
+from benchmarks.common import (build_random_model, emit, environment, fill_defaults, qwen2_config, sync,  # noqa: E402
+                               timed)
 from hybridrl.distributed.fsdp import apply_fsdp2  # noqa: E402
 from hybridrl.distributed.local_launcher import find_free_port  # noqa: E402
 from hybridrl.models.compile import compile_decoder_layers  # noqa: E402
@@ -86,11 +86,6 @@ def forward_backward(model: torch.nn.Module, mode: str, batch: dict[str, torch.T
     hidden.float().square().mean().backward()
 
 
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def device_ms(model, mode: str, batch, device: torch.device) -> float | None:
     """Device time of one forward+backward (sum of kernel self times), CUDA only."""
     if device.type != "cuda":
@@ -98,7 +93,7 @@ def device_ms(model, mode: str, batch, device: torch.device) -> float | None:
     activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     with torch.profiler.profile(activities=activities) as prof:
         forward_backward(model, mode, batch)
-        synchronize(device)
+        sync(device)
     kernels = [e for e in prof.key_averages() if e.device_type == DeviceType.CUDA and not e.is_user_annotation]
     return sum(e.self_device_time_total for e in kernels) / 1e3  # what the profiler's "Self CUDA time total" sums
 
@@ -107,12 +102,11 @@ def measure(mode: str, args, device: torch.device, batch) -> dict[str, Any]:
     model = build(mode, args.quick, device)
     for _ in range(3):
         forward_backward(model, mode, batch)
-    synchronize(device)
-    start = time.perf_counter()
-    for _ in range(args.iters):
-        forward_backward(model, mode, batch)
-    synchronize(device)
-    wall = (time.perf_counter() - start) * 1e3 / args.iters
+    seconds: dict[str, float] = {}
+    with timed(device, seconds, "iters"):
+        for _ in range(args.iters):
+            forward_backward(model, mode, batch)
+    wall = seconds["iters"] * 1e3 / args.iters
     result = {"wall_ms": round(wall, 2)}
     busy = device_ms(model, mode, batch, device)
     del model

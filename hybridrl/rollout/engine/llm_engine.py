@@ -123,23 +123,18 @@ class LLMEngine:
         activations (kv_memory.py); warns when the cache first shrinks and whenever it shrinks further."""
         if self.device.type != "cuda" or self.activation_bytes is None:
             return self.planned_kv_blocks
-        free = self._free_bytes(release_cached=False)
+        free, _ = torch.cuda.mem_get_info(self.device)
         if fitting_blocks(free, self.activation_bytes, self.runner.block_bytes) < self.planned_kv_blocks:
-            free = self._free_bytes(release_cached=True)
+            # Only now hand the allocator's unused cached blocks (the trainer's) back to the driver: each costs
+            # a cudaFree, and training allocates them again afterwards.
+            torch.cuda.empty_cache()
+            free, _ = torch.cuda.mem_get_info(self.device)
         size = blocks_for_generation(self.planned_kv_blocks, free, self.activation_bytes, self.runner.block_bytes,
                                      self.gpu_memory_utilization)
         if size.warning and size.blocks < self._smallest_warned:
             log.warning(size.warning)
             self._smallest_warned = size.blocks
         return self.tp.agree_min(size.blocks)
-
-    def _free_bytes(self, release_cached: bool) -> int:
-        """Device memory the driver has free. `release_cached` first hands the allocator's unused cached
-        blocks (the trainer's, between steps) back to it; the wake-up does so only when the plan does not
-        fit without them, as freeing them costs a cudaFree each and training re-allocates them afterwards."""
-        if release_cached:
-            torch.cuda.empty_cache()
-        return torch.cuda.mem_get_info(self.device)[0]
 
     def _reset_prefix_cache(self) -> None:
         self.block_manager = BlockManager(self.num_kv_blocks, self.block_size, self.enable_prefix_caching)
