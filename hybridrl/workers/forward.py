@@ -16,7 +16,8 @@ from hybridrl.algorithms import logprobs_and_entropy_from_hidden
 from hybridrl.models.hf import decoder_of, unwrap_peft
 from hybridrl.utils.batch import Batch
 from hybridrl.workers.micro_batches import MicroBatches
-from hybridrl.workers.padding import find_trim, pad_responses, trim_sequences
+from hybridrl.workers.padding import (Alignment, Trim, align_sequences, find_alignment, find_trim, pad_responses,
+                                      take_columns, trim_sequences)
 
 LOGPROB_CHUNK_ROWS = 1024  # CPU / torch path: fp32 logits, a dozen passes over each chunk
 FUSED_CHUNK_LOGIT_BYTES = 1 << 30  # CUDA / Triton path: logits in the GEMM's dtype, ~1 GiB per chunk
@@ -34,20 +35,32 @@ def response_log_probs(model: torch.nn.Module, batch: Batch, temperature: float,
                        remove_padding: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(log_probs (B, R), entropy (B, R) or None) of `batch["responses"]` under `model`.
 
-    `remove_padding`: the forward sees only the columns that hold a token of some row (padding.py);
-    the trimmed response columns come back as zeros.
+    `remove_padding`: the forward sees only the columns that hold a token of some row, rows aligned left
+    with no attention mask where they allow it (padding.py); the dropped response columns come back as zeros.
     """
     tensors = {key: batch[key] for key in ("input_ids", "attention_mask", "position_ids", "responses")}
-    trim = find_trim(batch["attention_mask"], batch["response_mask"]) if remove_padding else None
-    if trim is not None:
-        tensors = trim_sequences(tensors, trim)
+    layout = None
+    if remove_padding:
+        tensors, layout = drop_padding(tensors, batch["attention_mask"], batch["response_mask"])
+    columns = layout.response_columns() if isinstance(layout, Alignment) else None
     args = (tensors["input_ids"], tensors["attention_mask"], tensors["position_ids"], tensors["responses"],
-            temperature, compute_entropy)
+            temperature, compute_entropy, columns)
     fsdp_forward = getattr(model, FSDP_LOG_PROB_METHOD, None)
     log_probs, entropy = fsdp_forward(*args) if fsdp_forward is not None else _response_log_probs(model, *args)
-    if trim is not None:
-        log_probs, entropy = pad_responses(log_probs, trim), pad_responses(entropy, trim)
+    if layout is not None:
+        log_probs, entropy = pad_responses(log_probs, layout), pad_responses(entropy, layout)
     return log_probs, entropy
+
+
+def drop_padding(tensors: dict[str, torch.Tensor], attention_mask: torch.Tensor, response_mask: torch.Tensor
+                 ) -> tuple[dict[str, torch.Tensor | None], Alignment | Trim]:
+    """The sequence tensors without padding columns: rows aligned left (no mask) when every row is one run of
+    tokens, else the all-padding columns trimmed (mask kept)."""
+    alignment = find_alignment(attention_mask, response_mask, tensors["position_ids"])
+    if alignment is not None:
+        return align_sequences(tensors, alignment), alignment
+    trim = find_trim(attention_mask, response_mask)
+    return trim_sequences(tensors, trim), trim
 
 
 def enable_fsdp_log_prob_forward(model: torch.nn.Module) -> None:
@@ -69,14 +82,14 @@ def _fsdp_response_log_probs(*args) -> tuple[torch.Tensor, torch.Tensor | None]:
     return log_probs.clone(), (entropy.clone() if entropy is not None else None)
 
 
-def _response_log_probs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+def _response_log_probs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
                         position_ids: torch.Tensor, responses: torch.Tensor, temperature: float,
-                        compute_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+                        compute_entropy: bool, response_columns: torch.Tensor | None = None
+                        ) -> tuple[torch.Tensor, torch.Tensor | None]:
     num_rows, response_len = responses.shape
     hidden = _body_hidden(model, {"input_ids": input_ids, "attention_mask": attention_mask,
                                   "position_ids": position_ids})
-    prompt_len = hidden.shape[1] - response_len
-    hidden = hidden[:, prompt_len - 1: prompt_len - 1 + response_len]
+    hidden = _response_positions(hidden, response_len, response_columns)
     head = unwrap_peft(model).get_output_embeddings()
     log_probs, entropy = logprobs_and_entropy_from_hidden(
         hidden.reshape(num_rows * response_len, -1), head.weight, responses.reshape(-1),
@@ -85,6 +98,15 @@ def _response_log_probs(model: torch.nn.Module, input_ids: torch.Tensor, attenti
         lm_head_bias=getattr(head, "bias", None))
     entropy = entropy.view(num_rows, response_len) if entropy is not None else None
     return log_probs.view(num_rows, response_len), entropy
+
+
+def _response_positions(outputs: torch.Tensor, response_len: int, columns: torch.Tensor | None) -> torch.Tensor:
+    """Per-column outputs (B, W[, H]) at the columns that predict the response tokens: the per-row
+    `columns` of aligned rows, else the `response_len` columns before the last (verl's shift)."""
+    if columns is not None:
+        return take_columns(outputs, columns)
+    prompt_len = outputs.shape[1] - response_len
+    return outputs[:, prompt_len - 1: prompt_len - 1 + response_len]
 
 
 def log_prob_chunk_rows(hidden: torch.Tensor, vocab: int) -> int:
@@ -102,16 +124,16 @@ def response_values(critic: torch.nn.Module, batch: Batch, remove_padding: bool 
     response_mask is 0); `remove_padding` as for `response_log_probs`."""
     tensors = {key: batch[key] for key in ("input_ids", "attention_mask", "position_ids")}
     response_mask = batch["response_mask"]
-    trim = find_trim(batch["attention_mask"], response_mask) if remove_padding else None
-    if trim is not None:
-        tensors = trim_sequences(tensors, trim)
+    layout = None
+    if remove_padding:
+        tensors, layout = drop_padding(tensors, batch["attention_mask"], response_mask)
     out = critic(**tensors, use_cache=False)
     values = out.logits.squeeze(-1).float()
-    response_len = trim.response_width if trim is not None else response_mask.shape[1]
-    prompt_len = values.shape[1] - response_len
-    values = values[:, prompt_len - 1: prompt_len - 1 + response_len]
-    if trim is not None:
-        values = pad_responses(values, trim)
+    response_len = layout.response_width if layout is not None else response_mask.shape[1]
+    columns = layout.response_columns() if isinstance(layout, Alignment) else None
+    values = _response_positions(values, response_len, columns)
+    if layout is not None:
+        values = pad_responses(values, layout)
     return values * response_mask
 
 

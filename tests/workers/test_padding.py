@@ -1,4 +1,5 @@
-"""use_remove_padding: all-padding columns trimmed per micro-batch, outputs equal to the padded forward."""
+"""use_remove_padding: rows aligned left with no attention mask (or all-padding columns trimmed) per micro-batch,
+outputs equal to the padded forward."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import torch
 
 from hybridrl.models.hf import load_causal_lm
 from hybridrl.workers.forward import response_log_probs
-from hybridrl.workers.padding import Trim, find_trim, pad_responses, trim_sequences
+from hybridrl.workers.padding import Trim, align_sequences, find_alignment, find_trim, pad_responses, trim_sequences
 from tests.workers.helpers import build_actor, build_critic, ragged_batch
 
 ON = ["actor_rollout_ref.model.use_remove_padding=true", "critic.model.use_remove_padding=true"]
@@ -27,6 +28,53 @@ def test_trim_keeps_the_shift_column_and_the_longest_rows():
     assert pad_responses(torch.ones(2, 2), trim).tolist() == [[1, 1, 0], [1, 1, 0]]
     empty_prompts = torch.tensor([[0, 0, 1, 0]])  # P=2 with no prompt token: column P-1 stays
     assert find_trim(empty_prompts, empty_prompts[:, 2:]).left == 1
+
+
+def test_alignment_moves_each_row_to_column_zero():
+    # P=4, R=3: prompts of 2 and 1 tokens, responses of 1 and 2 tokens
+    attention = torch.tensor([[0, 0, 1, 1, 1, 0, 0],
+                              [0, 0, 0, 1, 1, 1, 0]])
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    alignment = find_alignment(attention, attention[:, 4:], positions)
+    assert alignment.shifts.tolist() == [2, 3] and alignment.width == 4  # longest prompt 2 + kept response 2
+    assert alignment.response_columns().tolist() == [[1, 2], [0, 1]]  # the last prompt token, then on
+    tensors = {"input_ids": torch.arange(14).view(2, 7), "attention_mask": attention,
+               "position_ids": positions,
+               "responses": torch.arange(6).view(2, 3)}
+    out = align_sequences(tensors, alignment)
+    assert out["input_ids"][:, :3].tolist() == [[2, 3, 4], [10, 11, 12]]  # each row's tokens from column 0
+    assert out["position_ids"].tolist() == [[0, 1, 2, 3], [0, 1, 2, 3]]  # travel with them, then keep rising
+    assert out["attention_mask"] is None and out["responses"].tolist() == [[0, 1], [3, 4]]
+
+
+def test_rows_that_are_not_one_run_of_tokens_are_not_aligned():
+    def alignment(mask, prompt_len, positions=None):
+        positions = (mask.cumsum(-1) - 1).clamp(min=0) if positions is None else positions
+        return find_alignment(mask, mask[:, prompt_len:], positions)
+
+    ok = torch.tensor([[0, 1, 1, 1, 0], [1, 1, 1, 1, 1]])
+    assert alignment(ok, 3) is not None
+    assert alignment(torch.tensor([[0, 0, 1, 1], [0, 1, 1, 0]]), 2) is None  # row 0 has no prompt token
+    assert alignment(torch.tensor([[1, 1, 1, 0, 1], [0, 1, 1, 1, 0]]), 3) is None  # a hole in row 0's response
+    restart = torch.tensor([[0, 0, 1, 0, 0], [0, 1, 2, 3, 4]])  # row 0's positions restart inside its tokens
+    assert alignment(ok, 3, restart) is None
+
+
+@pytest.mark.parametrize("remove_padding", [False, True])
+def test_aligned_rows_reach_causal_attention_with_no_mask(tiny_model_dir, monkeypatch, remove_padding):
+    """The point of aligning: sdpa's causal kernel, not the masked one that computes the whole S x S product."""
+    model = load_causal_lm(tiny_model_dir).eval()
+    calls = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def recording_sdpa(*args, **kwargs):
+        calls.append((kwargs.get("attn_mask") is None, kwargs.get("is_causal")))
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", recording_sdpa)
+    with torch.no_grad():
+        response_log_probs(model, ragged_batch(num_rows=4, seed=1), 1.0, False, remove_padding=remove_padding)
+    assert calls and set(calls) == ({(True, True)} if remove_padding else {(False, False)})
 
 
 def test_log_probs_equal_the_padded_forward_and_the_model_sees_fewer_columns(tiny_model_dir):
