@@ -228,8 +228,12 @@ def _all_gather_dim0(items: list[tuple[str, DTensor]], dtype: torch.dtype, group
     torch._foreach_copy_([flat[start:start + local.numel()] for (_, _, start, _), local in zip(layout, locals_)],
                          locals_)  # one multi-tensor copy (casting to `dtype`), not one kernel per parameter
     gathered = flat.new_empty(world * flat.numel())
-    dist.all_gather_into_tensor(gathered, flat, group=group)
+    _all_gather_single(gathered, flat, group=group)
     return gathered, layout
+
+
+# torch 2.13 renamed all_gather_into_tensor (which now warns on every call) to all_gather_single
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
 @torch.no_grad()  # as torch's clip; and DTensor.to_local() is then the local tensor, not an autograd op each

@@ -17,6 +17,7 @@ import socket
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
@@ -83,18 +84,18 @@ def _rank_main(conn: Connection, spec: _RankSpec) -> None:
     except BaseException:  # noqa: BLE001 - sent to the controller
         import traceback
 
-        conn.send_bytes(rt.dumps_reply(("error", traceback.format_exc())))
+        wire.send(conn, rt.encode_reply(("error", traceback.format_exc())))
         return
-    conn.send_bytes(rt.dumps_reply(("ok", os.getpid())))
+    wire.send(conn, rt.encode_reply(("ok", os.getpid())))
     while True:
         try:
-            request = wire.loads(conn.recv_bytes())
+            request = wire.recv(conn)
         except EOFError:  # the controller is gone
             break
         if request is None:
             break
         method, args, kwargs = request
-        conn.send_bytes(rt.dumps_reply(rt.call_method(worker, method, args, kwargs)))
+        wire.send(conn, rt.encode_reply(rt.call_method(worker, method, args, kwargs)))
     rt.teardown_torch_distributed()
 
 
@@ -180,6 +181,7 @@ class LocalWorkerGroup(RankCalls):
         self._closed_reason: str | None = None
         self._procs: list[Any] = []
         self._conns: list[Connection] = []
+        self._senders = ThreadPoolExecutor(max_workers=world_size, thread_name_prefix=f"hybridrl-{role}-send")
         self._log_forwarder = LogForwarder([self.log_path(rank) for rank in range(world_size)], role)
         atexit.register(self.shutdown)
         try:
@@ -220,17 +222,23 @@ class LocalWorkerGroup(RankCalls):
         if self._closed_reason is not None:
             raise GroupClosedError(f"the {self.role} worker group is shut down ({self._closed_reason}); "
                                    f"cannot call {method}(); build a new group")
-        payloads = [wire.dumps((method, args, kwargs)) for args, kwargs in calls]
-        for rank, payload in enumerate(payloads):
-            try:
-                self._conns[rank].send_bytes(payload)
-            except (BrokenPipeError, ConnectionResetError, OSError):
-                raise self._died(rank, method) from None
+        self._send_all(method, [wire.encode((method, args, kwargs)) for args, kwargs in calls])
         try:
             return self._collect(method, list(range(len(calls))))
         except KeyboardInterrupt:  # replies still in flight would answer the next call: stop the group
             self._abort(f"interrupted during {method}()")
             raise
+
+    def _send_all(self, method: str, frames: list[list[memoryview]]) -> None:
+        """Write rank i's request frame to rank i, all ranks at once: a pipe write returns only once the
+        rank has read most of it, so one after another the last rank would start a whole transfer per
+        rank later (and the first ranks then wait for it at their first collective)."""
+        sending = [self._senders.submit(wire.send, self._conns[rank], frame) for rank, frame in enumerate(frames)]
+        for rank, pending in enumerate(sending):
+            try:
+                pending.result()
+            except (BrokenPipeError, ConnectionResetError, OSError):
+                raise self._died(rank, method) from None
 
     def _collect(self, method: str, ranks: list[int]) -> list[Any]:
         """Replies of `ranks` in rank order; the lowest failing rank's error if any rank raised."""
@@ -263,7 +271,7 @@ class LocalWorkerGroup(RankCalls):
         conn, proc = self._conns[rank], self._procs[rank]
         if conn.poll():
             try:
-                return wire.loads(conn.recv_bytes())
+                return wire.recv(conn)
             except (EOFError, ConnectionResetError, OSError):
                 raise self._died(rank, method) from None
         if not proc.is_alive():
@@ -298,6 +306,7 @@ class LocalWorkerGroup(RankCalls):
                 proc.join(timeout=5.0)
         for conn in self._conns:
             conn.close()
+        self._senders.shutdown(wait=False)
         self._log_forwarder.stop()
 
     def shutdown(self) -> None:
@@ -308,7 +317,7 @@ class LocalWorkerGroup(RankCalls):
         atexit.unregister(self.shutdown)
         for conn in self._conns:
             try:
-                conn.send_bytes(wire.dumps(None))
+                wire.send(conn, wire.encode(None))
             except OSError:
                 pass  # that rank already exited; _join_or_kill reaps it
         self._join_or_kill()

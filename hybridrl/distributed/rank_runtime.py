@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .wire import dumps
+from .wire import encode
 
 
 def setup_torch_distributed(*, rank: int, world_size: int, master_addr: str, master_port: int, backend: str,
@@ -89,11 +89,11 @@ def call_method(worker: Any, method: str, args: tuple, kwargs: dict[str, Any]) -
         return "error", traceback.format_exc()
 
 
-def dumps_reply(reply: tuple[str, Any]) -> bytes:
-    """Pickle a reply; an unpicklable result becomes an error reply naming the problem."""
+def encode_reply(reply: tuple[str, Any]) -> list[memoryview]:
+    """Pickle a reply (`wire.encode`); an unpicklable result becomes an error reply naming the problem."""
     try:
-        return dumps(reply)
+        return encode(reply)
     except Exception:  # noqa: BLE001 - sent to the controller
         note = ("the method's return value could not be pickled to send it to the controller; return plain "
                 "Python values, CPU tensors or a Batch\n")
-        return dumps(("error", traceback.format_exc() + note))
+        return encode(("error", traceback.format_exc() + note))

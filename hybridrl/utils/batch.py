@@ -117,12 +117,18 @@ class Batch:
         return self.index(order)
 
     def chunk(self, num_chunks: int) -> list["Batch"]:
-        """Split into `num_chunks` contiguous parts of equal size (the size must divide)."""
+        """Split into `num_chunks` contiguous parts of equal size (the size must divide). The parts are views of
+        this batch's rows, not copies (shards on their way to ranks are serialized right away): writing into a
+        part's tensors writes into this batch."""
         n = len(self)
         if num_chunks <= 0 or n % num_chunks:
             raise ValueError(f"cannot split {n} rows into {num_chunks} equal chunks")
         size = n // num_chunks
-        return [self.index(slice(i * size, (i + 1) * size)) for i in range(num_chunks)]
+        return [self._row_views(i * size, (i + 1) * size) for i in range(num_chunks)]
+
+    def _row_views(self, start: int, stop: int) -> "Batch":
+        return Batch(tensors={k: v[start:stop] for k, v in self.tensors.items()},
+                     non_tensors={k: v[start:stop] for k, v in self.non_tensors.items()}, meta=dict(self.meta))
 
     def split(self, size: int) -> list["Batch"]:
         """Contiguous parts of at most `size` rows."""

@@ -1,7 +1,10 @@
 """The launcher's pipe format: CPU tensors as out-of-band buffers, everything else as pickle does it."""
 
+import multiprocessing as mp
 import pickle
+import threading
 
+import pytest
 import torch
 
 from hybridrl.distributed import wire
@@ -45,3 +48,31 @@ def test_tensor_bytes_travel_outside_the_pickle_stream():
     assert len(frame) < len(pickle.dumps(tensor, protocol=5))  # no torch.save wrapper around the storage
     header_and_pickle = len(frame) - tensor.numel() * 4
     assert header_and_pickle < 300  # the 4000 bytes are the out-of-band buffer, not pickled
+
+
+def test_a_frame_larger_than_the_pipe_buffer_crosses_a_real_pipe_into_writable_tensors():
+    parent, child = mp.Pipe(duplex=True)
+    batch = Batch({"input_ids": torch.arange(512 * 415).view(512, 415), "lp": torch.randn(512, 256)},
+                  meta={"step": 3})
+    shard = batch.chunk(2)[1]  # a view of rows 256.. of a larger tensor
+    writer = threading.Thread(target=wire.send, args=(parent, wire.encode(("ref", (shard,), {}))))
+    writer.start()
+    method, (got,), _ = wire.recv(child)  # ~1.3 MB: many pipe-buffer fills, read into one buffer
+    writer.join()
+    assert method == "ref" and got.meta == {"step": 3}
+    assert torch.equal(got["input_ids"], batch["input_ids"][256:]) and torch.equal(got["lp"], batch["lp"][256:])
+    got["lp"].zero_()  # writable, and the sender's batch is untouched
+    assert batch["lp"][256:].abs().sum() > 0
+    child.close()
+    with pytest.raises((BrokenPipeError, ConnectionResetError)):
+        wire.send(parent, wire.encode("x" * 10))
+
+
+def test_recv_says_when_the_other_end_closed_mid_frame():
+    parent, child = mp.Pipe(duplex=True)
+    frame = wire.encode(torch.randn(100))
+    wire._write_all(parent.fileno(), memoryview(wire._COUNT.pack(sum(part.nbytes for part in frame))))
+    wire._write_all(parent.fileno(), frame[0])  # the header only, then the sender goes away
+    parent.close()
+    with pytest.raises(EOFError, match="closed the pipe after"):
+        wire.recv(child)

@@ -22,6 +22,7 @@ def test_chunk_concat_roundtrip_and_errors():
     assert [len(p) for p in parts] == [2, 2, 2]
     back = Batch.concat(parts)
     assert back["x"].tolist() == list(range(6)) and list(back["uid"]) == list(b["uid"])
+    assert parts[1]["x"].data_ptr() == b["x"][2:].data_ptr()  # row views: shards are not copied
     with pytest.raises(ValueError, match="4 equal chunks"):
         b.chunk(4)
 
