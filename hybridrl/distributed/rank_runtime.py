@@ -14,6 +14,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from hybridrl.utils.gc_time import freeze_startup_objects
+
 from .wire import encode
 
 
@@ -73,7 +75,11 @@ def teardown_torch_distributed() -> None:
 
 
 def build_worker(factory: Callable[..., Any], init_kwargs: dict[str, Any]) -> Any:
-    return factory(**init_kwargs)
+    """The rank's worker; its start-up objects (modules, the model's Python objects) are then frozen out of
+    the garbage collector's full collections (utils/gc_time.py)."""
+    worker = factory(**init_kwargs)
+    freeze_startup_objects()
+    return worker
 
 
 def call_method(worker: Any, method: str, args: tuple, kwargs: dict[str, Any]) -> tuple[str, Any]:

@@ -22,6 +22,7 @@ from hybridrl.trainer.setup import (build_dataset, build_loader, build_tokenizer
                                     seed_everything, total_training_steps)
 from hybridrl.trainer.validation import validation_metrics
 from hybridrl.utils.batch import Batch
+from hybridrl.utils.gc_time import gc_clock, startup_objects_frozen
 from hybridrl.utils.memory import PhaseMemory, host_memory_metrics, max_merge
 from hybridrl.trainer.oom import oom_guard
 from hybridrl.utils.metrics import timed
@@ -83,7 +84,8 @@ class PPOTrainer:
         self.roles.rollout = make_elastic_rollout(self)
         try:
             self.control.install()
-            return self._fit()
+            with startup_objects_frozen():  # no full collection walks the loaded model's objects (gc_time.py)
+                return self._fit()
         finally:
             self.control.close()  # the previous signal handlers back, the pid file removed
             self.roles.rollout = self.roles.rollout.close()  # borrowed replicas stopped; the run's own rollout
@@ -194,6 +196,7 @@ class PPOTrainer:
         """perf/max_memory_allocated_gb[/<phase>]: this process's, and with worker ranks (and borrowed rollout
         replicas) each rank's own, the max over all of them; with ranks also timing_s/<phase>_rank."""
         own = self.memory.pop_metrics() if self.device.type == "cuda" else host_memory_metrics()
+        own["timing_s/gc"] = gc_clock().pop()
         ranks = self.roles.group.phase_metrics() if self.roles.group is not None else {}
         replicas = getattr(self.roles.rollout, "phase_metrics", None)
         return max_merge(own, ranks, replicas() if replicas is not None else {})

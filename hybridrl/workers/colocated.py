@@ -31,6 +31,7 @@ from hybridrl.distributed.weight_handoff import (BufferSpec, SpilledWeights, Wei
 from hybridrl.models.hf import load_causal_lm, load_policy_tokenizer, resolve_dtype
 from hybridrl.rollout import SamplingParams
 from hybridrl.rollout.engine.parallel import SINGLE, replica_groups
+from hybridrl.utils.gc_time import gc_clock
 from hybridrl.utils.memory import PhaseMemory, host_memory_metrics
 from hybridrl.utils.batch import Batch
 from hybridrl.utils.profiling import ProfileSpec, StepProfiler
@@ -71,6 +72,7 @@ class ColocatedWorker:
         device = torch.device(device_type)
         self.memory = PhaseMemory(device)  # this rank's peaks per phase (`pop_phase_metrics`)
         self.phase_seconds: defaultdict[str, float] = defaultdict(float)  # this rank's wall time per phase
+        gc_clock()  # timing_s/gc_rank from here on
         self.profiler = StepProfiler(f"rank{self.rank}", device)  # global_profiler: started by the controller
         _seed_everything(cfg.trainer.seed)  # every rank builds identical weights (e.g. a fresh value head)
         self.tokenizer = load_policy_tokenizer(cfg.actor_rollout_ref.model, trust_remote_code=cfg.data.trust_remote_code)
@@ -89,9 +91,11 @@ class ColocatedWorker:
         """Since the last call: this rank's `perf/max_memory_allocated_gb[/<phase>]` (on CPU the rank's peak
         resident set, as one process reports it) and `timing_s/<phase>_rank`, its wall time inside each
         phase. The controller keeps the max over ranks: `timing_s/<phase>` minus `timing_s/<phase>_rank` is
-        what the controller adds (sharding, pickling, transport) and rank imbalance."""
+        what the controller adds (sharding, pickling, transport) and rank imbalance. Also `timing_s/gc_rank`:
+        seconds this rank spent in Python's garbage collector."""
         metrics = self.memory.pop_metrics() if self.memory.enabled else host_memory_metrics()
         metrics.update({f"timing_s/{phase}_rank": seconds for phase, seconds in self.phase_seconds.items()})
+        metrics["timing_s/gc_rank"] = gc_clock().pop()
         self.phase_seconds.clear()
         return metrics
 
