@@ -18,11 +18,10 @@ from contextlib import contextmanager
 
 
 class GCClock:
-    """Seconds spent in the collector (and full collections) since the last `pop`, through `gc.callbacks`."""
+    """Seconds spent in the collector since the last `pop`, through `gc.callbacks`."""
 
     def __init__(self) -> None:
         self.seconds = 0.0
-        self.full_collections = 0
         self._started: float | None = None
         gc.callbacks.append(self._on_collection)
 
@@ -31,12 +30,11 @@ class GCClock:
             self._started = time.perf_counter()
         elif self._started is not None:
             self.seconds += time.perf_counter() - self._started
-            self.full_collections += info.get("generation") == 2
             self._started = None
 
     def pop(self) -> float:
         """Seconds in the collector since the last call."""
-        seconds, self.seconds, self.full_collections = self.seconds, 0.0, 0
+        seconds, self.seconds = self.seconds, 0.0
         return seconds
 
 
