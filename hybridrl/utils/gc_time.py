@@ -5,8 +5,11 @@ transformers and a model tracks ~400k objects after start-up, and one full colle
 on the 2-core dev box: a pause that lands in whichever phase allocates the object that triggers it (the
 engine's per-token bookkeeping allocates many). Start-up objects live until the process ends, so after
 start-up they are collected once and frozen (`gc.freeze`, as SGLang does after its warm-up): later
-collections walk only what training allocates. `timing_s/gc` (controller) and `timing_s/gc_rank` (the
-slowest worker rank) report the seconds spent collecting per step.
+collections walk only what training allocates. The first steps build more objects that live as long:
+torch.compile's graphs and guards, CUDA-graph captures, caches (one H200, the issue's workload, frozen at
+start-up only: 51 ms per step in the collector); so what is alive after each of the first two steps
+(`WARM_UP_POPS`) is frozen as well. `timing_s/gc` (controller) and `timing_s/gc_rank` (the slowest
+worker rank) report the seconds spent collecting per step.
 """
 
 from __future__ import annotations
@@ -17,11 +20,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 
+WARM_UP_POPS = 2  # a rank's first pop ends its start-up, its second the first step; the controller's: steps 1, 2
+
+
 class GCClock:
     """Seconds spent in the collector since the last `pop`, through `gc.callbacks`."""
 
     def __init__(self) -> None:
         self.seconds = 0.0
+        self.pops = 0
         self._started: float | None = None
         gc.callbacks.append(self._on_collection)
 
@@ -33,7 +40,11 @@ class GCClock:
             self._started = None
 
     def pop(self) -> float:
-        """Seconds in the collector since the last call."""
+        """Seconds in the collector since the last call (once per step); the first `WARM_UP_POPS` calls also
+        freeze what is alive (no collection first: see `startup_objects_frozen`)."""
+        self.pops += 1
+        if self.pops <= WARM_UP_POPS:
+            gc.freeze()
         seconds, self.seconds = self.seconds, 0.0
         return seconds
 
