@@ -8,7 +8,7 @@ start-up they are collected once and frozen (`gc.freeze`, as SGLang does after i
 collections walk only what training allocates. The first steps build more objects that live as long:
 torch.compile's graphs and guards, CUDA-graph captures, caches (one H200, the issue's workload, frozen at
 start-up only: 51 ms per step in the collector); so what is alive after each of the first two steps
-(`WARM_UP_POPS`) is frozen as well. `timing_s/gc` (controller) and `timing_s/gc_rank` (the slowest
+(`WARM_UP_POPS`) is frozen as well (then 17 ms per step). `timing_s/gc` (controller) and `timing_s/gc_rank` (the slowest
 worker rank) report the seconds spent collecting per step.
 """
 
