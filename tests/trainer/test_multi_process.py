@@ -96,6 +96,7 @@ def test_two_ranks_give_the_metrics_of_one_process(tmp_path, arith_model_dir, ar
     for phase in ("gen", "ref", "update_actor", "update_weights", "update_critic"):  # the slowest rank's share
         assert all(0 < r[f"timing_s/{phase}_rank"] <= r[f"timing_s/{phase}"] for r in records), phase
         assert all(0 < r[f"timing_s/{phase}_rank_min"] <= r[f"timing_s/{phase}_rank"] for r in records), phase
+    assert all(r["timing_s/gc"] >= 0 and r["timing_s/gc_rank"] >= r["timing_s/gc_rank_min"] >= 0 for r in records)
     group = trainer.roles.group.groups["actor_rollout_ref"]
     assert not any(p.is_alive() for p in group._procs)  # fit() stopped the ranks
     assert sorted(os.listdir(profile)) == ["step_2"]
