@@ -196,7 +196,7 @@ class PPOTrainer:
         """perf/max_memory_allocated_gb[/<phase>]: this process's, and with worker ranks (and borrowed rollout
         replicas) each rank's own, the max over all of them; with ranks also timing_s/<phase>_rank."""
         own = self.memory.pop_metrics() if self.device.type == "cuda" else host_memory_metrics()
-        own["timing_s/gc"] = gc_clock().pop()
+        own["timing_s/gc"] = gc_clock().end_step()
         ranks = self.roles.group.phase_metrics() if self.roles.group is not None else {}
         replicas = getattr(self.roles.rollout, "phase_metrics", None)
         return max_merge(own, ranks, replicas() if replicas is not None else {})

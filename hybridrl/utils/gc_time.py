@@ -39,7 +39,7 @@ class GCClock:
             self.seconds += time.perf_counter() - self._started
             self._started = None
 
-    def pop(self) -> float:
+    def end_step(self) -> float:
         """Seconds in the collector since the last call (once per step); the first `WARM_UP_POPS` calls also
         freeze what is alive (no collection first: see `startup_objects_frozen`)."""
         self.pops += 1
@@ -61,8 +61,9 @@ def gc_clock() -> GCClock:
 
 
 def freeze_startup_objects() -> None:
-    """Collect the start-up garbage, then move every object alive now out of future collections, for the rest
-    of the process (worker ranks: their start-up objects live until they exit)."""
+    """Collect the start-up garbage (anything frozen already included), then move every object alive now out of
+    future collections, for the rest of the process (worker ranks: their start-up objects live until they exit)."""
+    gc.unfreeze()  # a worker's construction may have ended a first "step" (`end_step`) and frozen its garbage
     gc.collect()
     gc.freeze()
 

@@ -95,7 +95,7 @@ class ColocatedWorker:
         seconds this rank spent in Python's garbage collector."""
         metrics = self.memory.pop_metrics() if self.memory.enabled else host_memory_metrics()
         metrics.update({f"timing_s/{phase}_rank": seconds for phase, seconds in self.phase_seconds.items()})
-        metrics["timing_s/gc_rank"] = gc_clock().pop()
+        metrics["timing_s/gc_rank"] = gc_clock().end_step()
         self.phase_seconds.clear()
         return metrics
 

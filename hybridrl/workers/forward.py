@@ -42,7 +42,7 @@ def response_log_probs(model: torch.nn.Module, batch: Batch, temperature: float,
     layout = None
     if remove_padding:
         tensors, layout = drop_padding(tensors, batch["attention_mask"], batch["response_mask"])
-    columns = layout.response_columns() if isinstance(layout, Alignment) else None
+    columns = layout.response_columns() if layout is not None else None
     args = (tensors["input_ids"], tensors["attention_mask"], tensors["position_ids"], tensors["responses"],
             temperature, compute_entropy, columns)
     fsdp_forward = getattr(model, FSDP_LOG_PROB_METHOD, None)
@@ -130,7 +130,7 @@ def response_values(critic: torch.nn.Module, batch: Batch, remove_padding: bool 
     out = critic(**tensors, use_cache=False)
     values = out.logits.squeeze(-1).float()
     response_len = layout.response_width if layout is not None else response_mask.shape[1]
-    columns = layout.response_columns() if isinstance(layout, Alignment) else None
+    columns = layout.response_columns() if layout is not None else None
     values = _response_positions(values, response_len, columns)
     if layout is not None:
         values = pad_responses(values, layout)

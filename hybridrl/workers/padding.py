@@ -40,6 +40,10 @@ class Trim:
     response_width: int  # response columns kept (R')
     full_response_width: int  # R
 
+    def response_columns(self) -> None:
+        """None: the hidden state predicting response token j is at column P'-1+j in every row (verl's shift)."""
+        return None
+
     @property
     def is_noop(self) -> bool:
         return self.left == 0 and self.response_width == self.full_response_width
@@ -102,13 +106,13 @@ def find_alignment(attention_mask: torch.Tensor, response_mask: torch.Tensor, po
     response_len = response_mask.shape[1]
     prompt_len = attention_mask.shape[1] - response_len
     used = attention_mask != 0
-    if prompt_len < 1 or not bool(used[:, prompt_len - 1].all()):
+    if prompt_len < 1:
         return None
-    counts = used.sum(dim=1)
     first = used.int().argmax(dim=1)
     last = used.shape[1] - 1 - used.flip(1).int().argmax(dim=1)
-    steps = position_ids.diff(dim=1) == 1
-    if not bool((last - first + 1 == counts).all()) or not bool((steps | ~(used[:, 1:] & used[:, :-1])).all()):
+    one_run = (last - first + 1 == used.sum(dim=1)) & used[:, prompt_len - 1]
+    rising = (position_ids.diff(dim=1) == 1) | ~(used[:, 1:] & used[:, :-1])
+    if not bool(one_run.all() & rising.all()):  # one host sync for the checks
         return None
     trim = find_trim(attention_mask, response_mask)
     width = prompt_len - int(first.min()) + trim.response_width

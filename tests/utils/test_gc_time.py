@@ -13,7 +13,7 @@ def test_the_clock_counts_collections_and_pop_resets_it():
     try:
         gc.collect()
         assert clock.seconds > 0
-        assert clock.pop() > 0 and clock.seconds == 0.0
+        assert clock.end_step() > 0 and clock.seconds == 0.0
         assert gc.get_freeze_count() == 0
     finally:
         gc.callbacks.remove(clock._on_collection)
@@ -23,10 +23,10 @@ def test_the_first_pops_freeze_what_the_warm_up_built():
     clock = GCClock()
     try:
         compiled_graphs = [[i] for i in range(1000)]  # objects a first step builds to keep
-        clock.pop()
+        clock.end_step()
         assert gc.get_freeze_count() >= len(compiled_graphs)
         for _ in range(WARM_UP_POPS):
-            clock.pop()
+            clock.end_step()
         assert clock.pops == WARM_UP_POPS + 1
     finally:
         gc.callbacks.remove(clock._on_collection)
