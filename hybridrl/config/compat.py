@@ -32,15 +32,13 @@ NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
     # Trainer features that arrive with the GPU hybrid-engine and scale-out issues. Until then they are
     # refused rather than silently ignored.
     **{f"{role}.fsdp_config.offload_policy": ((False,), f"FSDP2's CPUOffloadPolicy is {_LATER}; use "
-                                                        "param_offload / optimizer_offload (one device)")
+                                                        "param_offload / optimizer_offload")
        for role in FSDP_ROLES},
     **{f"{role}.fsdp_config.wrap_policy.min_num_params": ((0,), f"size-based FSDP wrapping is {_LATER}; each "
                                                                  "decoder layer is one FSDP unit (0)")
        for role in FSDP_ROLES},
     **{f"{role}.fsdp_config.full_determinism": ((False,), f"deterministic kernels (full_determinism) are {_LATER}")
        for role in FSDP_ROLES},
-    "critic.model.fsdp_config.param_offload": ((False,), f"critic parameter offload is {_LATER}"),
-    "critic.model.fsdp_config.optimizer_offload": ((False,), f"critic optimizer offload is {_LATER}"),
     "actor_rollout_ref.model.enable_activation_offload": ((False,), f"activation offload is {_LATER}"),
     "trainer.val_only": ((False,), f"validation-only runs are {_LATER}"),
     "trainer.validation_data_dir": ((None,), f"dumping validation generations is {_LATER}"),

@@ -319,18 +319,14 @@ class PPOTrainer:
 
 
 def _refuse_single_process_features(cfg, num_devices: int) -> None:
-    """LoRA and offload are wired for one process so far; on several ranks they are refused, not ignored."""
+    """LoRA is wired for one process so far; on several ranks it is refused, not ignored."""
     from hybridrl.config import ConfigError
 
-    arr = cfg.actor_rollout_ref
-    single_only = {"actor_rollout_ref.model.lora_rank": arr.model.lora_rank > 0,
-                   "actor_rollout_ref.actor.fsdp_config.param_offload": arr.actor.fsdp_config.param_offload,
-                   "actor_rollout_ref.actor.fsdp_config.optimizer_offload": arr.actor.fsdp_config.optimizer_offload,
-                   "actor_rollout_ref.ref.fsdp_config.param_offload": arr.ref.fsdp_config.param_offload}
-    used = [key for key, on in single_only.items() if on]
-    if num_devices > 1 and used:
-        raise ConfigError(f"{', '.join(used)} are implemented for one device so far, but this run has "
-                          f"{num_devices} ranks; turn them off or run with trainer.n_gpus_per_node=1")
+    lora_rank = cfg.actor_rollout_ref.model.lora_rank
+    if num_devices > 1 and lora_rank > 0:
+        raise ConfigError(f"actor_rollout_ref.model.lora_rank={lora_rank} (LoRA) is implemented for one device so far, "
+                          f"but this run has {num_devices} ranks; set actor_rollout_ref.model.lora_rank=0 or run with "
+                          "trainer.n_gpus_per_node=1")
 
 
 def _uids(prefix: str, count: int) -> list[str]:

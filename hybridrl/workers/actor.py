@@ -51,7 +51,8 @@ class ActorWorker(TrainState):
                                and fsdp.use_torch_compile, off_key="actor_rollout_ref.actor.use_torch_compile")
         self.sharded = shard_role(self.model, fsdp, self.precision, log_prob_forward=True)
         self.optimizer = build_optimizer(self.model.parameters(), self.actor_cfg.optim)
-        self.offloader = PhaseOffloader(self.model, self.optimizer, device, fsdp.param_offload, fsdp.optimizer_offload)
+        self.offloader = PhaseOffloader(self.model, self.optimizer, device, fsdp.param_offload, fsdp.optimizer_offload,
+                                        self.sharded)
         self.lr_scheduler = build_lr_scheduler(self.optimizer, self.actor_cfg.optim, total_training_steps)
         self.policy_loss_fn = POLICY_LOSSES[self.actor_cfg.policy_loss.loss_mode]
         self.remove_padding = self.actor_cfg.use_remove_padding

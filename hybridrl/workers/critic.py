@@ -13,6 +13,7 @@ from hybridrl.utils.batch import Batch
 from hybridrl.utils.metrics import to_float
 from hybridrl.workers.forward import response_values
 from hybridrl.workers.micro_batches import MicroBatchPlan
+from hybridrl.workers.offload import PhaseOffloader
 from hybridrl.workers.optim import build_lr_scheduler, build_optimizer
 from hybridrl.workers.precision import log_precision, resolve_precision
 from hybridrl.workers.sharding import TrainState, clip_grad_norm, gradient_sync, shard_role
@@ -40,6 +41,9 @@ class CriticWorker(TrainState):
                                off_key="critic.model.fsdp_config.use_torch_compile")
         self.sharded = shard_role(self.model, model_cfg.fsdp_config, self.precision)
         self.optimizer = build_optimizer(self.model.parameters(), self.cfg.optim)
+        fsdp = model_cfg.fsdp_config
+        self.offloader = PhaseOffloader(self.model, self.optimizer, device, fsdp.param_offload, fsdp.optimizer_offload,
+                                        self.sharded)
         self.lr_scheduler = build_lr_scheduler(self.optimizer, self.cfg.optim, total_training_steps)
         self.remove_padding = model_cfg.use_remove_padding
         self.values_plan = MicroBatchPlan.for_phase(cfg, "values", sizes.critic_forward_micro)
@@ -49,7 +53,7 @@ class CriticWorker(TrainState):
     def compute_values(self, batch: Batch) -> Batch:
         self.model.eval()
         micro_batches = self.values_plan.split(batch.to(self.device), self.sharded)
-        with self.precision.autocast(self.sharded):
+        with self.offloader.for_compute(), self.precision.autocast(self.sharded):
             values = [response_values(self.model, micro, self.remove_padding) for micro in micro_batches.parts]
         return Batch({"values": micro_batches.restore(torch.cat(values)).cpu()})
 
@@ -57,12 +61,13 @@ class CriticWorker(TrainState):
         self.model.train()
         data = batch.select(UPDATE_KEYS).to(self.device)
         metrics: dict[str, list[float]] = defaultdict(list)
-        for epoch in range(self.cfg.ppo_epochs):
-            if self.cfg.shuffle:
-                gen = torch.Generator().manual_seed(self.cfg.data_loader_seed + epoch)
-                data = data.index(torch.randperm(len(data), generator=gen))
-            for mini in data.split(self.sizes.critic_mini):
-                self._update_mini_batch(mini, metrics)
+        with self.offloader.for_update():
+            for epoch in range(self.cfg.ppo_epochs):
+                if self.cfg.shuffle:
+                    gen = torch.Generator().manual_seed(self.cfg.data_loader_seed + epoch)
+                    data = data.index(torch.randperm(len(data), generator=gen))
+                for mini in data.split(self.sizes.critic_mini):
+                    self._update_mini_batch(mini, metrics)
         self.lr_scheduler.step()
         out = {k: sum(v) / len(v) for k, v in metrics.items()}
         out["critic/lr"] = self.optimizer.param_groups[0]["lr"]
@@ -84,6 +89,7 @@ class CriticWorker(TrainState):
             metrics["critic/vpred_mean"].append(to_float(masked_mean(vpreds, mask)))
         grad_norm = clip_grad_norm(self.model, self.cfg.grad_clip, self.sharded)
         if torch.isfinite(grad_norm):
+            self.offloader.before_step()  # optimizer_offload: its state comes in now, after backward
             self.optimizer.step()
         metrics["critic/grad_norm"].append(to_float(grad_norm))
 

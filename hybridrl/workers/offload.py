@@ -5,9 +5,13 @@ reference model runs; on one GPU that idle state (16 bytes/param for fp32 weight
 moments) competes with the KV cache. Moving it to host memory between the phases that use it frees
 that room for ~2-3 s of PCIe traffic per step on a 7B model (perf.md §5.2).
 
-Tensors move in place of their `.data` (and `.grad`), so every `nn.Parameter` object stays the same:
-optimizers, LR schedulers, tied embeddings and hooks keep pointing at valid parameters. Device→host
-copies land in pinned memory (faster and async); one synchronize at the end makes them safe to read.
+Every `nn.Parameter` object stays the same, so optimizers, LR schedulers, tied embeddings and hooks keep
+pointing at valid parameters. One process: tensors move in place of their `.data` (and `.grad`). A rank of
+an FSDP2 group (`sharded`): parameters are DTensors whose local shard FSDP gathers from its own
+reference, so the module moves through its `_apply` (what `module.to` uses), which swaps each parameter's
+contents in place and re-registers the moved shard with FSDP; only this rank's shard travels. Optimizer
+state moves the same way in both cases (a DTensor's local shard). Device→host copies land in pinned
+memory (faster and async); one synchronize at the end makes them safe to read.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from contextlib import ExitStack, contextmanager
 from typing import Callable, Iterator
 
 import torch
+from torch.distributed.tensor import DTensor
 
 CPU = torch.device("cpu")
 
@@ -28,6 +33,19 @@ def _to(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
         host = torch.empty(tensor.shape, dtype=tensor.dtype, device=CPU, pin_memory=True)
         return host.copy_(tensor, non_blocking=True)
     return tensor.to(device, non_blocking=True)
+
+
+def _move(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """`_to` for plain tensors and DTensors (a sharded parameter, gradient or optimizer state): a DTensor
+    keeps its mesh, placements and global shape; its local shard moves."""
+    if not isinstance(tensor, DTensor):
+        return _to(tensor, device)
+    local = tensor.to_local()
+    moved = _to(local, device)
+    if moved is local:
+        return tensor
+    return DTensor.from_local(moved, tensor.device_mesh, tensor.placements, run_check=False,
+                              shape=tensor.shape, stride=tensor.stride())
 
 
 def _finish(device: torch.device, source: torch.device | None) -> None:
@@ -44,10 +62,16 @@ def _module_device(module: torch.nn.Module) -> torch.device | None:
     return first.device if first is not None else None
 
 
-def move_module(module: torch.nn.Module, device: torch.device | str) -> None:
-    """Move parameters, their gradients and buffers to `device`, keeping every Parameter object."""
+def move_module(module: torch.nn.Module, device: torch.device | str, sharded: bool = False) -> None:
+    """Move parameters, their gradients and buffers to `device`, keeping every Parameter object.
+    `sharded`: `module` is the root of an FSDP2-sharded model (see the module docstring)."""
     device = torch.device(device)
     source = _module_device(module)
+    if sharded:
+        with torch.no_grad():
+            module._apply(lambda tensor: _move(tensor, device))
+        _finish(device, source)
+        return
     with torch.no_grad():
         for param in module.parameters():  # deduplicated: a tied weight moves once
             param.data = _to(param.data, device)
@@ -60,14 +84,14 @@ def move_module(module: torch.nn.Module, device: torch.device | str) -> None:
     _finish(device, source)
 
 
-def offload_module(module: torch.nn.Module) -> None:
+def offload_module(module: torch.nn.Module, sharded: bool = False) -> None:
     """Parameters, gradients and buffers to host memory (the device copy is freed)."""
-    move_module(module, CPU)
+    move_module(module, CPU, sharded)
 
 
-def load_module(module: torch.nn.Module, device: torch.device | str) -> None:
+def load_module(module: torch.nn.Module, device: torch.device | str, sharded: bool = False) -> None:
     """Parameters, gradients and buffers back to `device`."""
-    move_module(module, device)
+    move_module(module, device, sharded)
 
 
 def _state_tensors(optim: torch.optim.Optimizer) -> Iterator[tuple[dict, str, torch.Tensor]]:
@@ -87,7 +111,7 @@ def move_optimizer(optim: torch.optim.Optimizer, device: torch.device | str) -> 
     sources = set()
     for state, key, value in list(_state_tensors(optim)):
         sources.add(value.device)
-        state[key] = _to(value, device)
+        state[key] = _move(value, device)
     _finish(device, next((d for d in sources if d.type == "cuda"), None))
 
 
@@ -132,13 +156,14 @@ class PhaseOffloader:
     """
 
     def __init__(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
-                 device: torch.device | str, param_offload: bool, optimizer_offload: bool) -> None:
+                 device: torch.device | str, param_offload: bool, optimizer_offload: bool,
+                 sharded: bool = False) -> None:
         self.module, self.optimizer = module, optimizer
         self.device = torch.device(device)
         self.param_offload = param_offload
         self.optimizer_offload = optimizer_offload and optimizer is not None
-        self._params = _Residency(self.param_offload, lambda: load_module(module, self.device),
-                                  lambda: offload_module(module))
+        self._params = _Residency(self.param_offload, lambda: load_module(module, self.device, sharded),
+                                  lambda: offload_module(module, sharded))
         # state created lazily by the first optimizer step goes out too
         self._optimizer = _Residency(self.optimizer_offload, lambda: load_optimizer(optimizer, self.device),
                                      lambda: offload_optimizer(optimizer))
@@ -160,6 +185,13 @@ class PhaseOffloader:
                 yield
             finally:
                 self._update_stack = None
+
+    @contextmanager
+    def resident(self) -> Iterator[None]:
+        """Parameters and optimizer state both in (checkpoint save and load: an FSDP2 state dict gathers
+        and scatters shards with collectives on the device)."""
+        with self._params.held(), self._optimizer.held():
+            yield
 
     def before_step(self) -> None:
         """Bring the optimizer state in (first call in an update; it leaves when the update ends)."""

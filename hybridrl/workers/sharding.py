@@ -19,6 +19,7 @@ import torch.distributed as dist
 from torch import nn
 
 from hybridrl.utils.collectives import all_reduce_int
+from hybridrl.workers.offload import PhaseOffloader
 
 
 def is_distributed() -> bool:
@@ -166,14 +167,17 @@ class TrainState:
     optimizer: torch.optim.Optimizer
     lr_scheduler: torch.optim.lr_scheduler.LRScheduler
     sharded: bool
+    offloader: PhaseOffloader  # param_offload / optimizer_offload: everything comes in for save and load
 
     def state_dict(self) -> dict:
         """Unsharded state (collective when sharded: rank 0 gets it, the other ranks get empty dicts)."""
-        return {"model": model_state(self.model, self.sharded),
-                "optimizer": optimizer_state(self.model, self.optimizer, self.sharded),
-                "lr_scheduler": self.lr_scheduler.state_dict()}
+        with self.offloader.resident():
+            return {"model": model_state(self.model, self.sharded),
+                    "optimizer": optimizer_state(self.model, self.optimizer, self.sharded),
+                    "lr_scheduler": self.lr_scheduler.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
-        load_model_state(self.model, state["model"], self.sharded)
-        load_optimizer_state(self.model, self.optimizer, state["optimizer"], self.sharded)
+        with self.offloader.resident():
+            load_model_state(self.model, state["model"], self.sharded)
+            load_optimizer_state(self.model, self.optimizer, state["optimizer"], self.sharded)
         self.lr_scheduler.load_state_dict(state["lr_scheduler"])

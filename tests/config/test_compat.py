@@ -95,7 +95,6 @@ def test_external_engines_get_the_own_engine_message(engine):
         ("algorithm.adv_estimator=opo", "this advantage estimator is not implemented"),
         ("actor_rollout_ref.actor.policy_loss.loss_mode=clip_cov", "this policy loss is not implemented"),
         ("+algorithm.filter_groups.enable=true", "filter_groups) is not implemented"),
-        ("critic.model.fsdp_config.optimizer_offload=true", "critic optimizer offload"),
         ("trainer.esi_redundant_time=10", "ESI"),
         ("actor_rollout_ref.ref.fsdp_config.offload_policy=true", "CPUOffloadPolicy is not implemented"),
         ("critic.model.fsdp_config.wrap_policy.min_num_params=1000", "size-based FSDP wrapping is not implemented"),

@@ -35,6 +35,9 @@ COMPARABLE = [
     # balancing regroups rows into other micro-batches (per-micro-batch token means differ, as in verl)
     "trainer.balance_batch=false",
 ]
+OFFLOADS = [f"{role}.fsdp_config.{what}_offload=true" for role, what in (
+    ("actor_rollout_ref.actor", "param"), ("actor_rollout_ref.actor", "optimizer"), ("actor_rollout_ref.ref", "param"),
+    ("critic.model", "param"), ("critic.model", "optimizer"))]
 VOLATILE = ("timing_s/", "timing_per_token_ms/", "perf/", "rollout/", "global_seqlen/")  # speed; per rank
 
 
@@ -127,13 +130,14 @@ def test_tensor_parallel_rollout_and_hybrid_sharding_give_the_metrics_and_checkp
     full weights, each rank loads its slices, both generate every row; the first rank answers. The actor and
     reference use hybrid sharding with whole replicas (fsdp_size=1: a 2-D mesh, no parameter all-gathers,
     gradients all-reduced); the critic shards over both ranks and keeps gathered weights from forward to
-    backward (reshard_after_forward=false). Saved states are the one-process format."""
+    backward (reshard_after_forward=false). Every role's parameters and optimizer state are offloaded
+    between its phases. Saved states are the one-process format."""
     one_dir, expected = one_process_run
     out = str(tmp_path)
     PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, out, ranks=2, steps=2, extra=[
         "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
         "actor_rollout_ref.actor.fsdp_config.fsdp_size=1", "actor_rollout_ref.ref.fsdp_config.fsdp_size=1",
-        "critic.model.fsdp_config.reshard_after_forward=false", "trainer.save_freq=2"]))).fit()
+        "critic.model.fsdp_config.reshard_after_forward=false", "trainer.save_freq=2", *OFFLOADS]))).fit()
     records = read_metrics(out)
     assert records[1]["training/rollout_probs_diff_mean"] < 1e-5  # synced slices give the actor's log-probs
     for got, want in zip(records, expected):

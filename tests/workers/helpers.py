@@ -24,19 +24,19 @@ def worker_config(model_dir: str, extra: list[str] = ()):
     ] + list(extra))
 
 
-def build_actor(model_dir: str, extra: list[str] = (), world_size: int = 1):
+def build_actor(model_dir: str, extra: list[str] = (), world_size: int = 1, device: str = "cpu"):
     from hybridrl.workers.actor import ActorWorker
 
-    cfg = worker_config(model_dir, extra)
-    return ActorWorker(cfg, BatchSizes.from_config(cfg, world_size), torch.device("cpu"), total_training_steps=1)
+    cfg = worker_config(model_dir, [*extra, f"trainer.device={device}"])
+    return ActorWorker(cfg, BatchSizes.from_config(cfg, world_size), torch.device(device), total_training_steps=1)
 
 
-def build_critic(model_dir: str, extra: list[str] = ()):
+def build_critic(model_dir: str, extra: list[str] = (), world_size: int = 1, device: str = "cpu"):
     from hybridrl.workers.critic import CriticWorker
 
-    cfg = worker_config(model_dir, extra)
+    cfg = worker_config(model_dir, [*extra, f"trainer.device={device}"])
     torch.manual_seed(0)  # the fresh value head
-    return CriticWorker(cfg, BatchSizes.from_config(cfg), torch.device("cpu"), total_training_steps=1)
+    return CriticWorker(cfg, BatchSizes.from_config(cfg, world_size), torch.device(device), total_training_steps=1)
 
 
 def ragged_batch(num_rows: int = 8, prompt_width: int = 12, response_width: int = 10, seed: int = 0,

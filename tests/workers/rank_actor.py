@@ -1,4 +1,4 @@
-"""An actor on one gloo rank for the multi-rank worker tests (importable, so spawned ranks can unpickle it)."""
+"""Role workers on one gloo rank for the multi-rank worker tests (importable, so spawned ranks can unpickle it)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import torch
 import torch.distributed as dist
 
 from hybridrl.utils.batch import Batch
-from tests.workers.helpers import build_actor
+from tests.workers.helpers import build_actor, build_critic
 
 
 class ActorRank:
@@ -26,3 +26,65 @@ class ActorRank:
 
     def full_grads(self) -> list[torch.Tensor]:
         return [p.grad.full_tensor() for p in self.actor.model.parameters() if p.grad is not None]
+
+
+OFFLOAD_FLAGS = ["actor_rollout_ref.actor.fsdp_config.param_offload=true",
+                 "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true",
+                 "critic.model.fsdp_config.param_offload=true", "critic.model.fsdp_config.optimizer_offload=true"]
+
+
+class OffloadRank:
+    """An actor and a critic with every offload on, beside a plain pair, on one rank. CPU ranks have one
+    device, so there each move is made visible as a copy (`offload._to` clones): training then only matches
+    the plain pair if FSDP gathers from the moved shards and the optimizer updates them. On CUDA the moves
+    are real; `device_bytes` is what each pair left allocated on the device when built."""
+
+    def __init__(self, model_dir: str, device: str = "cpu") -> None:
+        torch.set_num_threads(1)
+        self.moves: list[str] = []
+        if device == "cpu":
+            self._copy_on_every_move()
+        world = dist.get_world_size()
+        self.pairs, self.device_bytes = {}, {}
+        for name, flags in (("plain", []), ("offload", OFFLOAD_FLAGS)):
+            before = _allocated(device)
+            self.pairs[name] = (build_actor(model_dir, flags, world, device),
+                                build_critic(model_dir, flags, world, device))
+            self.device_bytes[name] = _allocated(device) - before
+
+    def _copy_on_every_move(self) -> None:
+        from hybridrl.workers import offload
+
+        move = offload._to
+
+        def copying_to(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+            self.moves.append(device.type)
+            return tensor.clone() if tensor.device == device else move(tensor, device)
+
+        offload._to = copying_to
+
+    def train(self, batch: Batch) -> dict:
+        """Per pair: two updates of each role, then log-probs, values and (rank 0) the checkpoint state."""
+        out = {"device_bytes": self.device_bytes}
+        for name, (actor, critic) in self.pairs.items():
+            for _ in range(2):
+                actor.update_actor(batch)
+                critic.update_critic(batch)
+            out[name] = {"log_probs": actor.compute_log_prob(batch)["old_log_probs"],
+                         "values": critic.compute_values(batch)["values"],
+                         "actor_state": _to_cpu(actor.state_dict()), "critic_state": _to_cpu(critic.state_dict())}
+        out["moves"] = len(self.moves)
+        return out
+
+
+def _allocated(device: str) -> int:
+    if device == "cpu":
+        return 0
+    torch.cuda.synchronize()
+    return torch.cuda.memory_allocated()
+
+
+def _to_cpu(state):
+    if isinstance(state, dict):
+        return {key: _to_cpu(value) for key, value in state.items()}
+    return state.cpu() if isinstance(state, torch.Tensor) else state

@@ -8,6 +8,8 @@ import torch
 from hybridrl.models.tiny import build_tiny_model
 from hybridrl.workers import offload
 from hybridrl.workers.offload import PhaseOffloader, load_module, load_optimizer, offload_module, offload_optimizer
+from tests.workers.helpers import build_critic, ragged_batch
+from tests.workers.rank_actor import OFFLOAD_FLAGS
 
 
 def tiny(device: str = "cpu") -> torch.nn.Module:
@@ -129,6 +131,61 @@ def test_optimizer_state_comes_in_only_for_the_step(monkeypatch):
         offloader.before_step()
 
 
+def test_critic_trains_the_same_with_its_offloads_on(monkeypatch, tiny_model_dir):
+    """critic.model.fsdp_config.param_offload / optimizer_offload, one process: values, updates and the
+    checkpoint state equal a plain critic's, and both moves happen."""
+    batch = ragged_batch(num_rows=8, seed=5)
+    plain = build_critic(tiny_model_dir)
+    offloaded = build_critic(tiny_model_dir, [flag for flag in OFFLOAD_FLAGS if flag.startswith("critic.")])
+    targets = fake_transfer(monkeypatch)
+    for critic in (plain, offloaded):
+        critic.update_critic(batch)
+        critic.update_critic(batch)
+    assert "cpu" in targets and len(targets) > 2 * len(list(plain.model.parameters()))  # params and moments
+    torch.testing.assert_close(offloaded.compute_values(batch)["values"], plain.compute_values(batch)["values"],
+                               rtol=0, atol=0)
+    assert_same_state(offloaded.state_dict(), plain.state_dict())
+
+
+def test_two_fsdp_ranks_train_the_same_with_every_offload_on(tiny_model_dir):
+    """Parameters and optimizer state of FSDP2-sharded actor and critic offloaded between phases (2 gloo
+    ranks): each move copies the rank's shards, and log-probs, values and the checkpoint after two updates
+    equal the plain roles' on the same ranks, so FSDP gathers from the moved shards."""
+    ranks = train_offload_ranks(tiny_model_dir, "cpu", world_size=2)
+    assert all(rank["moves"] > 0 for rank in ranks)
+    assert_offload_matches_plain(ranks, tolerance=0)
+
+
+def train_offload_ranks(model_dir: str, device: str, world_size: int) -> list[dict]:
+    from hybridrl.distributed.local_launcher import LocalWorkerGroup
+    from tests.workers.rank_actor import OffloadRank
+
+    devices = list(range(world_size)) if device == "cuda" else None
+    with LocalWorkerGroup(OffloadRank, {"model_dir": model_dir, "device": device}, world_size=world_size,
+                          role="offload", device_ids=devices) as group:
+        return group.call_all("train", ragged_batch(num_rows=8, seed=5))
+
+
+def assert_offload_matches_plain(ranks: list[dict], tolerance: float) -> None:
+    for rank in ranks:
+        for key in ("log_probs", "values"):
+            torch.testing.assert_close(rank["offload"][key], rank["plain"][key], rtol=tolerance, atol=tolerance)
+    for role in ("actor_state", "critic_state"):
+        assert_same_state(ranks[0]["offload"][role], ranks[0]["plain"][role], tolerance)  # rank 0: the full state
+        assert all(rank["offload"][role]["model"] == {} for rank in ranks[1:])
+
+
+def assert_same_state(got: dict, want: dict, tolerance: float = 0) -> None:
+    assert want["model"] and got["model"].keys() == want["model"].keys()
+    for name, tensor in want["model"].items():
+        torch.testing.assert_close(got["model"][name].cpu(), tensor.cpu(), rtol=tolerance, atol=tolerance, msg=name)
+    assert want["optimizer"]["state"]
+    for index, slots in want["optimizer"]["state"].items():
+        for slot, value in slots.items():
+            torch.testing.assert_close(got["optimizer"]["state"][index][slot].cpu(), value.cpu(), rtol=tolerance,
+                                       atol=tolerance)
+
+
 # --------------------------------------------------------------------------------------------- GPU
 def allocated() -> int:
     torch.cuda.synchronize()
@@ -169,3 +226,16 @@ def test_gpu_training_with_offloader_matches_and_stays_off_device_while_idle():
     with offloader.for_compute():
         for (name, a), b in zip(plain.named_parameters(), offloaded.parameters()):
             assert torch.equal(a, b), name
+
+
+@pytest.mark.gpu
+def test_gpu_fsdp_ranks_keep_roles_off_the_device_and_train_the_same(tiny_model_dir):
+    """FSDP2 ranks on CUDA (NCCL; one rank where one GPU is visible: DTensor parameters all the same): with
+    every offload on, a built actor and critic leave almost nothing on the device, and training through real
+    device <-> pinned-host moves matches the plain roles."""
+    world_size = min(torch.cuda.device_count(), 2)
+    ranks = train_offload_ranks(tiny_model_dir, "cuda", world_size)
+    for rank in ranks:
+        plain, offloaded = rank["device_bytes"]["plain"], rank["device_bytes"]["offload"]
+        assert plain > 0 and offloaded < plain / 10, rank["device_bytes"]
+    assert_offload_matches_plain(ranks, tolerance=1e-5)
