@@ -79,10 +79,6 @@ def _load_role(role_dir: str, worker, contents: list[str]) -> None:
         worker.load_checkpoint(role_dir, contents)
         return
     state = load_role(role_dir, contents)
-    if "model" in state:
-        worker.model.load_state_dict(state["model"])
-    if "optimizer" in state:
-        worker.optimizer.load_state_dict(state["optimizer"])
+    worker.load_checkpoint_state(state)
     if "extra" in state:
-        worker.lr_scheduler.load_state_dict(state["extra"]["lr_scheduler"])
         set_rng_state(state["extra"]["rng"])

@@ -39,7 +39,6 @@ from hybridrl.workers.actor import ActorWorker
 from hybridrl.workers.critic import CriticWorker
 from hybridrl.workers.reference import ReferenceWorker
 from hybridrl.workers.rollout import RolloutWorker
-from hybridrl.workers.sharding import load_model_state, load_optimizer_state
 from hybridrl.workers.sizes import BatchSizes
 
 ROW_INDEX_KEY = "_global_row"  # a prompt row's index in the whole (repeated) batch: keys its sampling noise
@@ -207,14 +206,9 @@ class ColocatedWorker:
         """Every rank reads the unsharded files (one node, or a filesystem shared by the nodes)."""
         from hybridrl.checkpoint.manager import load_role, set_rng_state
 
-        worker = self._role(role)
         state = load_role(role_dir, contents)
-        if "model" in state:
-            load_model_state(worker.model, state["model"], worker.sharded)
-        if "optimizer" in state:
-            load_optimizer_state(worker.model, worker.optimizer, state["optimizer"], worker.sharded)
+        self._role(role).load_checkpoint_state(state)
         if "extra" in state:
-            worker.lr_scheduler.load_state_dict(state["extra"]["lr_scheduler"])
             set_rng_state(state["extra"]["rng"])
 
     def _role(self, name: str):

@@ -136,6 +136,8 @@ def optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, sharded:
     """
     if not sharded:
         return optimizer.state_dict()
+    if not optimizer.state:  # no step yet (critic warm-up): torch's full optimizer state dict would create the
+        return optimizer.state_dict() if dist.get_rank() == 0 else {}  # state by a zero-gradient step (AdamW step 1)
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
     full = get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
@@ -150,6 +152,9 @@ def load_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, sta
     """Load an `optimizer.state_dict()`-layout state (from either kind of run); every rank passes it."""
     if not sharded:
         optimizer.load_state_dict(state)
+        return
+    if not state["state"]:  # saved before any step: a fresh optimizer (torch's loader would step it once)
+        optimizer.state.clear()
         return
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
@@ -176,8 +181,13 @@ class TrainState:
                     "optimizer": optimizer_state(self.model, self.optimizer, self.sharded),
                     "lr_scheduler": self.lr_scheduler.state_dict()}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_checkpoint_state(self, state: dict) -> None:
+        """What `checkpoint.manager.load_role` read: `model`, `optimizer` and `extra` (the LR schedule), those
+        that `checkpoint.load_contents` named. Collective when sharded: every rank passes the full state."""
         with self.offloader.resident():
-            load_model_state(self.model, state["model"], self.sharded)
-            load_optimizer_state(self.model, self.optimizer, state["optimizer"], self.sharded)
-        self.lr_scheduler.load_state_dict(state["lr_scheduler"])
+            if "model" in state:
+                load_model_state(self.model, state["model"], self.sharded)
+            if "optimizer" in state:
+                load_optimizer_state(self.model, self.optimizer, state["optimizer"], self.sharded)
+        if "extra" in state:
+            self.lr_scheduler.load_state_dict(state["extra"]["lr_scheduler"])

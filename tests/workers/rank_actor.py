@@ -64,17 +64,30 @@ class OffloadRank:
         offload._to = copying_to
 
     def train(self, batch: Batch) -> dict:
-        """Per pair: two updates of each role, then log-probs, values and (rank 0) the checkpoint state."""
-        out = {"device_bytes": self.device_bytes}
+        """Per pair: two updates of each role, then log-probs, values and (rank 0) the checkpoint state; then
+        the offloaded pair loads back its weights from before training (as a resume does, every rank
+        passing the full state) and scores again: `reloaded` must equal `initial`."""
+        out: dict = {"device_bytes": self.device_bytes}
+        # before any optimizer step: saving must not create optimizer state (torch's full state dict would)
+        initial = [worker.state_dict()["model"] for worker in self.pairs["offload"]]
+        out["initial"] = self._scores(batch, *self.pairs["offload"])
         for name, (actor, critic) in self.pairs.items():
             for _ in range(2):
                 actor.update_actor(batch)
                 critic.update_critic(batch)
-            out[name] = {"log_probs": actor.compute_log_prob(batch)["old_log_probs"],
-                         "values": critic.compute_values(batch)["values"],
+            out[name] = {**self._scores(batch, actor, critic),
                          "actor_state": _to_cpu(actor.state_dict()), "critic_state": _to_cpu(critic.state_dict())}
+        dist.broadcast_object_list(initial, src=0)
+        for worker, state in zip(self.pairs["offload"], initial):
+            worker.load_checkpoint_state({"model": state})
+        out["reloaded"] = self._scores(batch, *self.pairs["offload"])
         out["moves"] = len(self.moves)
         return out
+
+    @staticmethod
+    def _scores(batch: Batch, actor, critic) -> dict:
+        return {"log_probs": actor.compute_log_prob(batch)["old_log_probs"],
+                "values": critic.compute_values(batch)["values"]}
 
 
 def _allocated(device: str) -> int:

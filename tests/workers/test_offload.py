@@ -150,7 +150,8 @@ def test_critic_trains_the_same_with_its_offloads_on(monkeypatch, tiny_model_dir
 def test_two_fsdp_ranks_train_the_same_with_every_offload_on(tiny_model_dir):
     """Parameters and optimizer state of FSDP2-sharded actor and critic offloaded between phases (2 gloo
     ranks): each move copies the rank's shards, and log-probs, values and the checkpoint after two updates
-    equal the plain roles' on the same ranks, so FSDP gathers from the moved shards."""
+    equal the plain roles' on the same ranks, so FSDP gathers from the moved shards; a checkpoint loads
+    into the offloaded roles, and one taken before the first optimizer step changes nothing."""
     ranks = train_offload_ranks(tiny_model_dir, "cpu", world_size=2)
     assert all(rank["moves"] > 0 for rank in ranks)
     assert_offload_matches_plain(ranks, tolerance=0)
@@ -167,9 +168,13 @@ def train_offload_ranks(model_dir: str, device: str, world_size: int) -> list[di
 
 
 def assert_offload_matches_plain(ranks: list[dict], tolerance: float) -> None:
+    """Offloaded roles train like plain ones; loading a checkpoint into them (their weights from before
+    training) gives back the scores from before training."""
     for rank in ranks:
         for key in ("log_probs", "values"):
             torch.testing.assert_close(rank["offload"][key], rank["plain"][key], rtol=tolerance, atol=tolerance)
+            torch.testing.assert_close(rank["reloaded"][key], rank["initial"][key], rtol=tolerance, atol=tolerance)
+            assert not torch.allclose(rank["offload"][key], rank["initial"][key]), key  # training changed them
     for role in ("actor_state", "critic_state"):
         assert_same_state(ranks[0]["offload"][role], ranks[0]["plain"][role], tolerance)  # rank 0: the full state
         assert all(rank["offload"][role]["model"] == {} for rank in ranks[1:])
