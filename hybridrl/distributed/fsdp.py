@@ -166,12 +166,32 @@ def _plan_of(items: list[tuple[str, torch.Tensor]]) -> _UnitPlan:
 
 def _params_by_unit(model: nn.Module, named: list[tuple[str, nn.Parameter]]) -> list[list[tuple[str, nn.Parameter]]]:
     """`named` parameters grouped by the innermost FSDP unit holding them, in first-appearance order."""
+    return list(_units_with_params(model, named).values())
+
+
+def _units_with_params(model: nn.Module, named: list[tuple[str, nn.Parameter]]
+                       ) -> dict[str, list[tuple[str, nn.Parameter]]]:
+    """{FSDP unit's module name ("" = the root): the `named` parameters it owns}, in first-appearance order."""
     units = [name for name, module in model.named_modules() if isinstance(module, FSDPModule)] or [""]
     groups: dict[str, list[tuple[str, nn.Parameter]]] = {}
     for name, param in named:
         owner = max((u for u in units if u == "" or name.startswith(u + ".")), key=len, default="")
         groups.setdefault(owner, []).append((name, param))
-    return list(groups.values())
+    return groups
+
+
+def unsharded_units(model: nn.Module) -> Iterator[list[str]]:
+    """The names of the parameters each FSDP unit of `model` owns, one unit at a time, with that unit's
+    parameters whole (FSDP2 `unshard()`, in the compute dtype) until the next unit is asked for: read them
+    by name (`model.get_parameter`) and copy what must outlive that. Collective: every rank must exhaust it."""
+    modules = dict(model.named_modules())
+    for unit_name, items in _units_with_params(model, list(model.named_parameters())).items():
+        unit = modules[unit_name]
+        unit.unshard()
+        try:
+            yield [name for name, _ in items]
+        finally:
+            unit.reshard()
 
 
 def _is_dim0_sharded(tensor: torch.Tensor) -> bool:

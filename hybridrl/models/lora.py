@@ -173,10 +173,28 @@ def merged_named_weights(peft_model: PeftModel) -> Iterator[tuple[str, torch.Ten
         yield name, (_merged_weight(targeted[name]) if name in targeted else tensor)
 
 
-def save_adapter(peft_model: PeftModel, out_dir: str) -> str:
+@torch.no_grad()
+def merged_weights_among(peft_model: PeftModel, param_names: list[str], deltas_only: bool
+                         ) -> Iterator[tuple[str, torch.Tensor]]:
+    """`merged_lora_deltas` (`deltas_only`) or `merged_named_weights` restricted to the PEFT-named parameters
+    `param_names`, read by name: one FSDP unit's while it is unsharded (`fsdp.unsharded_units`)."""
+    targeted = {f"{name}.weight": module for name, module in _lora_layers(peft_model)}
+    for name in param_names:
+        if _is_adapter_tensor(name):
+            continue
+        weight = hf_name(name)
+        if weight in targeted:
+            yield weight, _merged_weight(targeted[weight])
+        elif not deltas_only:
+            yield weight, peft_model.get_parameter(name).detach()
+
+
+def save_adapter(peft_model: PeftModel, out_dir: str, state_dict: dict[str, torch.Tensor] | None = None) -> str:
     """The adapter alone in PEFT format (adapter_config.json + adapter_model.safetensors): MBs, not GBs;
-    reload with `apply_lora(..., adapter_path=out_dir)` or `PeftModel.from_pretrained(base, out_dir)`."""
-    peft_model.save_pretrained(out_dir, safe_serialization=True)
+    reload with `apply_lora(..., adapter_path=out_dir)` or `PeftModel.from_pretrained(base, out_dir)`.
+    `state_dict`: the PeftModel's full state gathered elsewhere (FSDP-sharded ranks), else its own."""
+    extra = {} if state_dict is None else {"state_dict": state_dict}
+    peft_model.save_pretrained(out_dir, safe_serialization=True, **extra)
     return out_dir
 
 

@@ -49,7 +49,6 @@ class PPOTrainer:
         self.memory = PhaseMemory(self.device if on_controller else "cpu")
         self.actor_ranks = actor_world_size(cfg, num_devices)  # the data-parallel split of training phases
         validate_config(cfg, world_size=self.actor_ranks)
-        _refuse_single_process_features(cfg, num_devices)
         check_placement(cfg, self.device.type, num_devices)
         check_trackers_available(cfg.trainer.logger)
         self.cfg = cfg
@@ -316,17 +315,6 @@ class PPOTrainer:
         prompts = self.tokenizer.batch_decode(batch["prompts"], skip_special_tokens=True)
         dump_rollout_jsonl(out_dir, self.global_step, prompts, decode_responses(self.tokenizer, batch),
                            batch["token_level_scores"].sum(-1).tolist(), self._last_reward_extra or None)
-
-
-def _refuse_single_process_features(cfg, num_devices: int) -> None:
-    """LoRA is wired for one process so far; on several ranks it is refused, not ignored."""
-    from hybridrl.config import ConfigError
-
-    lora_rank = cfg.actor_rollout_ref.model.lora_rank
-    if num_devices > 1 and lora_rank > 0:
-        raise ConfigError(f"actor_rollout_ref.model.lora_rank={lora_rank} (LoRA) is implemented for one device so far, "
-                          f"but this run has {num_devices} ranks; set actor_rollout_ref.model.lora_rank=0 or run with "
-                          "trainer.n_gpus_per_node=1")
 
 
 def _uids(prefix: str, count: int) -> list[str]:

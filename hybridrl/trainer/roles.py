@@ -15,7 +15,7 @@ from hybridrl.logging.log import get_logger
 from hybridrl.trainer.weight_sync import HANDOFF_BY_LAUNCHER, WeightHandoff
 from hybridrl.workers.actor import ActorWorker
 from hybridrl.workers.critic import CriticWorker
-from hybridrl.workers.reference import ReferenceWorker
+from hybridrl.workers.reference import ReferenceWorker, build_reference
 from hybridrl.workers.reward import RewardWorker
 from hybridrl.workers.rollout import RolloutWorker, rollout_weights_dtype
 from hybridrl.workers.sizes import BatchSizes
@@ -66,15 +66,6 @@ def _rollout_source(cfg, actor, device: torch.device):
     return actor.model
 
 
-def _build_reference(cfg, actor, sizes: BatchSizes, device: torch.device):
-    """A frozen copy of the initial policy; with LoRA the actor's base (adapter disabled), no second copy."""
-    if actor.lora:
-        from hybridrl.workers.reference import LoraReferenceWorker
-
-        return LoraReferenceWorker(actor, sizes.ref_log_prob_micro)
-    return ReferenceWorker(cfg, sizes.ref_log_prob_micro, device)
-
-
 def build_roles(cfg, needs, tokenizer, device: torch.device, total_steps: int, world_size: int = 1) -> Roles:
     if world_size > 1:
         return build_group_roles(cfg, needs, tokenizer, device, total_steps, world_size)
@@ -84,7 +75,7 @@ def build_roles(cfg, needs, tokenizer, device: torch.device, total_steps: int, w
                             model_context=actor.offloader.for_compute)
     if actor.lora:  # the engine starts from the base weights on disk: give it base + adapter now
         rollout.sync_weights(actor.named_weights())
-    reference = _build_reference(cfg, actor, sizes, device) if needs.reference else None
+    reference = build_reference(cfg, actor, sizes.ref_log_prob_micro, device) if needs.reference else None
     critic = build_critic(cfg, sizes, device, total_steps) if needs.critic else None
     # for rollout replicas borrowed later (elastic): local processes, so shared memory reaches them
     handoff = WeightHandoff("shared_memory", rollout_weights_dtype(cfg, device.type))

@@ -178,11 +178,19 @@ class ActorWorker(TrainState):
             if not self.lora:
                 yield from named_weights(self.model, self.sharded, gather_dtype)
                 return
-            from hybridrl.models.lora import merged_lora_deltas, merged_named_weights
+            deltas_only, self._base_synced = self._base_synced, True
+            yield from self._lora_weights(deltas_only)
 
-            weights = merged_lora_deltas(self.model) if self._base_synced else merged_named_weights(self.model)
-            self._base_synced = True
-            yield from weights
+    def _lora_weights(self, deltas_only: bool):
+        from hybridrl.models.lora import merged_lora_deltas, merged_named_weights, merged_weights_among
+
+        if not self.sharded:
+            yield from merged_lora_deltas(self.model) if deltas_only else merged_named_weights(self.model)
+            return
+        from hybridrl.distributed.fsdp import unsharded_units
+
+        for names in unsharded_units(self.model):  # one decoder layer whole at a time, as verl's layered summon
+            yield from merged_weights_among(self.model, names, deltas_only)
 
 
 

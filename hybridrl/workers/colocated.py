@@ -37,7 +37,7 @@ from hybridrl.utils.batch import Batch
 from hybridrl.utils.profiling import ProfileSpec, StepProfiler
 from hybridrl.workers.actor import ActorWorker
 from hybridrl.workers.critic import CriticWorker
-from hybridrl.workers.reference import ReferenceWorker
+from hybridrl.workers.reference import build_reference
 from hybridrl.workers.rollout import RolloutWorker
 from hybridrl.workers.sizes import BatchSizes
 
@@ -82,7 +82,8 @@ class ColocatedWorker:
         self.rollout = self._build_rollout(cfg, device) if "rollout" in roles else None
         if self.actor is not None and self.rollout is not None:
             self.sync_rollout_weights()
-        self.reference = ReferenceWorker(cfg, sizes.ref_log_prob_micro, device) if "reference" in roles else None
+        self.reference = build_reference(cfg, self.actor, sizes.ref_log_prob_micro, device) \
+            if "reference" in roles else None
         self.critic = CriticWorker(cfg, sizes, device, total_steps) if "critic" in roles else None
         self.pop_phase_metrics()  # start-up (loading, the first weight sync) is not a step's
 
@@ -190,7 +191,7 @@ class ColocatedWorker:
     # ------------------------------------------------------------------ checkpoints (collective)
     def save_checkpoint(self, role: str, role_dir: str, contents: list[str]) -> None:
         """Rank 0 writes the role's unsharded state in the one-process layout (so any world size resumes)."""
-        from hybridrl.checkpoint.hf_export import export_checkpoint, save_hf_metadata
+        from hybridrl.checkpoint.hf_export import LORA_ADAPTER_DIR, export_checkpoint, save_hf_metadata
         from hybridrl.checkpoint.manager import save_role
 
         worker = self._role(role)
@@ -199,6 +200,10 @@ class ColocatedWorker:
             return
         save_role(role_dir, state, contents)
         save_hf_metadata(worker.model, self.tokenizer, role_dir)
+        if getattr(worker, "lora", False):  # the adapter in peft format, from the gathered state
+            from hybridrl.models.lora import save_adapter
+
+            save_adapter(worker.model, os.path.join(role_dir, LORA_ADAPTER_DIR), state["model"])
         if "hf_model" in contents:
             export_checkpoint(role_dir, os.path.join(role_dir, "huggingface"), role, is_value_model=role == "critic")
 

@@ -64,3 +64,11 @@ class LoraReferenceWorker:
             log_probs, _ = batched_log_probs(actor.model, micro_batches, batch.meta["temperature"],
                                              compute_entropy=False, remove_padding=actor.remove_padding)
         return Batch({"ref_log_prob": log_probs.cpu()})
+
+
+def build_reference(cfg, actor, micro_batch_size: int, device: torch.device):
+    """The frozen initial policy: with LoRA on `actor` (this process's, else None), its base model with the
+    adapter disabled (no second copy of the weights); otherwise a frozen copy loaded from the model path."""
+    if actor is not None and actor.lora:
+        return LoraReferenceWorker(actor, micro_batch_size)
+    return ReferenceWorker(cfg, micro_batch_size, device)

@@ -259,3 +259,30 @@ def test_ray_start_failure_carries_init_ray_hint(tmp_path, arith_model_dir, arit
     with pytest.raises(RayInitError, match="could not connect to the Ray cluster at '127.0.0.1:1'.*ray start --head"):
         PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, str(tmp_path), ranks=2, steps=1,
                                          extra=["trainer.launcher=ray", "+ray_kwargs.ray_init.address=127.0.0.1:1"])))
+
+
+def test_lora_on_two_ranks_gives_the_metrics_and_adapter_of_one_process(tmp_path, arith_model_dir, arithmetic_files):
+    """LoRA with FSDP2: only the adapter trains on both ranks, the reference is the base with the adapter off,
+    the rollout replicas get merged weights gathered one decoder layer at a time, and rank 0 writes the
+    peft adapter from the gathered state: metrics and the saved adapter equal one process's."""
+    pytest.importorskip("peft")
+    from safetensors.torch import load_file
+
+    lora = ["actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora_alpha=16",
+            "actor_rollout_ref.actor.optim.lr=1e-2", "trainer.save_freq=2"]
+    runs = {}
+    for ranks in (1, 2):
+        runs[ranks] = str(tmp_path / f"ranks{ranks}")
+        PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, runs[ranks], ranks=ranks, steps=2,
+                                         extra=lora))).fit()
+    records = read_metrics(runs[2])
+    assert records[0]["actor/kl_loss"] == 0.0 < records[1]["actor/kl_loss"]  # the reference is the untrained base
+    assert records[1]["training/rollout_probs_diff_mean"] < 1e-5  # replicas got the merged, updated adapter
+    for got, want in zip(records, read_metrics(runs[1])):
+        assert_same_metrics(got, want)
+    adapters = [load_file(os.path.join(run, "global_step_2", "actor", "lora_adapter", "adapter_model.safetensors"))
+                for run in (runs[2], runs[1])]
+    assert adapters[1] and adapters[0].keys() == adapters[1].keys()
+    assert any(not torch.equal(t, torch.zeros_like(t)) for name, t in adapters[1].items() if "lora_B" in name)
+    for name, tensor in adapters[1].items():
+        torch.testing.assert_close(adapters[0][name], tensor, rtol=1e-4, atol=1e-6)
