@@ -40,6 +40,18 @@ def test_main_ppo_reports_config_errors_without_traceback():
     assert "Traceback" not in out.stderr
 
 
+def test_batch_and_placement_errors_come_before_the_trainer_is_imported():
+    """Problems that need no model (micro-batch sizes, device lists) answer before transformers and the
+    workers are imported: exit 2, the keys to set, no traceback."""
+    code = ("import sys; from hybridrl.trainer.main_ppo import main; "
+            "rc = main(['trainer.n_gpus_per_node=2', 'actor_rollout_ref.actor.device_ids=[0,7]']); "
+            "print(rc, 'transformers' in sys.modules, 'hybridrl.trainer.ppo_trainer' in sys.modules)")
+    out = run_py("-c", code)
+    assert out.stdout.split() == ["2", "False", "False"], out.stderr
+    assert "set actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu" in out.stderr
+    assert "outside 0..1" in out.stderr and "Traceback" not in out.stderr
+
+
 def test_print_config_exits_zero(capsys):
     assert cli_main(["print-config", "data.train_batch_size=64"]) == 0
     assert "train_batch_size: 64" in capsys.readouterr().out

@@ -31,40 +31,6 @@ from hybridrl.workers.colocated import ROLES, ROLLOUT_METRICS_META, ROW_INDEX_KE
 log = get_logger("hybridrl.trainer")
 
 
-def world_size(cfg, device_type: str) -> int:
-    """`trainer.nnodes x trainer.n_gpus_per_node`; n_gpus_per_node null = the visible GPUs (1 on CPU)."""
-    per_node = cfg.trainer.n_gpus_per_node
-    if per_node is None:
-        per_node = max(torch.cuda.device_count(), 1) if device_type == "cuda" else 1
-    return cfg.trainer.nnodes * per_node
-
-
-def actor_world_size(cfg, num_ranks: int) -> int:
-    """Ranks training the actor (what the batch-size rules divide by): its device list, else every rank."""
-    ids = cfg.actor_rollout_ref.actor.device_ids
-    return len(ids) if ids is not None else num_ranks
-
-
-def check_placement(cfg, device_type: str, num_ranks: int) -> None:
-    """Placement errors before any worker starts: device counts and `*.device_ids` lists.
-
-    On CPU a rank is a gloo process, not a device: any number of ranks may share the cores, and
-    `*.device_ids` index ranks. Several nodes (Ray) are checked by Ray when it places the pools.
-    """
-    from hybridrl.config import ConfigError, validate_placement
-    from hybridrl.distributed import num_visible_devices
-    from hybridrl.rollout import resolve_backend_name
-
-    rollout = cfg.actor_rollout_ref.rollout
-    if rollout.tensor_model_parallel_size > 1 and resolve_backend_name(rollout.name, device_type) == "hf":
-        raise ConfigError(f"actor_rollout_ref.rollout.tensor_model_parallel_size={rollout.tensor_model_parallel_size} "
-                          f"needs the hybrid engine (rollout.name={rollout.name} is the hf backend on {device_type}); "
-                          "set actor_rollout_ref.rollout.name=hybrid")
-    if cfg.trainer.nnodes == 1:
-        visible = num_visible_devices(device_type)
-        validate_placement(cfg, max(visible, num_ranks) if device_type == "cpu" else visible)
-
-
 # ---------------------------------------------------------------- planning and launching
 @dataclass(frozen=True)
 class GroupPlan:

@@ -18,8 +18,9 @@ from hybridrl.logging.log import get_logger
 from hybridrl.trainer import checkpointing
 from hybridrl.trainer.metrics import compute_data_metrics, compute_throughput_metrics, compute_timing_metrics
 from hybridrl.trainer.roles import Roles, build_roles
-from hybridrl.trainer.setup import (build_dataset, build_loader, build_tokenizer, resolve_device, role_needs,
-                                    seed_everything, total_training_steps)
+from hybridrl.trainer.preflight import preflight
+from hybridrl.trainer.setup import (build_dataset, build_loader, build_tokenizer, role_needs, seed_everything,
+                                    total_training_steps)
 from hybridrl.trainer.validation import validation_metrics
 from hybridrl.utils.batch import Batch
 from hybridrl.utils.gc_time import gc_clock, startup_objects_frozen
@@ -37,20 +38,13 @@ class PPOTrainer:
     def __init__(self, cfg, num_devices: int | None = None):
         """`num_devices`: ranks to train on; None = trainer.nnodes x trainer.n_gpus_per_node (null: visible GPUs,
         1 on CPU). More than one starts worker processes (`group_roles`); `fit()` stops them when it returns."""
-        from hybridrl.config import validate_config
-        from hybridrl.logging.tracker import check_trackers_available
-        from hybridrl.trainer.group_roles import actor_world_size, check_placement, world_size
-
-        self.device = resolve_device(cfg.trainer.device)
-        num_devices = num_devices or world_size(cfg, self.device.type)
+        shape = preflight(cfg, num_devices)
+        self.device, num_devices = shape.device, shape.num_devices
         # With worker ranks the controller computes nothing on the GPU (unless a reward model runs here):
         # the ranks measure their own phases, and querying CUDA here would put a context on GPU 0.
         on_controller = num_devices == 1 or cfg.reward_model.enable
         self.memory = PhaseMemory(self.device if on_controller else "cpu")
-        self.actor_ranks = actor_world_size(cfg, num_devices)  # the data-parallel split of training phases
-        validate_config(cfg, world_size=self.actor_ranks)
-        check_placement(cfg, self.device.type, num_devices)
-        check_trackers_available(cfg.trainer.logger)
+        self.actor_ranks = shape.actor_ranks  # the data-parallel split of training phases
         self.cfg = cfg
         self.num_devices = num_devices
         seed_everything(cfg.trainer.seed)

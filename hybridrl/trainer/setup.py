@@ -31,14 +31,6 @@ def role_needs(cfg) -> RoleNeeds:
     return RoleNeeds(critic=bool(critic), reference=bool(reference), greedy_baseline=spec.needs_greedy_baseline)
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("trainer.device=cuda but no CUDA device is visible; set trainer.device=cpu (or auto)")
-    return torch.device(name)
-
-
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
