@@ -71,15 +71,18 @@ class _StubHandler(BaseHTTPRequestHandler):
             stub.cond.wait_for(lambda: stub.in_flight >= stub.hold_until_in_flight, timeout=1.0)
         try:
             status, payload = stub.respond(number, body)
+        finally:
+            # No longer in flight once answered: counted down after the write, a client that sends its next
+            # request as soon as it reads this answer was sometimes counted one over its limit.
+            with stub.cond:
+                stub.in_flight -= 1
+        try:
             self.send_response(status)
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
             self.wfile.write(payload)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up on purpose (timeout tests); it retries on a new connection
-        finally:
-            with stub.cond:
-                stub.in_flight -= 1
 
 
 def ok_response(body: dict, value: float = 0.5) -> tuple[int, bytes]:
