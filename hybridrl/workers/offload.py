@@ -37,15 +37,15 @@ def _to(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 def _move(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     """`_to` for plain tensors and DTensors (a sharded parameter, gradient or optimizer state): a DTensor
-    keeps its mesh, placements and global shape; its local shard moves."""
+    keeps its spec (mesh, placements, global shape); its local shard moves. Built with the DTensor
+    constructor: `DTensor.from_local` would put a host shard straight back on the mesh's device."""
     if not isinstance(tensor, DTensor):
         return _to(tensor, device)
-    local = tensor.to_local()
+    local = tensor._local_tensor
     moved = _to(local, device)
     if moved is local:
         return tensor
-    return DTensor.from_local(moved, tensor.device_mesh, tensor.placements, run_check=False,
-                              shape=tensor.shape, stride=tensor.stride())
+    return DTensor(moved, tensor._spec, requires_grad=tensor.requires_grad)
 
 
 def _finish(device: torch.device, source: torch.device | None) -> None:
