@@ -261,24 +261,25 @@ def test_ray_start_failure_carries_init_ray_hint(tmp_path, arith_model_dir, arit
                                          extra=["trainer.launcher=ray", "+ray_kwargs.ray_init.address=127.0.0.1:1"])))
 
 
-def test_lora_on_two_ranks_gives_the_metrics_and_adapter_of_one_process(tmp_path, arith_model_dir, arithmetic_files):
+def test_lora_on_two_ranks_gives_the_metrics_adapter_and_resume_of_one_process(tmp_path, arith_model_dir,
+                                                                                 arithmetic_files):
     """LoRA with FSDP2: only the adapter trains on both ranks, the reference is the base with the adapter off,
     the rollout replicas get merged weights gathered one decoder layer at a time, and rank 0 writes the
-    peft adapter from the gathered state: metrics and the saved adapter equal one process's."""
+    peft adapter from the gathered state: metrics and the saved adapter equal one process's, and the 2-rank
+    checkpoint resumes in one process onto one process's step 3."""
     pytest.importorskip("peft")
     from safetensors.torch import load_file
 
     lora = ["actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora_alpha=16",
             "actor_rollout_ref.actor.optim.lr=1e-2", "trainer.save_freq=2"]
-    runs = {}
-    for ranks in (1, 2):
-        runs[ranks] = str(tmp_path / f"ranks{ranks}")
-        PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, runs[ranks], ranks=ranks, steps=2,
+    runs = {ranks: str(tmp_path / f"ranks{ranks}") for ranks in (1, 2)}
+    for ranks, steps in ((1, 3), (2, 2)):
+        PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, runs[ranks], ranks=ranks, steps=steps,
                                          extra=lora))).fit()
-    records = read_metrics(runs[2])
+    records, expected = read_metrics(runs[2]), read_metrics(runs[1])
     assert records[0]["actor/kl_loss"] == 0.0 < records[1]["actor/kl_loss"]  # the reference is the untrained base
     assert records[1]["training/rollout_probs_diff_mean"] < 1e-5  # replicas got the merged, updated adapter
-    for got, want in zip(records, read_metrics(runs[1])):
+    for got, want in zip(records, expected):
         assert_same_metrics(got, want)
     adapters = [load_file(os.path.join(run, "global_step_2", "actor", "lora_adapter", "adapter_model.safetensors"))
                 for run in (runs[2], runs[1])]
@@ -286,3 +287,7 @@ def test_lora_on_two_ranks_gives_the_metrics_and_adapter_of_one_process(tmp_path
     assert any(not torch.equal(t, torch.zeros_like(t)) for name, t in adapters[1].items() if "lora_B" in name)
     for name, tensor in adapters[1].items():
         torch.testing.assert_close(adapters[0][name], tensor, rtol=1e-4, atol=1e-6)
+    resumed = str(tmp_path / "resumed")
+    copy_checkpoint(runs[2], 2, resumed)
+    PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, resumed, ranks=1, steps=3, extra=lora))).fit()
+    assert_same_metrics(read_metrics(resumed)[-1], expected[2])
