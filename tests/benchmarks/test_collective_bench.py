@@ -6,6 +6,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # `benchmarks` is a directory of scripts, not an installed package
 
@@ -22,6 +24,7 @@ def test_sizes_are_one_decoder_layer_and_the_whole_model():
     assert sizes["model"] == sum(p.numel() for p in model.parameters())  # tied embeddings counted once
 
 
+@pytest.mark.slow  # benchmark plumbing: a 2-rank gloo group (~11 s on 2 cores)
 def test_quick_run_times_every_collective(tmp_path, capsys):
     out = tmp_path / "collectives.json"
     collective_bench.main(["--quick", "--iters", "2", "--out", str(out)])

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # `benchmarks` is a directory of scripts, not an installed package
 
@@ -27,6 +29,7 @@ def test_micro_batch_is_left_padded_with_positions_from_the_first_token():
         assert batch["position_ids"][row, pads:].tolist() == list(range(14 - pads))
 
 
+@pytest.mark.slow  # benchmark plumbing: a 1-rank gloo group per precision path (~13 s on 2 cores)
 def test_quick_run_times_each_precision_path(tmp_path):
     """In a process of its own: the run starts (and ends) a process group, which must not outlive it here."""
     out = tmp_path / "update_path.json"
