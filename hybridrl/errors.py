@@ -22,6 +22,9 @@ def run_with_actionable_errors(fn: Callable[[], object]) -> int:
     except Exception as err:  # re-raised below unless it is one of ours
         if type(err).__name__ not in USER_FACING:
             raise
+        if type(err).__name__ == "ConfigError":  # the message is the whole story: which keys to change
+            print(f"hybridrl: configuration error:\n{err}", file=sys.stderr)
+            return 2
         print(f"hybridrl: {type(err).__name__}: {err}\n", file=sys.stderr)
         print("(traceback follows)", file=sys.stderr)
         traceback.print_exc()

@@ -10,6 +10,9 @@ log = get_logger("hybridrl")
 
 
 def run_ppo(cfg) -> dict[str, float]:
+    from hybridrl.trainer.preflight import preflight
+
+    preflight(cfg)  # batch sizes, placement, loggers: seconds, before the trainer's imports
     from hybridrl.trainer.ppo_trainer import PPOTrainer
 
     return PPOTrainer(cfg).fit()
@@ -17,13 +20,11 @@ def run_ppo(cfg) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     from hybridrl.config import ConfigError, load_config, parse_cli_args
-    from hybridrl.trainer.preflight import preflight
 
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         config_file, overrides = parse_cli_args(argv)
         cfg = load_config(overrides, config_file=config_file)
-        preflight(cfg)  # batch sizes, placement, loggers: seconds, before the trainer's imports
     except ConfigError as err:
         print(f"hybridrl: configuration error:\n{err}", file=sys.stderr)
         return 2
