@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 
-import pytest
 
 from hybridrl.cli import main as cli_main
 

@@ -193,7 +193,6 @@ class ActorWorker(TrainState):
             yield from merged_weights_among(self.model, names, deltas_only)
 
 
-
 def _check_on_policy(ppo_epochs: int, num_mini_batches: int) -> None:
     if ppo_epochs != 1 or num_mini_batches != 1:
         raise ValueError(

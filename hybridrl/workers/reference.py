@@ -34,7 +34,8 @@ class ReferenceWorker:
         self.remove_padding = model_cfg.use_remove_padding  # verl's ref follows the model's switch
         self.device = device
         # ref.fsdp_config.param_offload: parameters live on the CPU between this role's forwards.
-        self.offloader = PhaseOffloader(self.model, None, device, ref_cfg.fsdp_config.param_offload, False, self.sharded)
+        self.offloader = PhaseOffloader(self.model, None, device, ref_cfg.fsdp_config.param_offload, False,
+                                        self.sharded)
 
     def compute_ref_log_prob(self, batch: Batch) -> Batch:
         with self.offloader.for_compute(), self.precision.autocast(self.sharded):

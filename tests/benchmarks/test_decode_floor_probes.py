@@ -43,10 +43,11 @@ def test_shared_prompt_inputs_give_each_group_one_prompt_and_each_row_its_own_ta
     shared = probes.PROMPT // probes.BLOCK
     own = -(-(probes.CONTEXT - shared * probes.BLOCK) // probes.BLOCK)
     assert tables.shape == (16, shared + own) and ids.shape == positions.shape == (16,)
-    assert torch.equal(tables[0, :shared], tables[7, :shared]) and not torch.equal(tables[0, :shared], tables[8, :shared])
+    assert torch.equal(tables[0, :shared], tables[7, :shared])  # rows 0-7: one prompt
+    assert not torch.equal(tables[0, :shared], tables[8, :shared])
     tails = tables[:, shared:].flatten().tolist()
     assert len(set(tails)) == len(tails) and 0 not in tables.flatten().tolist()  # no row reads another's tail
     assert next_block == 1 + 2 * shared + len(tails) == int(tables.max()) + 1
     assert (context == probes.CONTEXT).all() and (positions == probes.CONTEXT - 1).all()
     last = positions // probes.BLOCK
-    assert torch.equal(slots // probes.BLOCK, tables[torch.arange(16), last].long())  # the new token's slot is the row's
+    assert torch.equal(slots // probes.BLOCK, tables[torch.arange(16), last].long())  # the new token: the row's block

@@ -14,7 +14,7 @@ sys.path.insert(0, str(REPO))  # `benchmarks` is a directory of scripts, not an 
 from benchmarks import weight_handoff_bench  # noqa: E402
 
 
-@pytest.mark.slow  # benchmark plumbing: two worker groups start (~20 s on 2 cores); the handoff itself is in tests/distributed
+@pytest.mark.slow  # benchmark plumbing: two worker groups (~20 s on 2 cores); the handoff is in tests/distributed
 def test_quick_run_end_to_end(tmp_path, capsys):
     out = tmp_path / "handoff.json"
     weight_handoff_bench.main(["--quick", "--steps", "2", "--modes", "pickle_fp32", "shared_memory",

@@ -11,7 +11,6 @@ checkpoints written by this package's writer or built by hand in Megatron's docu
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import os
 import shutil
