@@ -30,6 +30,22 @@ def run_interpreted(test_file: str, min_passed: int) -> None:
     assert passed and int(passed.group(1)) >= min_passed, f"interpreted tests did not run:\n{proc.stdout[-2000:]}"
 
 
+def run_interpreted_files(min_passed: dict[str, int]) -> None:
+    """`run_interpreted` for several files in ONE interpreter subprocess (each child pays ~5 s of torch and
+    triton imports on the 2-core box); fails unless each file (repo-relative path) passed its minimum."""
+    if INTERPRETED:
+        pytest.skip("already inside the interpreter subprocess")
+    pytest.importorskip("triton", reason="pip install triton to test the Triton kernels on CPU")
+    cmd = [sys.executable, "-m", "pytest", *min_passed, "-v", "-x", "-p", "no:cacheprovider", "-o", "addopts=",
+           "-m", "not gpu"]
+    proc = subprocess.run(cmd, cwd=REPO, env={**os.environ, "TRITON_INTERPRET": "1"}, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, f"interpreted Triton tests failed:\n{proc.stdout[-6000:]}\n{proc.stderr[-2000:]}"
+    for path, least in min_passed.items():
+        passed = len(re.findall(rf"^{re.escape(path)}::\S+ PASSED", proc.stdout, flags=re.MULTILINE))
+        assert passed >= least, f"{path}: {passed} interpreted tests passed, expected >= {least}:\n{proc.stdout[-3000:]}"
+
+
 def on_device(device: str) -> str:
     """For tests parametrized over DEVICES: cpu runs only inside the interpreter subprocess, cuda only
     with a GPU (and the gpu marker)."""

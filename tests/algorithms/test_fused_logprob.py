@@ -8,11 +8,7 @@ import pytest
 import torch
 
 from hybridrl.algorithms.logprob import logprobs_and_entropy_from_hidden
-from tests.triton_interpreter import DEVICES, on_device, run_interpreted
-
-
-def test_interpreted_fused_logprob():
-    run_interpreted(__file__, min_passed=4)
+from tests.triton_interpreter import DEVICES, on_device
 
 
 def case(device, vocab=5000, rows=37, hidden=24, bias=False, dtype=torch.float32):

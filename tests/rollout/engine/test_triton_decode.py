@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.triton_interpreter import INTERPRETED, run_interpreted
+from tests.triton_interpreter import INTERPRETED
 
 interpreted = pytest.mark.skipif(not INTERPRETED,
                                  reason="runs in test_interpreted_suite's TRITON_INTERPRET=1 subprocess")
@@ -51,10 +51,6 @@ def make_case(context_lens, num_heads, num_kv_heads, head_dim, page, dtype=torch
     lens = torch.tensor(context_lens, dtype=torch.int32)
     cast = lambda t: t.to(device=device, dtype=dtype)  # noqa: E731
     return cast(q), cast(k_cache), cast(v_cache), tables.to(device), lens.to(device)
-
-
-def test_interpreted_suite():
-    run_interpreted(__file__, min_passed=15)
 
 
 @interpreted
