@@ -7,7 +7,8 @@ all transport: sharding, pickling, the pipes, unpickling and gathering.
 - `gen`: the prompts go out (rows x prompt columns), generated sequences come back (the rl_step batch);
 - `ref`: the batch goes out, one fp32 value per response token comes back;
 - `update`: the batch goes out, a metrics dict comes back.
-Per call: the median and min wall ms over `--iters` calls after one warm-up, and the MB each way.
+Per call: the median and min wall ms over `--iters` calls after one warm-up, and the MB each way. The
+controller and the ranks take their shares of the cores for torch's threads, as in a training run.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 import torch  # noqa: E402
 
 from benchmarks.common import emit, environment, fill_defaults  # noqa: E402
+from hybridrl.distributed.cpu_threads import controller_cpu_threads  # noqa: E402
 from hybridrl.distributed.local_launcher import LocalWorkerGroup  # noqa: E402
 from hybridrl.utils.batch import Batch  # noqa: E402
 
@@ -77,7 +79,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                      "attention_mask": batch["attention_mask"][:, :args.prompt].clone()})
     log_probs = Batch({"ref_log_prob": torch.zeros(args.rows, args.response)})
     with LocalWorkerGroup(EchoWorker, {"prompt": args.prompt, "response": args.response}, world_size=args.ranks,
-                          role="dispatch") as group:
+                          role="dispatch") as group, controller_cpu_threads(args.ranks + 1):  # as the trainer does
         calls = {
             "gen": (lambda: group.call_sharded("generate_sequences", prompts), prompts, batch),
             "ref": (lambda: group.call_sharded("compute_ref_log_prob", batch), batch, log_probs),
@@ -85,8 +87,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         }
         results = {name: {**time_calls(call, args.iters), "mb_out": _megabytes(out), "mb_back": _megabytes(back)}
                    for name, (call, out, back) in calls.items()}
-    return {"benchmark": "dispatch_bench", "ranks": args.ranks, "rows": args.rows, "prompt": args.prompt,
-            "response": args.response, "iters": args.iters, "calls": results, "environment": environment("cpu")}
+        threads = torch.get_num_threads()
+    return {"benchmark": "dispatch_bench", "ranks": args.ranks, "controller_threads": threads, "rows": args.rows,
+            "prompt": args.prompt, "response": args.response, "iters": args.iters, "calls": results,
+            "environment": environment("cpu")}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

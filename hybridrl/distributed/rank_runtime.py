@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 from hybridrl.utils.gc_time import freeze_startup_objects
 
+from .cpu_threads import share_cpu_threads
 from .wire import encode
 
 
@@ -34,7 +35,7 @@ def setup_torch_distributed(*, rank: int, world_size: int, master_addr: str, mas
         os.environ["LOCAL_RANK"] = "0"  # the one visible device
         torch.cuda.set_device(0)
         check_one_visible_gpu(device)
-    share_cpu_threads(world_size)
+    share_cpu_threads(world_size + 1)  # the group's ranks and the controller
     dist.init_process_group(backend=backend, rank=rank, world_size=world_size, timeout=collective_timeout())
 
 
@@ -45,17 +46,6 @@ def collective_timeout() -> timedelta | None:
     """How long a collective may wait for the other ranks before failing (None: torch's default)."""
     seconds = os.environ.get(COLLECTIVE_TIMEOUT_ENV)
     return timedelta(seconds=float(seconds)) if seconds else None
-
-
-def share_cpu_threads(local_ranks: int) -> None:
-    """Give each rank its share of the host's cores for torch's intra-op threads (torchrun would set
-    OMP_NUM_THREADS=1): with every rank at the default (all cores) the ranks and the controller spin on
-    the same cores during host-side work (batch assembly, the engine's scheduling). An explicit
-    OMP_NUM_THREADS in the environment wins."""
-    if os.environ.get("OMP_NUM_THREADS"):
-        return
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    torch.set_num_threads(max(1, cores // max(1, local_ranks)))
 
 
 def check_one_visible_gpu(device: str) -> None:

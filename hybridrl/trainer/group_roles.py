@@ -135,7 +135,7 @@ def launch_groups(cfg, plans: list[GroupPlan], device_type: str, *, total_steps:
                      f"rank(s) with the {launcher} launcher")
             group = _start_group(plan, launcher, running.pools, device_type,
                                  {"cfg": cfg, "total_steps": total_steps, "device_type": device_type,
-                                  "roles": plan.roles})
+                                  "roles": plan.roles}, node_processes=1 + sum(len(p.device_ids) for p in plans))
             running.groups[plan.name] = group
             running.role_group.update({role: group for role in plan.roles})
     except BaseException:
@@ -144,12 +144,16 @@ def launch_groups(cfg, plans: list[GroupPlan], device_type: str, *, total_steps:
     return running
 
 
-def _start_group(plan: GroupPlan, launcher: str, pools, device_type: str, init_kwargs: dict) -> WorkerGroup:
+def _start_group(plan: GroupPlan, launcher: str, pools, device_type: str, init_kwargs: dict,
+                 node_processes: int) -> WorkerGroup:
     from hybridrl.distributed import LocalWorkerGroup, RayWorkerGroup
+    from hybridrl.distributed.cpu_threads import PROCESSES_ENV
     from hybridrl.distributed.rank_runtime import COLLECTIVE_TIMEOUT_ENV
 
-    # actor_rollout_ref.nccl_timeout (verl): how long the ranks' collectives wait for each other
-    env = {COLLECTIVE_TIMEOUT_ENV: str(init_kwargs["cfg"].actor_rollout_ref.nccl_timeout)}
+    # actor_rollout_ref.nccl_timeout (verl): how long the ranks' collectives wait for each other; every group's
+    # ranks share the node's cores with the others and the controller (cpu_threads.py)
+    env = {COLLECTIVE_TIMEOUT_ENV: str(init_kwargs["cfg"].actor_rollout_ref.nccl_timeout),
+           PROCESSES_ENV: str(node_processes)}
     if launcher == "local":
         device_ids = list(plan.device_ids) if device_type == "cuda" else None  # CPU ranks are processes
         return LocalWorkerGroup(ColocatedWorker, init_kwargs, world_size=len(plan.device_ids), role=plan.name,

@@ -7,6 +7,7 @@ a test of the algorithm's name.
 
 from __future__ import annotations
 
+import contextlib
 from contextlib import contextmanager
 
 import torch
@@ -77,7 +78,7 @@ class PPOTrainer:
         self.roles.rollout = make_elastic_rollout(self)
         try:
             self.control.install()
-            with startup_objects_frozen():  # no full collection walks the loaded model's objects (gc_time.py)
+            with startup_objects_frozen(), self._cpu_threads():  # gc_time.py; cpu_threads.py
                 return self._fit()
         finally:
             self.control.close()  # the previous signal handlers back, the pid file removed
@@ -85,6 +86,14 @@ class PPOTrainer:
             self.roles.shutdown()  # worker ranks, if any (a failed group is already stopped)
             if self._reward_pool is not None:
                 self._reward_pool.shutdown(wait=True)
+
+    def _cpu_threads(self):
+        """With worker ranks on this node, the controller takes its share of the cores (cpu_threads.py)."""
+        if self.num_devices == 1 or self.cfg.trainer.nnodes > 1:
+            return contextlib.nullcontext()
+        from hybridrl.distributed.cpu_threads import controller_cpu_threads
+
+        return controller_cpu_threads(self.num_devices + 1)
 
     def _fit(self) -> dict[str, float]:
         from hybridrl.logging.progress import StepProgress
