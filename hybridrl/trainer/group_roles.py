@@ -271,6 +271,9 @@ def pool_rollout_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
 def start_rollout_replica(cfg, device_id: int, device_type: str, *, total_steps: int) -> WorkerGroup:
     """A one-rank group hosting only a rollout replica on `device_id` (local launcher: a spawned process,
     pinned to that GPU on CUDA); it starts from the model path, so load the current weights into it."""
+    from hybridrl.trainer.preflight import world_size
+
     plan = GroupPlan(f"rollout_borrowed{device_id}", (device_id,), ("rollout",))
     return _start_group(plan, "local", None, device_type, {"cfg": cfg, "total_steps": total_steps,
-                                                          "device_type": device_type, "roles": plan.roles})
+                                                          "device_type": device_type, "roles": plan.roles},
+                        node_processes=world_size(cfg, device_type) + 2)  # the run's ranks, the controller, this one
