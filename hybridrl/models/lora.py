@@ -130,6 +130,11 @@ def base_named_weights(peft_model: PeftModel) -> Iterator[tuple[str, torch.Tenso
             yield hf_name(name), tensor
 
 
+def lora_targets(peft_model: PeftModel) -> dict[str, nn.Module]:
+    """{HF weight name: its LoRA layer} for every targeted weight (one walk over the modules)."""
+    return {f"{name}.weight": module for name, module in _lora_layers(peft_model)}
+
+
 def _lora_layers(peft_model: PeftModel) -> Iterator[tuple[str, nn.Module]]:
     """(HF module name, LoRA layer) for every module PEFT wrapped."""
     tuner_layer = _peft().tuners.tuners_utils.BaseTunerLayer
@@ -168,17 +173,17 @@ def merged_lora_deltas(peft_model: PeftModel) -> Iterator[tuple[str, torch.Tenso
 @torch.no_grad()
 def merged_named_weights(peft_model: PeftModel) -> Iterator[tuple[str, torch.Tensor]]:
     """Every weight with HF names, LoRA-targeted ones merged: what a plain model of the result holds."""
-    targeted = {f"{name}.weight": module for name, module in _lora_layers(peft_model)}
+    targeted = lora_targets(peft_model)
     for name, tensor in base_named_weights(peft_model):
         yield name, (_merged_weight(targeted[name]) if name in targeted else tensor)
 
 
 @torch.no_grad()
-def merged_weights_among(peft_model: PeftModel, param_names: list[str], deltas_only: bool
-                         ) -> Iterator[tuple[str, torch.Tensor]]:
-    """`merged_lora_deltas` (`deltas_only`) or `merged_named_weights` restricted to the PEFT-named parameters
-    `param_names`, read by name: one FSDP unit's while it is unsharded (`fsdp.unsharded_units`)."""
-    targeted = {f"{name}.weight": module for name, module in _lora_layers(peft_model)}
+def merged_weights_among(peft_model: PeftModel, param_names: list[str], targeted: dict[str, nn.Module],
+                         deltas_only: bool) -> Iterator[tuple[str, torch.Tensor]]:
+    """The parameters `param_names` (PEFT names, read by name) with HF names, `targeted` ones
+    (`lora_targets`) merged; `deltas_only`: the targeted ones only. All of a model's parameters, or one
+    FSDP unit's while it is unsharded (`fsdp.unsharded_units`)."""
     for name in param_names:
         if _is_adapter_tensor(name):
             continue

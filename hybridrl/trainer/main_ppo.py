@@ -19,18 +19,17 @@ def run_ppo(cfg) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from hybridrl.config import ConfigError, load_config, parse_cli_args
-
-    argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        config_file, overrides = parse_cli_args(argv)
-        cfg = load_config(overrides, config_file=config_file)
-    except ConfigError as err:
-        print(f"hybridrl: configuration error:\n{err}", file=sys.stderr)
-        return 2
+    """Exit code: 0 done, 2 a configuration problem (the message names the keys), 1 another known failure."""
+    from hybridrl.config import load_config, parse_cli_args
     from hybridrl.errors import run_with_actionable_errors
 
-    return run_with_actionable_errors(lambda: run_ppo(cfg))
+    argv = list(sys.argv[1:] if argv is None else argv)
+
+    def load_and_run():
+        config_file, overrides = parse_cli_args(argv)
+        return run_ppo(load_config(overrides, config_file=config_file))
+
+    return run_with_actionable_errors(load_and_run)
 
 
 if __name__ == "__main__":

@@ -182,15 +182,19 @@ class ActorWorker(TrainState):
             yield from self._lora_weights(deltas_only)
 
     def _lora_weights(self, deltas_only: bool):
-        from hybridrl.models.lora import merged_lora_deltas, merged_named_weights, merged_weights_among
+        """The sync's weights with the adapter merged: all parameters at once, or on FSDP ranks one unsharded
+        unit (decoder layer) at a time, as verl's layered summon."""
+        from hybridrl.models.lora import lora_targets, merged_weights_among
 
-        if not self.sharded:
-            yield from merged_lora_deltas(self.model) if deltas_only else merged_named_weights(self.model)
-            return
-        from hybridrl.distributed.fsdp import unsharded_units
+        targeted = lora_targets(self.model)
+        if self.sharded:
+            from hybridrl.distributed.fsdp import unsharded_units
 
-        for names in unsharded_units(self.model):  # one decoder layer whole at a time, as verl's layered summon
-            yield from merged_weights_among(self.model, names, deltas_only)
+            units = unsharded_units(self.model)
+        else:
+            units = [[name for name, _ in self.model.named_parameters()]]
+        for names in units:
+            yield from merged_weights_among(self.model, names, targeted, deltas_only)
 
 
 def _check_on_policy(ppo_epochs: int, num_mini_batches: int) -> None:
