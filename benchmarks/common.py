@@ -13,7 +13,7 @@ import time
 import zlib
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -180,3 +180,25 @@ def emit(result: dict[str, Any], out: str | None = None) -> None:
         Path(out).write_text(text + "\n")
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
+
+
+def graph_us(call: Callable[[int], Any], copies: int, reps: int = 5) -> float:
+    """Microseconds per call of `call(i)` for i in range(copies), replayed from one CUDA graph."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for i in range(copies):
+            call(i)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(copies):
+            call(i)
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1e3 / (reps * copies)

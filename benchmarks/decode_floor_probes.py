@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
-from benchmarks.common import emit, environment  # noqa: E402
+from benchmarks.common import emit, environment, graph_us  # noqa: E402
 
 SHAPES = {"qkv": (896, 1152), "o": (896, 896), "gate_up": (896, 9728), "down": (4864, 896)}  # (in, out)
 CONTEXT, PROMPT, BLOCK, GROUP = 240, 112, 16, 8
@@ -82,28 +82,6 @@ def splitk_gemm(x: torch.Tensor, w: torch.Tensor, block: tuple[int, int, int], s
     _kernel()[grid](x, w, out, m, n, k, x.stride(0), w.stride(0), out.stride(0), out.stride(1), k_per,
                     BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, STAGES=stages, num_warps=warps)
     return out
-
-
-def graph_us(call: Callable[[int], Any], copies: int, reps: int = 5) -> float:
-    """Microseconds per call of `call(i)` for i in range(copies), replayed from one CUDA graph."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for i in range(copies):
-            call(i)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for i in range(copies):
-            call(i)
-    graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1e3 / (reps * copies)
 
 
 def probe_gemm(rows: list[int]) -> dict[str, Any]:

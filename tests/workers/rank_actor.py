@@ -101,3 +101,35 @@ def _to_cpu(state):
     if isinstance(state, dict):
         return {key: _to_cpu(value) for key, value in state.items()}
     return state.cpu() if isinstance(state, torch.Tensor) else state
+
+
+LORA_FLAGS = ["actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.lora_alpha=8",
+              "actor_rollout_ref.actor.optim.lr=1e-2"]
+
+
+class LoraRank:
+    """A LoRA actor (FSDP2 on every rank) and its reference (the base, adapter off), on one rank."""
+
+    def __init__(self, model_dir: str, device: str = "cpu") -> None:
+        from hybridrl.workers.reference import build_reference
+
+        torch.set_num_threads(1)
+        self.actor = build_actor(model_dir, LORA_FLAGS, dist.get_world_size(), device)
+        self.reference = build_reference(self.actor.cfg, self.actor, 2, torch.device(device))
+
+    def train(self, batch: Batch) -> dict:
+        """The first sync (every weight), two updates, the next sync (merged targeted layers only), the
+        gathered state (rank 0) and log-probs of the actor and the reference before and after."""
+        out = {"initial": self.actor.compute_log_prob(batch)["old_log_probs"], "first_sync": self._sync()}
+        for _ in range(2):
+            self.actor.update_actor(batch)
+        out["next_sync"] = self._sync()
+        out["state"] = _to_cpu(self.actor.state_dict()["model"])
+        out["trained"] = self.actor.compute_log_prob(batch)["old_log_probs"]
+        out["reference"] = self.reference.compute_ref_log_prob(batch)["ref_log_prob"]
+        return out
+
+    def _sync(self) -> dict[str, torch.Tensor]:
+        """What a rollout sync receives, each tensor copied as it arrives: a non-targeted weight is a view
+        of its unit's gathered parameters, freed when the next unit is gathered (as the engine consumes it)."""
+        return {name: tensor.detach().cpu().clone() for name, tensor in self.actor.named_weights()}

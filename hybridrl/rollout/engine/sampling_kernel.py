@@ -18,10 +18,15 @@ import triton.language as tl
 
 from hybridrl.rollout.engine.sampler import MUL_A, MUL_B, MUL_C
 
-BLOCK_V = 1024
+# Tuning (benchmarks/sampler_bench.py --sweep, H200, 151,936 bf16 logits): 512 / 16 / 4 was the fastest of 48
+# settings at 256 and 512 rows (134 and 258 us; 1024 / 16 / 4 took 142 and 272). The loop is bound by
+# instruction issue (the noise hash and two accurate logs per logit), not by memory (9% of DRAM bandwidth).
+BLOCK_V = 512
 SPLITS = 16  # vocabulary slices per row (power of two)
+NUM_WARPS = 4
 # Kernels may only read module globals that are constexpr.
 _MUL_A, _MUL_B = tl.constexpr(MUL_A), tl.constexpr(MUL_B)
+_LOG2E, _NEG_LN2 = tl.constexpr(1.4426950408889634), tl.constexpr(-0.6931471805599453)
 
 
 @triton.jit
@@ -31,6 +36,25 @@ def _mix32(x):
     x = x ^ (x >> 15)
     x = x * _MUL_B
     return x ^ (x >> 16)
+
+
+@triton.jit
+def _online_sum_exp(run_max, run_sum, z):
+    """One lane step of a running (max, sum of exp(x - max)): ONE exp per element, not two. The larger of
+    (z, run_max) contributes exp(0) = 1, so only exp(-|z - run_max|) is needed; -inf entries add nothing."""
+    grow = z > run_max
+    e = tl.exp2(-tl.abs(z - run_max) * _LOG2E)
+    e = tl.where(z == float("-inf"), 0.0, e)  # also -inf - -inf (NaN) while the lane has seen nothing
+    return tl.maximum(run_max, z), tl.where(grow, run_sum * e + 1.0, run_sum + e)
+
+
+@triton.jit
+def _gumbel(row_hash, ids):
+    """Gumbel(0, 1) noise -ln(-ln u) of `sampler.gumbel_noise`, through base-2 logs (one hardware
+    instruction each; the natural log is a longer routine)."""
+    u = _mix32(row_hash ^ ids.to(tl.uint32))
+    u = ((u >> 8).to(tl.float32) + 0.5) * (1.0 / 16777216.0)
+    return tl.log2(tl.log2(u) * _NEG_LN2) * _NEG_LN2  # -ln(x) = -ln2 * log2(x)
 
 
 @triton.jit
@@ -48,8 +72,9 @@ def _partial_kernel(logits_ptr, keys_ptr, steps_ptr, temp_ptr, greedy_ptr, part_
     run_max = tl.full([BLOCK], float("-inf"), tl.float32)  # per lane: max of z, for the log-sum-exp
     run_sum = tl.zeros([BLOCK], tl.float32)
     best_score = tl.full([BLOCK], float("-inf"), tl.float32)
-    best_id = tl.zeros([BLOCK], tl.int32)
-    best_z = tl.zeros([BLOCK], tl.float32)
+    # a lane that only saw -inf scores keeps no id (vocab) and no z, so it cannot lend token 0 a z of 0
+    best_id = tl.full([BLOCK], vocab, tl.int32)
+    best_z = tl.full([BLOCK], float("-inf"), tl.float32)
     lo = split * split_len
     hi = tl.minimum(lo + split_len, vocab)
     for start in range(lo, hi, BLOCK):
@@ -57,13 +82,8 @@ def _partial_kernel(logits_ptr, keys_ptr, steps_ptr, temp_ptr, greedy_ptr, part_
         mask = ids < hi
         z = tl.load(logits_ptr + row * stride_row + ids, mask=mask, other=float("-inf")).to(tl.float32)
         z = z * inv_temperature
-        new_max = tl.maximum(run_max, z)
-        safe_max = tl.where(new_max == float("-inf"), 0.0, new_max)
-        run_sum = run_sum * tl.exp(run_max - safe_max) + tl.exp(z - safe_max)
-        run_max = new_max
-        u = _mix32(row_hash ^ ids.to(tl.uint32))
-        u = ((u >> 8).to(tl.float32) + 0.5) * (1.0 / 16777216.0)
-        score = tl.where(greedy, z, z - tl.log(-tl.log(u)))
+        run_max, run_sum = _online_sum_exp(run_max, run_sum, z)
+        score = tl.where(greedy, z, z + _gumbel(row_hash, ids))
         score = tl.where(mask, score, float("-inf"))
         better = score > best_score  # strict: the lowest id wins a tie within a lane, as argmax does
         best_score = tl.where(better, score, best_score)
@@ -105,10 +125,13 @@ def _combine_kernel(part_ptr, tokens_ptr, logprobs_ptr, vocab, SPLITS: tl.conste
 
 def fused_sample(logits: torch.Tensor, keys: torch.Tensor, steps: torch.Tensor, temperature: torch.Tensor,
                  greedy: torch.Tensor, tokens: torch.Tensor | None = None,
-                 logprobs: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                 logprobs: torch.Tensor | None = None, *, block_v: int = BLOCK_V, max_splits: int = SPLITS,
+                 num_warps: int = NUM_WARPS) -> tuple[torch.Tensor, torch.Tensor]:
     """logits (B, V) float/bf16 -> (tokens int64 (B,), log-probs float32 (B,)), like `sampler.sample`
     with top_k off and top_p 1. temperature: float32 (1,); greedy: int32 (1,) (0 or 1) device tensors.
     `tokens` / `logprobs`: optional output buffers (CUDA-graph static outputs).
+    `block_v` (logits per lane group per loop step), `max_splits` (vocabulary slices per row, a power of
+    two), `num_warps`: tuning knobs (benchmarks/sampler_bench.py --sweep).
 
     Two kernels: (row, vocabulary slice) partials, then one combine per row; slicing the vocabulary
     gives the GPU B x SPLITS programs instead of B long serial loops.
@@ -123,10 +146,10 @@ def fused_sample(logits: torch.Tensor, keys: torch.Tensor, steps: torch.Tensor, 
     logprobs = logprobs if logprobs is not None else torch.empty(rows, dtype=torch.float32, device=device)
     if not rows:
         return tokens, logprobs
-    splits = min(SPLITS, triton.next_power_of_2(triton.cdiv(vocab, BLOCK_V)))
-    split_len = triton.cdiv(triton.cdiv(vocab, splits), BLOCK_V) * BLOCK_V
+    splits = min(max_splits, triton.next_power_of_2(triton.cdiv(vocab, block_v)))
+    split_len = triton.cdiv(triton.cdiv(vocab, splits), block_v) * block_v
     parts = torch.empty(rows, splits, 5, dtype=torch.float32, device=device)
     _partial_kernel[(rows, splits)](logits, keys, steps, temperature, greedy, parts, vocab, split_len,
-                                    logits.stride(0), BLOCK=BLOCK_V, SPLITS=splits, MUL_C_=MUL_C, num_warps=4)
+                                    logits.stride(0), BLOCK=block_v, SPLITS=splits, MUL_C_=MUL_C, num_warps=num_warps)
     _combine_kernel[(rows,)](parts, tokens, logprobs, vocab, SPLITS=splits, num_warps=1)
     return tokens, logprobs

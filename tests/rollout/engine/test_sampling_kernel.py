@@ -41,6 +41,20 @@ def test_fused_sampler_matches_torch_sampler(temperature, greedy):
 
 
 @interpreted
+def test_fused_sampler_skips_minus_infinity_logits_like_torch():
+    """Banned tokens (-inf): whole vocabulary slices of -inf and lanes that start with -inf add nothing to
+    the log-sum-exp and are never picked."""
+    logits, keys, steps = random_case(4, 5003, dtype=torch.float32, seed=2)
+    logits[0, :3000] = float("-inf")  # the first slices of row 0 hold nothing but -inf
+    logits[1, ::2] = float("-inf")
+    logits[2, 1:] = float("-inf")  # one token left: log-prob 0
+    tokens, logprobs = fused(logits, keys, steps, 1.0, False)
+    want_tokens, want_logprobs = sample(logits, 1.0, -1, 1.0, False, keys, steps)
+    assert tokens.tolist() == want_tokens.tolist() and tokens[2] == 0 and tokens[1] % 2 == 1
+    torch.testing.assert_close(logprobs, want_logprobs, atol=1e-5, rtol=0)
+
+
+@interpreted
 def test_fused_sampler_noise_depends_on_key_and_step():
     logits = torch.zeros(4, 3000)  # flat logits: the token is decided by the noise alone
     keys = torch.tensor([1, 1, 2, 2], dtype=torch.int64)
