@@ -72,6 +72,24 @@ def load_policy_tokenizer(model_cfg, trust_remote_code: bool = False) -> PreTrai
                           chat_template=model_cfg.custom_chat_template)
 
 
+def batch_decode(tokenizer: PreTrainedTokenizerBase, rows: list[list[int]], skip_special_tokens: bool = True
+                 ) -> list[str]:
+    """`tokenizer.batch_decode(rows)`, through the Rust backend's `decode_batch` when that is what it would run.
+
+    transformers checks every token id in Python and decodes row by row, holding the GIL: ~50 ms for 512
+    rows of 256 tokens on the 2-core box, during which the controller's main thread (launching kernels,
+    reading rank replies) waits for the GIL behind the reward thread. `decode_batch` gives the same strings
+    in ~19 ms without the GIL. Tokenizers that clean up spaces or decode their own way keep the slow path.
+    """
+    from transformers import PreTrainedTokenizerFast
+
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or tokenizer.clean_up_tokenization_spaces \
+            or type(tokenizer)._decode is not PreTrainedTokenizerFast._decode:
+        return tokenizer.batch_decode(rows, skip_special_tokens=skip_special_tokens)
+    return backend.decode_batch(rows, skip_special_tokens=skip_special_tokens)
+
+
 def import_external_lib(module: str | None, key: str) -> None:
     """verl's `<role>.model.external_lib`: import a module (which registers custom architectures or tokenizers
     with transformers' Auto classes) before that role's model loads."""

@@ -313,9 +313,10 @@ class PPOTrainer:
         if not out_dir:
             return
         from hybridrl.logging.rollout_dump import dump_rollout_jsonl
+        from hybridrl.models.hf import batch_decode
         from hybridrl.workers.reward import decode_responses
 
-        prompts = self.tokenizer.batch_decode(batch["prompts"], skip_special_tokens=True)
+        prompts = batch_decode(self.tokenizer, batch["prompts"].tolist(), skip_special_tokens=True)
         dump_rollout_jsonl(out_dir, self.global_step, prompts, decode_responses(self.tokenizer, batch),
                            batch["token_level_scores"].sum(-1).tolist(), self._last_reward_extra or None)
 

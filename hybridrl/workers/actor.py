@@ -11,7 +11,6 @@ from hybridrl.algorithms.agreement import rollout_agreement_metrics
 from hybridrl.models.compile import compile_decoder_layers
 from hybridrl.models.hf import enable_activation_checkpointing, load_causal_lm
 from hybridrl.utils.batch import Batch
-from hybridrl.utils.metrics import to_float
 from hybridrl.workers.forward import batched_log_probs, response_log_probs
 from hybridrl.workers.micro_batches import MicroBatchPlan
 from hybridrl.workers.offload import PhaseOffloader
@@ -19,6 +18,7 @@ from hybridrl.workers.optim import build_lr_scheduler, build_optimizer
 from hybridrl.workers.precision import log_precision, resolve_precision
 from hybridrl.workers.sharding import TrainState, clip_grad_norm, gradient_sync, named_weights, shard_role
 from hybridrl.workers.sizes import BatchSizes
+from hybridrl.workers.update_metrics import kept, means
 
 UPDATE_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask",
                "old_log_probs", "advantages")
@@ -83,7 +83,7 @@ class ActorWorker(TrainState):
         keys += (["ref_log_prob"] if self.actor_cfg.use_kl_loss else []) + (
             ["rollout_log_probs"] if on_policy and "rollout_log_probs" in batch else [])
         data = batch.select(keys).to(self.device)
-        metrics: dict[str, list[float]] = defaultdict(list)
+        metrics: dict[str, list[torch.Tensor | float]] = defaultdict(list)
         with self.offloader.for_update():
             for epoch in range(self.actor_cfg.ppo_epochs):
                 minis = self._mini_batches(data, epoch)
@@ -92,7 +92,7 @@ class ActorWorker(TrainState):
                 for mini in minis:
                     self._update_mini_batch(mini, metrics, on_policy)
         self.lr_scheduler.step()
-        out = {k: sum(v) / len(v) for k, v in metrics.items()}
+        out = means(metrics)
         out["actor/lr"] = self.optimizer.param_groups[0]["lr"]
         return out
 
@@ -102,7 +102,7 @@ class ActorWorker(TrainState):
             data = data.index(torch.randperm(len(data), generator=gen))
         return data.split(self.sizes.ppo_mini)
 
-    def _update_mini_batch(self, mini: Batch, metrics: dict[str, list[float]], on_policy: bool = False) -> None:
+    def _update_mini_batch(self, mini: Batch, metrics: dict[str, list[torch.Tensor | float]], on_policy: bool = False) -> None:
         self.optimizer.zero_grad(set_to_none=True)
         parts = self.update_plan.split(mini, self.sharded).parts
         forwards = []  # on-policy: (log_prob, entropy) of each micro-batch, detached, for the old_log_prob metrics
@@ -124,7 +124,7 @@ class ActorWorker(TrainState):
             self.optimizer.step()
         else:
             metrics["actor/num_skipped_steps"].append(1.0)
-        metrics["actor/grad_norm"].append(to_float(grad_norm))
+        metrics["actor/grad_norm"].append(kept(grad_norm))
 
     def _micro_loss(self, micro: Batch, on_policy: bool = False):
         """(loss, metrics, (log_prob, entropy) detached) of one micro-batch."""
@@ -141,25 +141,25 @@ class ActorWorker(TrainState):
             clip_ratio_high=cfg.clip_ratio_high if cfg.clip_ratio_high is not None else cfg.clip_ratio,
             clip_ratio_c=cfg.clip_ratio_c, loss_agg_mode=cfg.loss_agg_mode, loss_scale_factor=cfg.loss_scale_factor)
         loss = pg_loss
-        metrics = {"actor/pg_loss": to_float(pg_loss)}
-        metrics.update({f"actor/{k}": to_float(v) for k, v in pg_metrics.items()})
+        metrics = {"actor/pg_loss": kept(pg_loss)}
+        metrics.update({f"actor/{k}": kept(v) for k, v in pg_metrics.items()})
         if cfg.entropy_coeff != 0:
             entropy_agg = agg_loss(entropy, mask, cfg.loss_agg_mode, cfg.loss_scale_factor)
             loss = loss - cfg.entropy_coeff * entropy_agg
-            metrics["actor/entropy_loss"] = to_float(entropy_agg)
+            metrics["actor/entropy_loss"] = kept(entropy_agg)
         if cfg.use_kl_loss:
             kld = kl_penalty(log_prob, micro["ref_log_prob"], cfg.kl_loss_type)
             kl_loss = agg_loss(kld, mask, cfg.loss_agg_mode, cfg.loss_scale_factor)
             loss = loss + cfg.kl_loss_coef * kl_loss
-            metrics.update({"actor/kl_loss": to_float(kl_loss), "actor/kl_coef": cfg.kl_loss_coef})
+            metrics.update({"actor/kl_loss": kept(kl_loss), "actor/kl_coef": cfg.kl_loss_coef})
         return loss, metrics, (log_prob.detach(), entropy.detach() if entropy is not None else None)
 
-    def _old_log_prob_metrics(self, parts: list[Batch], forwards: list) -> dict[str, float]:
+    def _old_log_prob_metrics(self, parts: list[Batch], forwards: list) -> dict[str, torch.Tensor | float]:
         """What the skipped old_log_prob pass would report: actor/entropy, training/rollout_probs_diff_*."""
         mask = torch.cat([micro["response_mask"] for micro in parts])
         log_prob = torch.cat([lp for lp, _ in forwards]).float()
         entropy = torch.cat([ent for _, ent in forwards]).float()
-        out = {"actor/entropy": to_float(agg_loss(entropy, mask, self.actor_cfg.loss_agg_mode))}
+        out = {"actor/entropy": kept(agg_loss(entropy, mask, self.actor_cfg.loss_agg_mode))}
         if "rollout_log_probs" in parts[0]:
             rollout = torch.cat([micro["rollout_log_probs"] for micro in parts])
             out.update(rollout_agreement_metrics(rollout, log_prob, mask))

@@ -10,7 +10,6 @@ from hybridrl.algorithms import compute_value_loss, masked_mean
 from hybridrl.models.compile import compile_decoder_layers
 from hybridrl.models.hf import enable_activation_checkpointing, import_external_lib, load_value_model
 from hybridrl.utils.batch import Batch
-from hybridrl.utils.metrics import to_float
 from hybridrl.workers.forward import response_values
 from hybridrl.workers.micro_batches import MicroBatchPlan
 from hybridrl.workers.offload import PhaseOffloader
@@ -18,6 +17,7 @@ from hybridrl.workers.optim import build_lr_scheduler, build_optimizer
 from hybridrl.workers.precision import log_precision, resolve_precision
 from hybridrl.workers.sharding import TrainState, clip_grad_norm, gradient_sync, shard_role
 from hybridrl.workers.sizes import BatchSizes
+from hybridrl.workers.update_metrics import kept, means
 
 UPDATE_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask", "values", "returns")
 
@@ -60,7 +60,7 @@ class CriticWorker(TrainState):
     def update_critic(self, batch: Batch) -> dict[str, float]:
         self.model.train()
         data = batch.select(UPDATE_KEYS).to(self.device)
-        metrics: dict[str, list[float]] = defaultdict(list)
+        metrics: dict[str, list[torch.Tensor | float]] = defaultdict(list)
         with self.offloader.for_update():
             for epoch in range(self.cfg.ppo_epochs):
                 if self.cfg.shuffle:
@@ -69,11 +69,11 @@ class CriticWorker(TrainState):
                 for mini in data.split(self.sizes.critic_mini):
                     self._update_mini_batch(mini, metrics)
         self.lr_scheduler.step()
-        out = {k: sum(v) / len(v) for k, v in metrics.items()}
+        out = means(metrics)
         out["critic/lr"] = self.optimizer.param_groups[0]["lr"]
         return out
 
-    def _update_mini_batch(self, mini: Batch, metrics: dict[str, list[float]]) -> None:
+    def _update_mini_batch(self, mini: Batch, metrics: dict[str, list[torch.Tensor | float]]) -> None:
         self.optimizer.zero_grad(set_to_none=True)
         parts = self.update_plan.split(mini, self.sharded).parts
         for index, micro in enumerate(parts):
@@ -84,12 +84,12 @@ class CriticWorker(TrainState):
                 vf_loss, vf_clipfrac = compute_value_loss(vpreds, micro["returns"], micro["values"], mask,
                                                           self.cfg.cliprange_value, self.cfg.loss_agg_mode)
                 (vf_loss * (len(micro) / len(mini))).backward()  # x micro rows / mini rows, as verl
-            metrics["critic/vf_loss"].append(to_float(vf_loss))
-            metrics["critic/vf_clipfrac"].append(to_float(vf_clipfrac))
-            metrics["critic/vpred_mean"].append(to_float(masked_mean(vpreds, mask)))
+            metrics["critic/vf_loss"].append(kept(vf_loss))
+            metrics["critic/vf_clipfrac"].append(kept(vf_clipfrac))
+            metrics["critic/vpred_mean"].append(kept(masked_mean(vpreds, mask)))
         grad_norm = clip_grad_norm(self.model, self.cfg.grad_clip, self.sharded)
         if torch.isfinite(grad_norm):
             self.offloader.before_step()  # optimizer_offload: its state comes in now, after backward
             self.optimizer.step()
-        metrics["critic/grad_norm"].append(to_float(grad_norm))
+        metrics["critic/grad_norm"].append(kept(grad_norm))
 

@@ -26,9 +26,11 @@ def build_compute_score(cfg) -> Callable:
 
 
 def decode_responses(tokenizer, batch: Batch) -> list[str]:
+    from hybridrl.models.hf import batch_decode
+
     lengths = batch["response_mask"].sum(-1).tolist()
-    rows = [ids[:n].tolist() for ids, n in zip(batch["responses"], lengths)]
-    return tokenizer.batch_decode(rows, skip_special_tokens=True)
+    rows = [ids[:n] for ids, n in zip(batch["responses"].tolist(), lengths)]
+    return batch_decode(tokenizer, rows, skip_special_tokens=True)
 
 
 def is_remote(model_cfg_path: str, type_name: str | None) -> bool:

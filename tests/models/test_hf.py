@@ -59,3 +59,37 @@ def test_tokenizer_code_is_trusted_by_data_or_model_trust_remote_code(tiny_model
     assert not getattr(build_tokenizer(load_config(base)), "remote_code_ran", False)
     assert build_tokenizer(load_config(base + ["data.trust_remote_code=true"])).remote_code_ran
     assert build_tokenizer(load_config(base + ["actor_rollout_ref.model.trust_remote_code=true"])).remote_code_ran
+
+
+def test_batch_decode_takes_the_rust_batch_path_and_gives_transformers_strings(monkeypatch):
+    """The fast path (the backend's decode_batch, GIL released) is taken for a plain fast tokenizer and gives
+    exactly `batch_decode`'s strings, special tokens skipped; a tokenizer that cleans up spaces keeps
+    transformers' own decode."""
+    from hybridrl.models.hf import batch_decode
+    from hybridrl.models.tiny import build_char_tokenizer
+
+    tokenizer = build_char_tokenizer()
+    rows = [tokenizer("12+3=15")["input_ids"] + [tokenizer.eos_token_id], [tokenizer.pad_token_id] * 2
+            + tokenizer("7 x 8 = 56")["input_ids"], []]
+    want = tokenizer.batch_decode(rows, skip_special_tokens=True)
+    assert want[0] == "12+3=15" and want[2] == ""
+    calls = []
+    backend = tokenizer.backend_tokenizer
+    monkeypatch.setattr(type(tokenizer), "backend_tokenizer", property(lambda self: _Recording(backend, calls)))
+    assert batch_decode(tokenizer, rows) == want and calls == ["decode_batch"]
+    calls.clear()
+    tokenizer.clean_up_tokenization_spaces = True
+    assert batch_decode(tokenizer, rows) == tokenizer.batch_decode(rows, skip_special_tokens=True)
+    assert "decode_batch" not in calls
+
+
+class _Recording:
+    """The backend tokenizer, recording which of its decode methods run."""
+
+    def __init__(self, backend, calls: list[str]) -> None:
+        self._backend, self._calls = backend, calls
+
+    def __getattr__(self, name: str):
+        if name.startswith("decode"):
+            self._calls.append(name)
+        return getattr(self._backend, name)
