@@ -7,6 +7,7 @@ Benchmarks run on machines without hub access, so prompts use a deterministic st
 from __future__ import annotations
 
 import json
+import os
 import platform
 import sys
 import time
@@ -147,7 +148,8 @@ def kv_bytes_per_token(config, dtype: torch.dtype) -> int:
 
 def environment(device: str) -> dict[str, Any]:
     """What ran the benchmark: versions and the device name."""
-    info: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__, "device": device}
+    info: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__, "device": device,
+                            "cpu_count": os.cpu_count()}
     try:
         import transformers
 
