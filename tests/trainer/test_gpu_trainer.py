@@ -44,7 +44,7 @@ def test_two_gpu_ranks_sync_weights_per_unit_and_report_rank_memory(tmp_path, ar
     """Two colocated NCCL ranks: the engines on both ranks get the actor's weights through per-unit
     all-gathers (so step 2's rollout log-probs match the trainer's), and the step's memory figures come
     from the ranks (the controller holds nothing on the GPUs). tensor_parallel=2: one engine replica split
-    over both GPUs (NCCL all-reduces in eager decode)."""
+    over both GPUs, its NCCL all-reduces captured in the decode CUDA graphs like every other kernel."""
     overrides = tiny_run_overrides(arith_model_dir, arithmetic_files, str(tmp_path), extra=[
         "trainer.device=cuda", "trainer.n_gpus_per_node=2", "actor_rollout_ref.rollout.name=hybrid",
         "actor_rollout_ref.rollout.dtype=float32", "actor_rollout_ref.rollout.gpu_memory_utilization=0.05",
@@ -60,6 +60,7 @@ def test_two_gpu_ranks_sync_weights_per_unit_and_report_rank_memory(tmp_path, ar
     assert records[0]["actor/grad_norm"] > 0
     assert records[1]["training/rollout_probs_diff_mean"] < 5e-3  # TF32 noise only: the synced weights are current
     for record in records:
+        assert record["rollout/graph_capture_s"] > 0  # decode replays graphs (captured after each wake-up)
         assert record["perf/max_memory_allocated_gb"] > 0
         for phase in ("gen", "ref", "update_actor", "update_weights"):
             assert record[f"perf/max_memory_allocated_gb/{phase}"] > 0, phase

@@ -17,7 +17,7 @@ from hybridrl.rollout.engine.kv_memory import MARGIN_BYTES, blocks_for_generatio
 from hybridrl.rollout.engine.loader import build_engine_model
 from hybridrl.rollout.engine.model_runner import ModelRunner
 from hybridrl.rollout.engine.models import load_weights
-from hybridrl.rollout.engine.parallel import SINGLE, TP_KEY, TensorParallel
+from hybridrl.rollout.engine.parallel import SINGLE, TensorParallel
 from hybridrl.rollout.engine.sampler import row_key
 from hybridrl.rollout.engine.scheduler import Scheduler
 from hybridrl.rollout.engine.sequence import Sequence
@@ -42,10 +42,6 @@ class LLMEngine:
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.model, self.config, self.max_model_len, eos = build_engine_model(
             model, dtype, self.device, max_model_len, tp)
-        if tp.size > 1 and self.device.type == "cuda" and not enforce_eager:
-            # all-reduces inside captured decode graphs are not validated yet: eager decode for now
-            log.info("tensor-parallel rollout (%s=%d): decode runs eagerly (no CUDA graphs)", TP_KEY, tp.size)
-            enforce_eager = True
         self.tp = tp
         self.eos_ids = frozenset(eos | set(tokenizer_eos_ids))
         self.gpu_memory_utilization = gpu_memory_utilization
