@@ -18,7 +18,7 @@ from hybridrl.workers.optim import build_lr_scheduler, build_optimizer
 from hybridrl.workers.precision import log_precision, resolve_precision
 from hybridrl.workers.sharding import TrainState, clip_grad_norm, gradient_sync, named_weights, shard_role
 from hybridrl.workers.sizes import BatchSizes
-from hybridrl.workers.update_metrics import kept, means
+from hybridrl.workers.update_metrics import as_metric, means
 
 UPDATE_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask",
                "old_log_probs", "advantages")
@@ -102,7 +102,8 @@ class ActorWorker(TrainState):
             data = data.index(torch.randperm(len(data), generator=gen))
         return data.split(self.sizes.ppo_mini)
 
-    def _update_mini_batch(self, mini: Batch, metrics: dict[str, list[torch.Tensor | float]], on_policy: bool = False) -> None:
+    def _update_mini_batch(self, mini: Batch, metrics: dict[str, list[torch.Tensor | float]],
+                           on_policy: bool = False) -> None:
         self.optimizer.zero_grad(set_to_none=True)
         parts = self.update_plan.split(mini, self.sharded).parts
         forwards = []  # on-policy: (log_prob, entropy) of each micro-batch, detached, for the old_log_prob metrics
@@ -124,7 +125,7 @@ class ActorWorker(TrainState):
             self.optimizer.step()
         else:
             metrics["actor/num_skipped_steps"].append(1.0)
-        metrics["actor/grad_norm"].append(kept(grad_norm))
+        metrics["actor/grad_norm"].append(as_metric(grad_norm))
 
     def _micro_loss(self, micro: Batch, on_policy: bool = False):
         """(loss, metrics, (log_prob, entropy) detached) of one micro-batch."""
@@ -141,17 +142,17 @@ class ActorWorker(TrainState):
             clip_ratio_high=cfg.clip_ratio_high if cfg.clip_ratio_high is not None else cfg.clip_ratio,
             clip_ratio_c=cfg.clip_ratio_c, loss_agg_mode=cfg.loss_agg_mode, loss_scale_factor=cfg.loss_scale_factor)
         loss = pg_loss
-        metrics = {"actor/pg_loss": kept(pg_loss)}
-        metrics.update({f"actor/{k}": kept(v) for k, v in pg_metrics.items()})
+        metrics = {"actor/pg_loss": as_metric(pg_loss)}
+        metrics.update({f"actor/{k}": as_metric(v) for k, v in pg_metrics.items()})
         if cfg.entropy_coeff != 0:
             entropy_agg = agg_loss(entropy, mask, cfg.loss_agg_mode, cfg.loss_scale_factor)
             loss = loss - cfg.entropy_coeff * entropy_agg
-            metrics["actor/entropy_loss"] = kept(entropy_agg)
+            metrics["actor/entropy_loss"] = as_metric(entropy_agg)
         if cfg.use_kl_loss:
             kld = kl_penalty(log_prob, micro["ref_log_prob"], cfg.kl_loss_type)
             kl_loss = agg_loss(kld, mask, cfg.loss_agg_mode, cfg.loss_scale_factor)
             loss = loss + cfg.kl_loss_coef * kl_loss
-            metrics.update({"actor/kl_loss": kept(kl_loss), "actor/kl_coef": cfg.kl_loss_coef})
+            metrics.update({"actor/kl_loss": as_metric(kl_loss), "actor/kl_coef": cfg.kl_loss_coef})
         return loss, metrics, (log_prob.detach(), entropy.detach() if entropy is not None else None)
 
     def _old_log_prob_metrics(self, parts: list[Batch], forwards: list) -> dict[str, torch.Tensor | float]:
@@ -159,7 +160,7 @@ class ActorWorker(TrainState):
         mask = torch.cat([micro["response_mask"] for micro in parts])
         log_prob = torch.cat([lp for lp, _ in forwards]).float()
         entropy = torch.cat([ent for _, ent in forwards]).float()
-        out = {"actor/entropy": kept(agg_loss(entropy, mask, self.actor_cfg.loss_agg_mode))}
+        out = {"actor/entropy": as_metric(agg_loss(entropy, mask, self.actor_cfg.loss_agg_mode))}
         if "rollout_log_probs" in parts[0]:
             rollout = torch.cat([micro["rollout_log_probs"] for micro in parts])
             out.update(rollout_agreement_metrics(rollout, log_prob, mask))

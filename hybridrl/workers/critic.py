@@ -17,7 +17,7 @@ from hybridrl.workers.optim import build_lr_scheduler, build_optimizer
 from hybridrl.workers.precision import log_precision, resolve_precision
 from hybridrl.workers.sharding import TrainState, clip_grad_norm, gradient_sync, shard_role
 from hybridrl.workers.sizes import BatchSizes
-from hybridrl.workers.update_metrics import kept, means
+from hybridrl.workers.update_metrics import as_metric, means
 
 UPDATE_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask", "values", "returns")
 
@@ -84,12 +84,12 @@ class CriticWorker(TrainState):
                 vf_loss, vf_clipfrac = compute_value_loss(vpreds, micro["returns"], micro["values"], mask,
                                                           self.cfg.cliprange_value, self.cfg.loss_agg_mode)
                 (vf_loss * (len(micro) / len(mini))).backward()  # x micro rows / mini rows, as verl
-            metrics["critic/vf_loss"].append(kept(vf_loss))
-            metrics["critic/vf_clipfrac"].append(kept(vf_clipfrac))
-            metrics["critic/vpred_mean"].append(kept(masked_mean(vpreds, mask)))
+            metrics["critic/vf_loss"].append(as_metric(vf_loss))
+            metrics["critic/vf_clipfrac"].append(as_metric(vf_clipfrac))
+            metrics["critic/vpred_mean"].append(as_metric(masked_mean(vpreds, mask)))
         grad_norm = clip_grad_norm(self.model, self.cfg.grad_clip, self.sharded)
         if torch.isfinite(grad_norm):
             self.offloader.before_step()  # optimizer_offload: its state comes in now, after backward
             self.optimizer.step()
-        metrics["critic/grad_norm"].append(kept(grad_norm))
+        metrics["critic/grad_norm"].append(as_metric(grad_norm))
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 
-def kept(value: torch.Tensor | float) -> torch.Tensor | float:
+def as_metric(value: torch.Tensor | float) -> torch.Tensor | float:
     """A metric value to store: a one-element tensor detached (no graph kept alive), or a float."""
     if isinstance(value, torch.Tensor):
         if value.numel() != 1:
@@ -24,7 +24,7 @@ def kept(value: torch.Tensor | float) -> torch.Tensor | float:
 
 
 def means(metrics: Mapping[str, Sequence[torch.Tensor | float]]) -> dict[str, float]:
-    """The mean of each key's values (`kept` tensors and floats), with one host transfer per device."""
+    """The mean of each key's values (`as_metric` tensors and floats), with one host transfer per device."""
     tensors = [value for values in metrics.values() for value in values if isinstance(value, torch.Tensor)]
     on_host = iter(_to_host(tensors))
     out = {}
