@@ -10,7 +10,8 @@ from typing import Callable
 USER_FACING = ("ConfigError", "ModelLoadError", "CheckpointError", "RewardFunctionError", "DatasetError",
                "RolloutCapacityError", "PhaseOOMError", "PlacementError", "WorkerDiedError",
                "WorkerError", "RemoteScoringError", "MissingDependencyError",
-               "MegatronCheckpointError", "GroupClosedError", "RayInitError", "CompileError")
+               "MegatronCheckpointError", "GroupClosedError", "RayInitError", "CompileError",
+               "GraphCaptureError")
 
 
 def run_with_actionable_errors(fn: Callable[[], object]) -> int:

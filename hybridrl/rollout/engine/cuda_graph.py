@@ -19,6 +19,13 @@ from hybridrl.logging.log import get_logger
 
 log = get_logger("rollout.cuda_graph")
 
+ENFORCE_EAGER_KEY = "actor_rollout_ref.rollout.enforce_eager"
+
+
+class GraphCaptureError(RuntimeError):
+    """A decode step could not be captured in a CUDA graph; the message names the key that turns graphs off."""
+
+
 # decode_fn(input_ids (B,), positions (B,), block_tables (B, M), context_lens (B,), slot_mapping (B,))
 DecodeFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -206,13 +213,7 @@ class CUDAGraphDecodeRunner:
                 continue
             self._check_output(self.decode_fn(*self.views(size)))  # warm-up: compiles Triton kernels
             graph = torch.cuda.CUDAGraph()
-            with capturing(graph, self._pool, self.device):
-                out = self.decode_fn(*self.views(size))
-                if self._outputs is None:
-                    self._outputs = out
-                else:
-                    self._outputs[:size] = out
-            del out
+            self._capture_one(graph, size)
             if self._pool is None:
                 self._pool = graph.pool()
             self._graphs[size] = graph
@@ -220,6 +221,21 @@ class CUDAGraphDecodeRunner:
         elapsed = time.perf_counter() - start
         self.capture_time_s += elapsed
         log.debug("captured decode CUDA graphs for batch sizes %s in %.2f s", sizes, elapsed)
+
+    def _capture_one(self, graph: torch.cuda.CUDAGraph, size: int) -> None:
+        try:
+            with capturing(graph, self._pool, self.device):
+                out = self.decode_fn(*self.views(size))
+                if self._outputs is None:
+                    self._outputs = out
+                else:
+                    self._outputs[:size] = out
+        except RuntimeError as err:  # CUDA and NCCL refuse uncapturable work with RuntimeError
+            raise GraphCaptureError(
+                f"capturing the decode CUDA graph for {size} rows failed: {err}. Set "
+                f"{ENFORCE_EAGER_KEY}=true to decode without CUDA graphs (several times slower, same "
+                "tokens); with tensor_model_parallel_size > 1 the all-reduces are captured too, which needs "
+                "NCCL >= 2.9.6") from err
 
     def _check_output(self, sample: torch.Tensor) -> None:
         if sample.dim() != 2 or sample.shape[1] != self.output_size:

@@ -251,3 +251,22 @@ def test_configured_capture_sizes_reach_the_engine_and_always_cover_max_num_seqs
             graph_sizes(bad, 64)
     engine = make_engine(make_model("qwen2"), max_num_seqs=64, cudagraph_capture_sizes=[4, 16])
     assert engine.runner.graph_runner.capture_sizes == [4, 16, 64]
+
+
+def test_a_capture_failure_names_the_key_that_turns_graphs_off(monkeypatch):
+    """What CUDA or NCCL raise inside a capture (e.g. a collective an old NCCL cannot capture) becomes an
+    error that names rollout.enforce_eager, with the original as its cause."""
+    decode = RecordingDecode()
+    runner = graph_runner_on_cpu(monkeypatch, decode)
+
+    @contextlib.contextmanager
+    def refusing_capture(graph, pool, device):
+        yield
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(cuda_graph, "capturing", refusing_capture)
+    with pytest.raises(cuda_graph.GraphCaptureError,
+                       match=r"for 4 rows failed: operation not permitted.*actor_rollout_ref\.rollout\.enforce_eager="
+                             r"true") as err:
+        runner.run(*make_inputs(3))
+    assert isinstance(err.value.__cause__, RuntimeError) and not runner.captured
