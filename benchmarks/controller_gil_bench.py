@@ -4,10 +4,12 @@
     python benchmarks/controller_gil_bench.py --quick            # toy shapes (test smoke run)
 
 `call_sharded` sends a batch shaped like the ref phase's input to 2 CPU (gloo) ranks whose method returns
-(rows, 256) zeros: what is timed is the controller's side (sharding, pipes, pickling, concatenation). Three
+(rows, 256) zeros: what is timed is the controller's side (sharding, pipes, pickling, concatenation). The
 conditions: alone; beside a thread that decodes the step's 512 x 256 response tokens with the benchmark's
-stand-in tokenizer (the async reward's first step), submitted plainly; and the same submitted through
-`hybridrl.utils.threads.submit_responsive` (switch interval 0.2 ms while it runs), as the trainer does.
+stand-in tokenizer (the async reward's first step) through transformers' `batch_decode` (what the reward
+worker ran before session 11), submitted plainly and through `hybridrl.utils.threads.submit_responsive`
+(switch interval 0.2 ms while it runs, as the trainer does); and beside the reward worker's own
+`decode_responses` (the Rust backend's `decode_batch`, which releases the GIL), submitted as the trainer does.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from benchmarks.rl_step_setup import build_stand_in_tokenizer, gsm8k_rows, promp
 from hybridrl.distributed.local_launcher import LocalWorkerGroup  # noqa: E402
 from hybridrl.utils.batch import Batch  # noqa: E402
 from hybridrl.utils.threads import submit_responsive  # noqa: E402
+from hybridrl.workers.reward import decode_responses  # noqa: E402
 
 
 class ReplyRank:
@@ -80,6 +83,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     tokenizer = build_stand_in_tokenizer(prompt_texts(gsm8k_rows(args.prompts)), qwen2_config())
     responses = torch.randint(0, tokenizer.vocab_size, (args.rows, args.response_len))
     decode = lambda: tokenizer.batch_decode(responses, skip_special_tokens=True)  # noqa: E731
+    scored = Batch(tensors={"responses": responses, "response_mask": torch.ones_like(responses)})
+    reward_decode = lambda: decode_responses(tokenizer, scored)  # noqa: E731
     batch = step_batch(args.rows, args.seq_len, args.response_len)
     results: dict[str, Any] = {}
     with LocalWorkerGroup(ReplyRank, {}, world_size=2, role="ref") as group, \
@@ -93,6 +98,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                                               lambda: pool.submit(decode)))
         results["beside_decode_thread_responsive"] = summary(timed_calls(group, batch, args.repeats,
                                                                          lambda: submit_responsive(pool, decode)))
+        start = time.perf_counter()
+        reward_decode()
+        results["reward_decode_alone_ms"] = (time.perf_counter() - start) * 1e3
+        results["beside_reward_decode_responsive"] = summary(
+            timed_calls(group, batch, args.repeats, lambda: submit_responsive(pool, reward_decode)))
     report = {"benchmark": "controller_gil", "environment": environment("cpu"),
               "shapes": {"rows": args.rows, "seq_len": args.seq_len, "response_len": args.response_len,
                          "ranks": 2, "repeats": args.repeats}, **results}

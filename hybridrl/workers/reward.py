@@ -9,6 +9,7 @@ from typing import Callable
 
 import torch
 
+from hybridrl.models.hf import batch_decode
 from hybridrl.rewards import default_compute_score
 from hybridrl.rewards.custom import load_custom_reward_fn
 from hybridrl.rewards.manager import place_scores, score_batch
@@ -26,8 +27,6 @@ def build_compute_score(cfg) -> Callable:
 
 
 def decode_responses(tokenizer, batch: Batch) -> list[str]:
-    from hybridrl.models.hf import batch_decode
-
     lengths = batch["response_mask"].sum(-1).tolist()
     rows = [ids[:n] for ids, n in zip(batch["responses"].tolist(), lengths)]
     return batch_decode(tokenizer, rows, skip_special_tokens=True)
