@@ -14,6 +14,7 @@ from hybridrl.rewards import default_compute_score
 from hybridrl.rewards.custom import load_custom_reward_fn
 from hybridrl.rewards.manager import place_scores, score_batch
 from hybridrl.utils.batch import Batch
+from hybridrl.workers.rollout import unpadded_rows
 
 
 def build_compute_score(cfg) -> Callable:
@@ -27,9 +28,8 @@ def build_compute_score(cfg) -> Callable:
 
 
 def decode_responses(tokenizer, batch: Batch) -> list[str]:
-    lengths = batch["response_mask"].sum(-1).tolist()
-    rows = [ids[:n] for ids, n in zip(batch["responses"].tolist(), lengths)]
-    return batch_decode(tokenizer, rows, skip_special_tokens=True)
+    """Each response's tokens (where response_mask is set) as text; only real tokens become Python ints."""
+    return batch_decode(tokenizer, unpadded_rows(batch["responses"], batch["response_mask"]), skip_special_tokens=True)
 
 
 def is_remote(model_cfg_path: str, type_name: str | None) -> bool:
