@@ -132,7 +132,9 @@ class RewardModelConfig:
     sandbox_fusion: SandboxFusionConfig = section(SandboxFusionConfig, "Code sandbox.")
     ulysses_sequence_parallel_size: int = setting(1, "Ulysses sequence parallel.")
     use_reward_loop: bool = setting(True, "verl's reward-loop path (accepted; scoring runs after generation here).")
-    num_workers: int = setting(1, "Reward scoring workers; no effect (scoring runs inline or, with launch_reward_fn_async, on one thread).")
+    num_workers: int = setting(1, "Reward scoring processes: above 1, the reward function runs in that many spawned "
+                               "processes (rows in parallel, no GIL shared with the trainer); 1 scores in the trainer's "
+                               "process (on a thread with launch_reward_fn_async). Reward models are not affected.")
     reward_kwargs: dict = setting({}, "Extra kwargs passed to the reward manager.", plus=True)
     on_error: str = setting(
         "raise",

@@ -174,4 +174,7 @@ def _trainer_problems(cfg: HybridRLConfig) -> list[str]:
         problems.append(f"trainer.nnodes ({trainer.nnodes}) must be >= 1")
     if trainer.n_gpus_per_node is not None and trainer.n_gpus_per_node < 1:
         problems.append(f"trainer.n_gpus_per_node ({trainer.n_gpus_per_node}) must be >= 1 (or null = all visible)")
+    if cfg.reward_model.num_workers < 1:
+        problems.append(f"reward_model.num_workers ({cfg.reward_model.num_workers}) must be >= 1 (1 = score in the "
+                        "trainer's process)")
     return problems

@@ -39,8 +39,11 @@ def function_name(fn: Callable) -> str:
 
 
 def score_batch(responses_text: list[str], data_sources: Sequence[str], ground_truths: Sequence[Any],
-                extra_infos: Sequence[dict | None], compute_score: Callable, on_error: str = "raise") -> ScoredBatch:
-    """Call `compute_score(data_source, solution_str, ground_truth, extra_info)` for every row."""
+                extra_infos: Sequence[dict | None], compute_score: Callable, on_error: str = "raise",
+                first_row: int = 0) -> ScoredBatch:
+    """Call `compute_score(data_source, solution_str, ground_truth, extra_info)` for every row.
+
+    `first_row`: the batch row of the first response here (a chunk scored elsewhere), for error messages."""
     if on_error not in ON_ERROR_MODES:
         raise ValueError(f"reward_model.on_error={on_error!r} is not one of {ON_ERROR_MODES}")
     sizes = {len(responses_text), len(data_sources), len(ground_truths), len(extra_infos)}
@@ -51,21 +54,31 @@ def score_batch(responses_text: list[str], data_sources: Sequence[str], ground_t
     row_extras: list[dict[str, Any]] = []
     for index, response in enumerate(responses_text):
         call = (data_sources[index], response, ground_truths[index], extra_infos[index])
+        row = first_row + index
         try:
             result = compute_score(*call)
         except Exception as error:
             if on_error == "raise":
-                raise RewardFunctionError(_describe(compute_score, data_sources[index], index) + (
+                raise RewardFunctionError(_describe(compute_score, data_sources[index], row) + (
                     f" raised {type(error).__name__}: {error}. Fix the function, or set reward_model.on_error=zero "
                     f"to score such rows 0 (counted in reward/num_errors)")) from error
             scored.num_errors += 1
             result = 0.0
-        score, extra = _split_result(result, compute_score, data_sources[index], index)
+        score, extra = _split_result(result, compute_score, data_sources[index], row)
         scored.scores.append(score)
         row_extras.append(extra)
     keys = dict.fromkeys(key for extra in row_extras for key in extra)
     scored.extra = {key: [extra.get(key) for extra in row_extras] for key in keys}
     return scored
+
+
+def concat_scored(parts: Sequence[ScoredBatch]) -> ScoredBatch:
+    """Consecutive chunks' results as one batch's: a key some chunk lacks is None on that chunk's rows."""
+    keys = dict.fromkeys(key for part in parts for key in part.extra)
+    return ScoredBatch(scores=[score for part in parts for score in part.scores],
+                       extra={key: [value for part in parts
+                                    for value in part.extra.get(key, [None] * len(part.scores))] for key in keys},
+                       num_errors=sum(part.num_errors for part in parts))
 
 
 def _describe(fn: Callable, data_source: str, index: int) -> str:

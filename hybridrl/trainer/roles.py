@@ -41,6 +41,7 @@ class Roles:
             self.group.shutdown()
         if self.handoff is not None:
             self.handoff.close()
+        self.reward.close()
 
 
 def build_critic(cfg, sizes: BatchSizes, device: torch.device, total_steps: int):

@@ -10,21 +10,24 @@ from typing import Callable
 import torch
 
 from hybridrl.models.hf import batch_decode
-from hybridrl.rewards import default_compute_score
-from hybridrl.rewards.custom import load_custom_reward_fn
 from hybridrl.rewards.manager import place_scores, score_batch
+from hybridrl.rewards.pool import ScoreFnSpec, ScoringPool
 from hybridrl.utils.batch import Batch
 from hybridrl.workers.rollout import unpadded_rows
 
 
-def build_compute_score(cfg) -> Callable:
+def score_fn_spec(cfg) -> ScoreFnSpec:
     """`custom_reward_function.path/name` when set (with reward_kwargs), else the built-in table."""
     custom = cfg.custom_reward_function
-    if custom.path:
-        kwargs = dict(getattr(custom, "reward_kwargs", None) or {})
-        kwargs.update(getattr(cfg.reward_model, "reward_kwargs", None) or {})
-        return load_custom_reward_fn(custom.path, custom.name or "compute_score", kwargs)
-    return default_compute_score
+    if not custom.path:
+        return ScoreFnSpec()
+    kwargs = dict(getattr(custom, "reward_kwargs", None) or {})
+    kwargs.update(getattr(cfg.reward_model, "reward_kwargs", None) or {})
+    return ScoreFnSpec(custom.path, custom.name or "compute_score", kwargs)
+
+
+def build_compute_score(cfg) -> Callable:
+    return score_fn_spec(cfg).load()
 
 
 def decode_responses(tokenizer, batch: Batch) -> list[str]:
@@ -59,8 +62,15 @@ class RewardWorker:
         self.tokenizer = tokenizer
         self.reward_fn_key = cfg.data.reward_fn_key
         self.on_error = cfg.reward_model.on_error
-        self.compute_score = build_compute_score(cfg)
+        self.compute_score = build_compute_score(cfg)  # loaded here too: a bad file fails at start-up
         self.reward_model = build_reward_model(cfg, tokenizer) if cfg.reward_model.enable else None
+        workers = cfg.reward_model.num_workers
+        self.pool = ScoringPool(score_fn_spec(cfg), workers, self.on_error) if workers > 1 else None
+
+    def close(self) -> None:
+        """Stop the scoring processes (reward_model.num_workers > 1); safe to call twice."""
+        if self.pool is not None:
+            self.pool.close()
 
     def describe(self) -> str:
         return self.reward_model.describe() if self.reward_model is not None else "rule/function rewards"
@@ -76,9 +86,10 @@ class RewardWorker:
             return Batch({"token_level_scores": rm_scores.float()}), {}, {"reward/num_errors": 0.0}
         texts = decode_responses(self.tokenizer, batch)
         reward_info = list(batch["reward_model"])
-        scored = score_batch(texts, list(batch[self.reward_fn_key]), [r.get("ground_truth") for r in reward_info],
-                             list(batch.get("extra_info", [None] * len(batch))), self.compute_score,
-                             on_error=self.on_error)
+        rows = (texts, list(batch[self.reward_fn_key]), [r.get("ground_truth") for r in reward_info],
+                list(batch.get("extra_info", [None] * len(batch))))
+        scored = self.pool.score(*rows) if self.pool is not None else score_batch(
+            *rows, self.compute_score, on_error=self.on_error)
         lengths = batch["response_mask"].sum(-1)
         scores = place_scores(scored.scores, lengths, batch["responses"].shape[1])
         metrics = {"reward/num_errors": float(scored.num_errors)}

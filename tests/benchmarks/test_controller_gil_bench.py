@@ -17,7 +17,8 @@ def test_quick_run_reports_each_condition(tmp_path, capsys):
     controller_gil_bench.main(["--quick", "--out", str(out)])
     report = json.loads(capsys.readouterr().out)  # stdout is exactly one JSON object
     assert report == json.loads(out.read_text())
-    for condition in ("alone", "beside_decode_thread", "beside_decode_thread_responsive"):
+    for condition in ("alone", "beside_decode_thread", "beside_decode_thread_responsive",
+                      "beside_reward_decode_responsive"):
         assert 0 < report[condition]["min_ms"] <= report[condition]["median_ms"] <= report[condition]["max_ms"]
-    assert report["shapes"]["ranks"] == 2 and report["decode_alone_ms"] > 0
+    assert report["shapes"]["ranks"] == 2 and report["decode_alone_ms"] > 0 and report["reward_decode_alone_ms"] > 0
     assert sys.getswitchinterval() == 0.005  # restored once the responsive decodes finished

@@ -108,7 +108,7 @@ def test_value_rules():
         "algorithm.kl_penalty=k3+", "actor_rollout_ref.actor.loss_agg_mode=mean", "data.truncation=cut",
         "trainer.resume_mode=resume_path", "trainer.resume_from_path=/ckpt/step_3",
         "actor_rollout_ref.rollout.gpu_memory_utilization=1.5", "trainer.critic_warmup=-1",
-        "actor_rollout_ref.actor.optim.lr=-1", "trainer.logger=[console,wandbb]",
+        "actor_rollout_ref.actor.optim.lr=-1", "trainer.logger=[console,wandbb]", "reward_model.num_workers=0",
     ])  # fmt: skip
     for expected in [
         "remax needs actor_rollout_ref.rollout.do_sample=true",
@@ -121,6 +121,7 @@ def test_value_rules():
         "trainer.critic_warmup (-1) must be >= 0",
         "actor_rollout_ref.actor.optim.lr (-1.0) must be >= 0",
         "unknown backend(s) ['wandbb']",
+        "reward_model.num_workers (0) must be >= 1",
     ]:
         assert expected in message, expected
     assert "algorithm.kl_penalty" not in message  # k3+ is valid

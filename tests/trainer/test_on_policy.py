@@ -78,3 +78,20 @@ def test_async_reward_scores_on_a_thread_and_gives_the_synchronous_run(tmp_path,
     for got, want in zip(background, sync):
         assert stable(got) == pytest.approx(stable(want), rel=1e-6, abs=1e-7)
         assert "timing_s/reward" in got
+
+
+def test_reward_worker_processes_give_the_in_process_run(tmp_path, arith_model_dir, arithmetic_files, monkeypatch):
+    """reward_model.num_workers=2 (beside launch_reward_fn_async): rows scored in two spawned processes give the
+    in-process run's metrics, and the processes are gone when fit returns."""
+    from hybridrl.rewards.pool import ScoringPool
+
+    pooled = []
+    original = ScoringPool.score
+    monkeypatch.setattr(ScoringPool, "score", lambda self, *rows: pooled.append(len(rows[0])) or original(self, *rows))
+    _, inline = run(tmp_path, arith_model_dir, arithmetic_files, "inline", [])
+    trainer, workers = run(tmp_path, arith_model_dir, arithmetic_files, "workers",
+                           ["reward_model.num_workers=2", "reward_model.launch_reward_fn_async=true"])
+    assert len(pooled) == 2 and pooled[0] > 0  # every step's batch went through the pool
+    assert trainer.roles.reward.pool._executor is None  # closed with the run
+    for got, want in zip(workers, inline):
+        assert stable(got) == pytest.approx(stable(want), rel=1e-6, abs=1e-7)
