@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))  # `benchmarks` is a directory of scripts, not an installed package
+from tests.benchmarks.quick_run import quick_report  # puts the repository on sys.path for `benchmarks`
 
 from benchmarks import collective_bench  # noqa: E402
 from benchmarks.common import build_random_model, qwen2_config  # noqa: E402
@@ -26,10 +23,7 @@ def test_sizes_are_one_decoder_layer_and_the_whole_model():
 
 @pytest.mark.slow  # benchmark plumbing: a 2-rank gloo group (~11 s on 2 cores)
 def test_quick_run_times_every_collective(tmp_path, capsys):
-    out = tmp_path / "collectives.json"
-    collective_bench.main(["--quick", "--iters", "2", "--out", str(out)])
-    report = json.loads(capsys.readouterr().out)  # stdout is exactly one JSON object
-    assert report == json.loads(out.read_text())
+    report = quick_report(collective_bench.main, tmp_path / "collectives.json", capsys, "--iters", "2")
     assert report["backend"] == "gloo" and "contention" not in report
     assert set(report["collectives"]) == {"all_gather_layer_bf16", "all_gather_model_bf16",
                                           "reduce_scatter_layer_fp32", "all_reduce_layer_fp32"}

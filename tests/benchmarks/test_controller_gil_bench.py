@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))  # `benchmarks` is a directory of scripts, not an installed package
+from tests.benchmarks.quick_run import quick_report  # puts the repository on sys.path for `benchmarks`
 
 from benchmarks import controller_gil_bench  # noqa: E402
 
 
 def test_quick_run_reports_each_condition(tmp_path, capsys):
-    out = tmp_path / "gil.json"
-    controller_gil_bench.main(["--quick", "--out", str(out)])
-    report = json.loads(capsys.readouterr().out)  # stdout is exactly one JSON object
-    assert report == json.loads(out.read_text())
+    report = quick_report(controller_gil_bench.main, tmp_path / "gil.json", capsys)
     for condition in ("alone", "beside_decode_thread", "beside_decode_thread_responsive",
                       "beside_reward_decode_responsive"):
         assert 0 < report[condition]["min_ms"] <= report[condition]["median_ms"] <= report[condition]["max_ms"]

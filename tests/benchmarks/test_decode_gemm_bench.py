@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))  # `benchmarks` is a directory of scripts, not an installed package
+from tests.benchmarks.quick_run import quick_report  # puts the repository on sys.path for `benchmarks`
 
 from benchmarks import decode_gemm_bench  # noqa: E402
 from benchmarks.common import build_random_model, qwen2_config  # noqa: E402
@@ -25,10 +22,7 @@ def test_shapes_are_the_decoder_layers_and_head_linears():
 
 
 def test_quick_run_times_every_gemm_at_every_row_count(tmp_path, capsys):
-    out = tmp_path / "decode_gemm.json"
-    decode_gemm_bench.main(["--quick", "--rows", "2,4", "--out", str(out)])
-    report = json.loads(capsys.readouterr().out)  # stdout is exactly one JSON object
-    assert report == json.loads(out.read_text())
+    report = quick_report(decode_gemm_bench.main, tmp_path / "decode_gemm.json", capsys, "--rows", "2,4")
     times = report["us_per_call"]["cpu"]
     assert set(times) == {f"{rows} {name}" for rows in (2, 4) for name in report["shapes"]}
     assert all(case["linear"] > 0 and case["transposed"] > 0 for case in times.values())

@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))  # `benchmarks` is a directory of scripts, not an installed package
+from tests.benchmarks.quick_run import quick_report  # puts the repository on sys.path for `benchmarks`
 
 from benchmarks import reward_workers_bench  # noqa: E402
 
 
 def test_quick_run_reports_both_ways_of_scoring(tmp_path, capsys):
-    out = tmp_path / "reward_workers.json"
-    reward_workers_bench.main(["--quick", "--out", str(out)])
-    report = json.loads(capsys.readouterr().out)  # stdout is exactly one JSON object
-    assert report == json.loads(out.read_text())
+    report = quick_report(reward_workers_bench.main, tmp_path / "reward_workers.json", capsys)
     assert report["alone"]["main_thread_ops_per_s"] > 0
     for condition in ("in_process_thread", "pool_2_workers"):
         assert report[condition]["score_s"] > 0 and report[condition]["main_thread_ops_per_s"] > 0
