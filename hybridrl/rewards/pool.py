@@ -66,8 +66,9 @@ class ScoringPool:
             self.close()
             raise RewardFunctionError(
                 f"a reward worker process died while scoring (reward_model.num_workers={self.num_workers}): the "
-                "reward function crashed its interpreter or ran out of memory. Set reward_model.num_workers=1 to "
-                "score in the trainer's process and see the failure there") from error
+                "reward function crashed its interpreter or ran out of memory, or the script that started training "
+                "has no `if __name__ == \"__main__\":` guard (spawned workers import it; its stderr above says so). "
+                "Set reward_model.num_workers=1 to score in the trainer's process and see the failure there") from error
 
     def _pool(self) -> ProcessPoolExecutor:
         if self._executor is None:

@@ -71,3 +71,25 @@ def test_a_worker_that_dies_is_an_error_with_the_way_to_see_it(spec):
 def test_one_worker_is_not_a_pool(spec):
     with pytest.raises(ValueError, match="num_workers=1"):
         ScoringPool(spec, num_workers=1)
+
+
+UNGUARDED_SCRIPT = '''
+from hybridrl.rewards.pool import ScoreFnSpec, ScoringPool
+
+pool = ScoringPool(ScoreFnSpec(), num_workers=2)  # at the top level: spawned workers run this again
+pool.score(["#### 1"], ["openai/gsm8k"], ["1"], [None])
+'''
+
+
+def test_a_script_without_a_main_guard_is_told_so(tmp_path):
+    """Spawned workers import the script that started them; without a main guard they start scoring pools
+    of their own, which Python refuses, and the pool's error says what to add."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "train.py"
+    script.write_text(UNGUARDED_SCRIPT)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert proc.returncode != 0
+    assert "RewardFunctionError" in proc.stderr and 'if __name__ == "__main__":' in proc.stderr, proc.stderr[-2000:]
