@@ -111,7 +111,8 @@ class RolloutConfig:
                                                         "max_num_seqs is always added); null = 1, 2, 4, ..., 32, every 16.")
     free_cache_engine: bool = setting(True, "Free the KV cache between generation phases.")
     tensor_model_parallel_size: int = setting(1, "Devices per engine replica (hybridrl default 1, verl: 2): the hybrid engine "
-                                                 "splits heads and MLP width over them (eager decode on CUDA for now).")
+                                                 "splits heads and MLP width over them (on CUDA its all-reduces run inside the "
+                                                 "decode CUDA graphs).")
     data_parallel_size: int = setting(1, "Engine-internal data parallelism.")
     expert_parallel_size: int = setting(1, "Engine expert parallelism.")
     pipeline_model_parallel_size: int = setting(1, "Engine pipeline parallelism.")
