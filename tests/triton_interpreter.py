@@ -16,23 +16,14 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def run_interpreted(test_file: str, min_passed: int) -> None:
-    """Run `test_file` (its non-GPU tests) under the interpreter; fail with its output unless at least
-    `min_passed` tests passed (so a suite that silently skips everything cannot pass)."""
-    if INTERPRETED:
-        pytest.skip("already inside the interpreter subprocess")
-    pytest.importorskip("triton", reason="pip install triton to test the Triton kernels on CPU")
-    cmd = [sys.executable, "-m", "pytest", test_file, "-q", "-x", "-p", "no:cacheprovider", "-o", "addopts=",
-           "-m", "not gpu"]
-    proc = subprocess.run(cmd, cwd=REPO, env={**os.environ, "TRITON_INTERPRET": "1"}, capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, f"interpreted Triton tests failed:\n{proc.stdout[-6000:]}\n{proc.stderr[-2000:]}"
-    passed = re.search(r"(\d+) passed", proc.stdout)
-    assert passed and int(passed.group(1)) >= min_passed, f"interpreted tests did not run:\n{proc.stdout[-2000:]}"
+    """`run_interpreted_files` for one file (a path, absolute or repo-relative)."""
+    run_interpreted_files({str(Path(test_file).resolve().relative_to(REPO)): min_passed})
 
 
 def run_interpreted_files(min_passed: dict[str, int]) -> None:
-    """`run_interpreted` for several files in ONE interpreter subprocess (each child pays ~5 s of torch and
-    triton imports on the 2-core box); fails unless each file (repo-relative path) passed its minimum."""
+    """Run the files' non-GPU tests in ONE TRITON_INTERPRET=1 subprocess (each child pays ~5 s of torch and
+    triton imports on the 2-core box); fails with its output unless each file (repo-relative path) passed at
+    least its minimum (so a suite that silently skips everything cannot pass)."""
     if INTERPRETED:
         pytest.skip("already inside the interpreter subprocess")
     pytest.importorskip("triton", reason="pip install triton to test the Triton kernels on CPU")

@@ -7,7 +7,7 @@ import os
 
 import torch
 from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer,
-                          PreTrainedModel, PreTrainedTokenizerBase)
+                          PreTrainedModel, PreTrainedTokenizerBase, PreTrainedTokenizerFast)
 
 DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
           "fp16": torch.float16, "float16": torch.float16}
@@ -81,8 +81,6 @@ def batch_decode(tokenizer: PreTrainedTokenizerBase, rows: list[list[int]], skip
     reading rank replies) waits for the GIL behind the reward thread. `decode_batch` gives the same strings
     in ~19 ms without the GIL. Tokenizers that clean up spaces or decode their own way keep the slow path.
     """
-    from transformers import PreTrainedTokenizerFast
-
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None or tokenizer.clean_up_tokenization_spaces \
             or type(tokenizer)._decode is not PreTrainedTokenizerFast._decode:

@@ -7,8 +7,7 @@ a test of the algorithm's name.
 
 from __future__ import annotations
 
-import contextlib
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import torch
 
@@ -90,7 +89,7 @@ class PPOTrainer:
     def _cpu_threads(self):
         """With worker ranks on this node, the controller takes its share of the cores (cpu_threads.py)."""
         if self.num_devices == 1 or self.cfg.trainer.nnodes > 1:
-            return contextlib.nullcontext()
+            return nullcontext()
         from hybridrl.distributed.cpu_threads import controller_cpu_threads
 
         return controller_cpu_threads(self.num_devices + 1)

@@ -11,7 +11,7 @@ from hybridrl.rollout.engine.decode_step import advance_decode_inputs
 from hybridrl.rollout.engine.sampler import row_key, sample
 from tests.triton_interpreter import INTERPRETED
 
-interpreted = pytest.mark.skipif(not INTERPRETED, reason="runs in test_interpreted_sampler's subprocess")
+interpreted = pytest.mark.skipif(not INTERPRETED, reason="runs in tests/test_triton_on_cpu.py's interpreter subprocess")
 
 
 def random_case(rows: int, vocab: int, dtype=torch.bfloat16, device="cpu", seed=0):

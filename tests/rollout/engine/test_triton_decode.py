@@ -1,7 +1,7 @@
 """Triton paged decode attention and KV store vs a pure-torch reference.
 
 On CPU the kernels run under TRITON_INTERPRET=1, which must be set before triton is imported, so
-`test_interpreted_suite` re-runs this file in a subprocess with it set (nothing leaks into this
+`tests/test_triton_on_cpu.py` re-runs this file in a subprocess with it set (nothing leaks into this
 process); the `interpreted` tests below only run inside that subprocess.
 """
 
@@ -13,7 +13,7 @@ import torch
 from tests.triton_interpreter import INTERPRETED
 
 interpreted = pytest.mark.skipif(not INTERPRETED,
-                                 reason="runs in test_interpreted_suite's TRITON_INTERPRET=1 subprocess")
+                                 reason="runs in tests/test_triton_on_cpu.py's TRITON_INTERPRET=1 subprocess")
 
 
 def reference_decode(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window=None):
