@@ -16,7 +16,15 @@ from hybridrl.workers.micro_batches import MicroBatchPlan
 from hybridrl.workers.offload import PhaseOffloader
 from hybridrl.workers.optim import build_lr_scheduler, build_optimizer
 from hybridrl.workers.precision import log_precision, resolve_precision
-from hybridrl.workers.sharding import TrainState, clip_grad_norm, gradient_sync, named_weights, shard_role
+from hybridrl.workers.sharding import (
+    TrainState,
+    clip_grad_norm,
+    gradient_sync,
+    named_weights,
+    shard_role,
+    sync_replica_gradients,
+    trains_replicas,
+)
 from hybridrl.workers.sizes import BatchSizes
 from hybridrl.workers.update_metrics import as_metric, means
 
@@ -50,6 +58,7 @@ class ActorWorker(TrainState):
         compile_decoder_layers(self.model, device, "actor", enabled=self.actor_cfg.use_torch_compile
                                and fsdp.use_torch_compile, off_key="actor_rollout_ref.actor.use_torch_compile")
         self.sharded = shard_role(self.model, fsdp, self.precision, log_prob_forward=True)
+        self.replicas = trains_replicas(fsdp)  # fsdp_size=1 on several ranks: whole copies, averaged gradients
         self.optimizer = build_optimizer(self.model.parameters(), self.actor_cfg.optim)
         self.offloader = PhaseOffloader(self.model, self.optimizer, device, fsdp.param_offload, fsdp.optimizer_offload,
                                         self.sharded)
@@ -119,6 +128,7 @@ class ActorWorker(TrainState):
         if on_policy:
             for key, value in self._old_log_prob_metrics(parts, forwards).items():
                 metrics[key].append(value)
+        sync_replica_gradients(self.model, self.replicas, self.precision.reduce)
         grad_norm = clip_grad_norm(self.model, self.actor_cfg.grad_clip, self.sharded)
         if torch.isfinite(grad_norm):
             self.offloader.before_step()  # optimizer_offload: its state comes in now, after backward

@@ -15,7 +15,14 @@ from hybridrl.workers.micro_batches import MicroBatchPlan
 from hybridrl.workers.offload import PhaseOffloader
 from hybridrl.workers.optim import build_lr_scheduler, build_optimizer
 from hybridrl.workers.precision import log_precision, resolve_precision
-from hybridrl.workers.sharding import TrainState, clip_grad_norm, gradient_sync, shard_role
+from hybridrl.workers.sharding import (
+    TrainState,
+    clip_grad_norm,
+    gradient_sync,
+    shard_role,
+    sync_replica_gradients,
+    trains_replicas,
+)
 from hybridrl.workers.sizes import BatchSizes
 from hybridrl.workers.update_metrics import as_metric, means
 
@@ -40,6 +47,7 @@ class CriticWorker(TrainState):
         compile_decoder_layers(self.model, device, "critic", enabled=model_cfg.fsdp_config.use_torch_compile,
                                off_key="critic.model.fsdp_config.use_torch_compile")
         self.sharded = shard_role(self.model, model_cfg.fsdp_config, self.precision)
+        self.replicas = trains_replicas(model_cfg.fsdp_config)  # fsdp_size=1 on several ranks: averaged gradients
         self.optimizer = build_optimizer(self.model.parameters(), self.cfg.optim)
         fsdp = model_cfg.fsdp_config
         self.offloader = PhaseOffloader(self.model, self.optimizer, device, fsdp.param_offload, fsdp.optimizer_offload,
@@ -87,6 +95,7 @@ class CriticWorker(TrainState):
             metrics["critic/vf_loss"].append(as_metric(vf_loss))
             metrics["critic/vf_clipfrac"].append(as_metric(vf_clipfrac))
             metrics["critic/vpred_mean"].append(as_metric(masked_mean(vpreds, mask)))
+        sync_replica_gradients(self.model, self.replicas, self.precision.reduce)
         grad_norm = clip_grad_norm(self.model, self.cfg.grad_clip, self.sharded)
         if torch.isfinite(grad_norm):
             self.offloader.before_step()  # optimizer_offload: its state comes in now, after backward

@@ -40,8 +40,10 @@ def shard_model(model: nn.Module, *, log_prob_forward: bool = False, param_dtype
     (the role's `fsdp_config` key): False keeps each layer's gathered weights from forward to backward
     (no second all-gather, one unsharded layer more in memory per FSDP unit). `fsdp_size` (the role's
     `fsdp_config` key): shard over groups of that many ranks, replicated across groups (HSDP; -1 = all ranks).
+    A shard group of one rank (fsdp_size=1, or a one-rank group) keeps the plain module: whole replicas,
+    which `sync_replica_gradients` keeps equal.
     """
-    if not is_distributed():
+    if not is_distributed() or shard_group_size(fsdp_size) == 1:
         return False
     from hybridrl.distributed.fsdp import apply_fsdp2
     from hybridrl.workers.forward import enable_fsdp_log_prob_forward
@@ -62,6 +64,26 @@ def shard_role(model: nn.Module, fsdp_cfg, precision, *, log_prob_forward: bool 
     return shard_model(model, log_prob_forward=log_prob_forward, param_dtype=precision.fsdp_param_dtype,
                        reduce_dtype=precision.reduce, reshard_after_forward=fsdp_cfg.reshard_after_forward,
                        fsdp_size=fsdp_cfg.fsdp_size)
+
+
+def shard_group_size(fsdp_size: int) -> int:
+    """Ranks one parameter is sharded over: the whole group for fsdp_size -1, else fsdp_size (as a rank)."""
+    return dist.get_world_size() if fsdp_size == -1 else fsdp_size
+
+
+def trains_replicas(fsdp_cfg) -> bool:
+    """True on a rank holding a whole copy of a role that trains beside other copies (fsdp_size=1 on more
+    than one rank): its gradients are averaged over the ranks before each optimizer step."""
+    return is_distributed() and dist.get_world_size() > 1 and shard_group_size(fsdp_cfg.fsdp_size) == 1
+
+
+def sync_replica_gradients(model: nn.Module, replicas: bool, reduce_dtype: torch.dtype) -> None:
+    """Whole replicas (`trains_replicas`): every gradient becomes its mean over the ranks (collective), as
+    FSDP's reduce would make it; no-op otherwise."""
+    if replicas:
+        from hybridrl.distributed.replicas import average_gradients
+
+        average_gradients(model.parameters(), reduce_dtype)
 
 
 def max_over_ranks(value: int, sharded: bool) -> int:
@@ -113,11 +135,11 @@ def load_model_state(model: nn.Module, state: dict[str, torch.Tensor], sharded: 
 
 def named_weights(model: nn.Module, sharded: bool,
                   gather_dtype: torch.dtype | None = None) -> Iterable[tuple[str, torch.Tensor]]:
-    """(HF name, full tensor) pairs for weight sync: the state dict as stored, or gathered one FSDP unit at
-    a time, in `gather_dtype` when given (the receiver's dtype: fewer bytes over the link; consumers cast
-    whatever they get)."""
+    """(HF name, full tensor) pairs for weight sync, tied parameters once (as `named_parameters` reports
+    them): the parameters as stored, or gathered one FSDP unit at a time in `gather_dtype` when given (the
+    receiver's dtype: fewer bytes over the link; consumers cast whatever they get)."""
     if not sharded:
-        return model.state_dict().items()
+        return ((name, param.detach()) for name, param in model.named_parameters())
     from hybridrl.distributed.fsdp import iter_full_params
 
     return iter_full_params(model, gather_dtype)

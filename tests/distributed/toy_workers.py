@@ -63,3 +63,23 @@ class ToyWorker:
         from hybridrl.distributed.weight_handoff import write_weights
 
         return write_weights([("w", torch.ones(1000))], spec) if self.rank == 0 else None
+
+
+class GradientAveragingRank:
+    """Parameters with rank-dependent gradients (one left without a gradient on rank 1, one in float64), then
+    `average_gradients` in small buckets: every rank must end with the mean over both."""
+
+    def average(self, bucket_bytes: int) -> dict[str, torch.Tensor]:
+        from hybridrl.distributed.replicas import average_gradients
+
+        rank = dist.get_rank()
+        params = {name: torch.nn.Parameter(torch.zeros(shape, dtype=dtype)) for name, shape, dtype in (
+            ("a", (3, 4), torch.float32), ("b", (5,), torch.float32), ("c", (2, 2), torch.float64),
+            ("d", (7,), torch.float32))}
+        for index, (name, param) in enumerate(params.items()):
+            if not (name == "b" and rank == 1):
+                param.grad = torch.full_like(param, float(10 * index + rank + 1))
+        frozen = torch.nn.Parameter(torch.zeros(2), requires_grad=False)
+        average_gradients([*params.values(), frozen], group=None, bucket_bytes=bucket_bytes)
+        assert frozen.grad is None
+        return {name: param.grad for name, param in params.items()}

@@ -128,8 +128,8 @@ def test_tensor_parallel_rollout_and_hybrid_sharding_give_the_metrics_and_checkp
         tmp_path, arith_model_dir, arithmetic_files, one_process_run):
     """Two ranks, one engine replica split across both (rollout.tensor_model_parallel_size=2): the actor syncs
     full weights, each rank loads its slices, both generate every row; the first rank answers. The actor and
-    reference use hybrid sharding with whole replicas (fsdp_size=1: a 2-D mesh, no parameter all-gathers,
-    gradients all-reduced); the critic shards over both ranks and keeps gathered weights from forward to
+    reference keep whole replicas (fsdp_size=1: plain modules, no parameter all-gathers, gradients
+    averaged before each optimizer step); the critic shards over both ranks and keeps gathered weights from forward to
     backward (reshard_after_forward=false). Every role's parameters and optimizer state are offloaded
     between its phases. Saved states are the one-process format."""
     one_dir, expected = one_process_run
