@@ -46,9 +46,10 @@ PHASE_KEYS: dict[str, tuple[str, ...]] = {
     "values": ("critic.forward_micro_batch_size_per_gpu", "critic.model.fsdp_config.param_offload",
                "critic.model.fsdp_config.optimizer_offload", *OFFLOAD_KEYS),
     "update_critic": ("critic.ppo_mini_batch_size", "critic.ppo_micro_batch_size_per_gpu",
-                      "critic.model.enable_gradient_checkpointing", *ENGINE_KEYS),
+                      "critic.model.enable_gradient_checkpointing", "critic.model.fsdp_config.fsdp_size", *ENGINE_KEYS),
     "update_actor": (f"{ACTOR}.ppo_mini_batch_size", f"{ACTOR}.ppo_micro_batch_size_per_gpu",
-                     f"{MODEL}.enable_gradient_checkpointing", *ENGINE_KEYS, f"{REF}.fsdp_config.param_offload"),
+                     f"{MODEL}.enable_gradient_checkpointing", f"{ACTOR}.fsdp_config.fsdp_size", *ENGINE_KEYS,
+                     f"{REF}.fsdp_config.param_offload"),
     "update_weights": (*ENGINE_KEYS, *OFFLOAD_KEYS),
 }
 PHASE_KEYS["gen_max"] = PHASE_KEYS["gen"]
@@ -227,19 +228,32 @@ GRAD_CKPT = _turn_on(f"{MODEL}.enable_gradient_checkpointing", "keeps one activa
 CRITIC_CKPT = _turn_on("critic.model.enable_gradient_checkpointing", "keeps one activation per layer instead of all")
 CRITIC_OPT_OFFLOAD = _turn_on("critic.model.fsdp_config.optimizer_offload",
                               "the critic's optimizer state stays on the CPU outside update_critic")
+def _shard_copies(prefix: str, role: str) -> Callable[[Any], Override | None]:
+    """fsdp_size=1 keeps a whole copy of the role on every rank: shard it over the ranks instead."""
+    def make(cfg) -> Override | None:
+        key = f"{prefix}.fsdp_config.fsdp_size"
+        now = get_key(cfg, key)
+        return Override(key, -1, now, f"the {role}'s parameters, gradients and optimizer state are sharded over "
+                                      "the ranks instead of whole on each") if now == 1 else None
+    return make
+
+
+ACTOR_SHARDS = _shard_copies(ACTOR, "actor")
+REF_SHARDS = _shard_copies(REF, "reference")
+CRITIC_SHARDS = _shard_copies("critic.model", "critic")
 MAX_SEQS = _halve_int(f"{ROLLOUT}.max_num_seqs", "fewer sequences decoded at once: smaller logits and activations")
 RESPONSE = _halve_int(f"{ROLLOUT}.response_length", "shorter sequences (changes the experiment: last resort)", 16)
 
 CANDIDATES: dict[str, tuple[Callable[[Any], Override | None], ...]] = {
-    "gen": (_lower_gpu_util, MAX_SEQS, OPTIMIZER_OFFLOAD, PARAM_OFFLOAD, RESPONSE),
+    "gen": (_lower_gpu_util, MAX_SEQS, ACTOR_SHARDS, OPTIMIZER_OFFLOAD, PARAM_OFFLOAD, RESPONSE),
     "old_log_prob": (_micro(f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu"), FREE_CACHE, OPTIMIZER_OFFLOAD,
                      _lower_gpu_util, RESPONSE),
-    "ref": (_micro(f"{REF}.log_prob_micro_batch_size_per_gpu"), FREE_CACHE, OPTIMIZER_OFFLOAD, _lower_gpu_util,
-            RESPONSE),
+    "ref": (_micro(f"{REF}.log_prob_micro_batch_size_per_gpu"), FREE_CACHE, REF_SHARDS, OPTIMIZER_OFFLOAD,
+            _lower_gpu_util, RESPONSE),
     "values": (_micro("critic.forward_micro_batch_size_per_gpu"), OPTIMIZER_OFFLOAD, CRITIC_OPT_OFFLOAD, RESPONSE),
-    "update_critic": (_micro("critic.ppo_micro_batch_size_per_gpu"), CRITIC_CKPT, FREE_CACHE, OPTIMIZER_OFFLOAD,
-                      RESPONSE),
-    "update_actor": (_micro(f"{ACTOR}.ppo_micro_batch_size_per_gpu"), GRAD_CKPT, FREE_CACHE, REF_OFFLOAD,
+    "update_critic": (_micro("critic.ppo_micro_batch_size_per_gpu"), CRITIC_SHARDS, CRITIC_CKPT, FREE_CACHE,
+                      OPTIMIZER_OFFLOAD, RESPONSE),
+    "update_actor": (_micro(f"{ACTOR}.ppo_micro_batch_size_per_gpu"), ACTOR_SHARDS, GRAD_CKPT, FREE_CACHE, REF_OFFLOAD,
                      _lower_gpu_util, RESPONSE),
     "update_weights": (_lower_gpu_util, OPTIMIZER_OFFLOAD, PARAM_OFFLOAD, FREE_CACHE),
 }

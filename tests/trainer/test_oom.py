@@ -66,6 +66,18 @@ def test_checkpointing_suggested_when_off():
                         "actor_rollout_ref.model.enable_gradient_checkpointing"]
 
 
+def test_whole_copies_per_rank_are_told_to_shard():
+    """fsdp_size=1 (a whole replica per rank) is the first thing after the micro batch to give back."""
+    cfg = load_config(OVERRIDES + [f"{role}.fsdp_config.fsdp_size=1" for role in
+                                   ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic.model")])
+    for phase, key in (("update_actor", "actor_rollout_ref.actor"), ("ref", "actor_rollout_ref.ref"),
+                       ("update_critic", "critic.model"), ("gen", "actor_rollout_ref.actor")):
+        suggested = {o.key: o.value for o in suggest_overrides(cfg, phase)}
+        assert suggested.get(f"{key}.fsdp_config.fsdp_size") == -1, phase
+    assert "actor_rollout_ref.actor.fsdp_config.fsdp_size=1" in str(raise_oom_in("update_actor", cfg))
+    assert not any("fsdp_size" in o.key for phase in PHASES for o in suggest_overrides(load_config(OVERRIDES), phase))
+
+
 def test_offload_suggested_only_while_the_config_accepts_it(cfg, monkeypatch):
     key = "actor_rollout_ref.actor.fsdp_config.optimizer_offload"
     assert f"{key}=true" in str(translate_oom("gen", cfg, torch.OutOfMemoryError("oom"), CPU))
