@@ -103,8 +103,8 @@ class FsdpConfig:
     reshard_after_forward: bool = setting(True, "FSDP2: free each unit's gathered parameters after forward (false: "
                                           "keep them for backward, no second all-gather, more memory).")
     fsdp_size: int = setting(-1, "Shard group size: -1 = all of the role's ranks; a divisor k of them = hybrid "
-                                 "sharding (HSDP: shard within groups of k, replicate across groups; k=1 keeps a whole "
-                                 "copy per rank, no parameter all-gathers).")
+                                 "sharding (HSDP: shard within groups of k, replicate across groups); k=1 keeps a whole "
+                                 "copy per rank without FSDP: gradients averaged by one all-reduce per optimizer step.")
     forward_prefetch: bool = setting(False, "FSDP1 only: no effect under FSDP2, which prefetches by itself (as verl's fsdp2).")
     model_dtype: str = setting("fp32", "Master weight dtype (parameters, gradients, optimizer updates).")
     use_orig_params: bool = setting(False, "FSDP1 only: no effect under FSDP2 (as verl's fsdp2).")

@@ -48,10 +48,9 @@ def default_mesh(fsdp_size: int = -1) -> DeviceMesh:
     `fsdp_size` (verl's `fsdp_config.fsdp_size`): -1 or the world size shards over all ranks (1-D mesh);
     a divisor k of the world size gives hybrid sharding (HSDP), a 2-D (world / k replicas, k shards) mesh:
     parameters are sharded within groups of k ranks and replicated across them, so the parameter
-    all-gathers stay inside a group and gradients are also all-reduced across the replicas. k=1 keeps a
-    whole copy on every rank (no parameter all-gathers at all, one gradient all-reduce): the fastest
-    choice for models that fit when the interconnect is slow. Meshes are cached per size (making one is a
-    collective that creates process groups).
+    all-gathers stay inside a group and gradients are also all-reduced across the replicas. (The role
+    workers never shard with k=1: they keep plain whole replicas, `distributed/replicas.py`.) Meshes are
+    cached per size (making one is a collective that creates process groups).
     """
     if not dist.is_initialized():
         raise RuntimeError("apply_fsdp2 needs torch.distributed initialised; run it inside a worker started by a "
