@@ -50,6 +50,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--profile", default=None,
                         help="hybrid mode: a folder for torch.profiler tables and traces of one extra step, per phase and "
                              "process (global_profiler with discrete=true)")
+    parser.add_argument("--one-rank-group", action="store_true",
+                        help="one device: run the roles in a one-rank worker group (a spawned process) instead of in "
+                             "the controller, to time what being a rank costs against the in-process default")
     args = parser.parse_args(argv)
     args.device = args.device or ("cpu" if args.quick or not torch.cuda.is_available() else "cuda")
     fill_defaults(args, dict(num_prompts=4, n=2, response_length=8, micro_batch=4),
@@ -113,7 +116,7 @@ def workload(args, config, lengths: list[int]) -> dict[str, Any]:
             "response_length": args.response_length, "micro_batch": args.micro_batch, "steps": args.steps,
             "warmup_steps": args.warmup_steps, "lr": args.lr, "kl_coef": args.kl_coef,
             "gradient_checkpointing": not args.no_grad_ckpt, "gpu_memory_utilization": args.gpu_memory_utilization,
-            "hybridrl_overrides": list(args.hybridrl_override),
+            "hybridrl_overrides": list(args.hybridrl_override), "one_rank_group": args.one_rank_group,
             "prompt_tokens": {"mean": sum(lengths) / len(lengths), "min": min(lengths), "max": max(lengths)},
             "tokens_per_step": args.n * sum(lengths) + rows * args.response_length}
 

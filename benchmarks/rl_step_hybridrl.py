@@ -11,6 +11,7 @@ cache itself; an extra `sleep()` on a sleeping engine, or `wake_up()` on an awak
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import time
@@ -140,6 +141,25 @@ def release_memory() -> None:
         torch.cuda.empty_cache()
 
 
+@contextlib.contextmanager
+def one_rank_group(enabled: bool):
+    """--one-rank-group: a one-device trainer builds its roles as a one-rank worker group (as every rank of
+    a multi-device run does) instead of in the controller; the rest of the trainer is unchanged."""
+    if not enabled:
+        yield
+        return
+    from hybridrl.trainer import ppo_trainer
+    from hybridrl.trainer.roles import build_group_roles
+
+    in_process = ppo_trainer.build_roles
+    ppo_trainer.build_roles = lambda cfg, needs, tokenizer, device, steps, world_size=1: build_group_roles(
+        cfg, needs, tokenizer, device, steps, world_size)
+    try:
+        yield
+    finally:
+        ppo_trainer.build_roles = in_process
+
+
 def run(args, paths: dict[str, Path], mode: str) -> dict[str, Any]:
     """Build a PPOTrainer for `mode`, run `args.steps` steps, summarize steps after the warm-up."""
     from hybridrl.config import load_config
@@ -147,9 +167,10 @@ def run(args, paths: dict[str, Path], mode: str) -> dict[str, Any]:
     from hybridrl.trainer.ppo_trainer import PPOTrainer
 
     start = time.perf_counter()
-    trainer = PPOTrainer(load_config(overrides(args, paths, mode)))
+    with one_rank_group(getattr(args, "one_rank_group", False)):
+        trainer = PPOTrainer(load_config(overrides(args, paths, mode)))
     build_s = time.perf_counter() - start
-    tracker = PhaseMemory(trainer.device if trainer.num_devices == 1 else "cpu")  # ranks measure themselves
+    tracker = PhaseMemory(trainer.device if trainer.roles.group is None else "cpu")  # ranks measure themselves
     phases = instrument(trainer, tracker, mode)
     backend = getattr(trainer.roles.rollout, "backend", None)
     kv_gb = getattr(backend, "kv_cache_bytes", 0) / 2**30

@@ -51,6 +51,16 @@ def test_quick_run_end_to_end(tmp_path, capsys):
     assert workload["hybridrl_overrides"] == []
 
 
+def test_one_rank_group_runs_the_roles_in_a_rank(tmp_path, capsys):
+    """--one-rank-group: the one-device workload through a one-rank worker group, which reports its rank times."""
+    rl_step_bench.main(["--quick", "--only", "hybrid", "--steps", "2", "--one-rank-group", "--workdir", str(tmp_path)])
+    report = json.loads(capsys.readouterr().out)
+    run = report["hybridrl"]["hybrid"]
+    assert report["workload"]["one_rank_group"] is True
+    assert 0 < run["timing_s/update_actor_rank"] <= run["timing_s/update_actor"]  # only ranks report these
+    assert run["tokens_per_s"] > 0
+
+
 def test_stand_in_tokenizer_round_trips_through_a_saved_dir(tmp_path):
     from hybridrl.models.hf import load_tokenizer
 
