@@ -8,9 +8,9 @@ import torch
 
 from hybridrl.distributed.local_launcher import LocalWorkerGroup
 from tests.distributed.toy_workers import GradientAveragingRank
-from tests.workers.helpers import build_actor, ragged_batch
+from tests.workers.helpers import build_actor, build_critic, ragged_batch
 
-REPLICAS = ["actor_rollout_ref.actor.fsdp_config.fsdp_size=1"]
+REPLICAS = ["actor_rollout_ref.actor.fsdp_config.fsdp_size=1", "critic.model.fsdp_config.fsdp_size=1"]
 
 
 @pytest.mark.parametrize("bucket_bytes", [1, 64, 1 << 20])  # a bucket per gradient, a few, one per dtype
@@ -24,32 +24,40 @@ def test_gradients_become_the_mean_over_ranks_in_any_bucketing(bucket_bytes):
     assert per_rank[0]["c"].dtype == torch.float64
 
 
-class ReplicaActorRank:
+class ReplicaRank:
+    """An actor and a critic kept whole on each rank (fsdp_size=1)."""
+
     def __init__(self, model_dir: str) -> None:
         torch.set_num_threads(1)
-        self.actor = build_actor(model_dir, REPLICAS, world_size=torch.distributed.get_world_size())
+        world = torch.distributed.get_world_size()
+        self.roles = {"actor": build_actor(model_dir, REPLICAS, world), "critic": build_critic(model_dir, REPLICAS, world)}
 
-    def update_actor(self, batch):
-        return self.actor.update_actor(batch)
+    def update(self, batch) -> dict:
+        return {**self.roles["actor"].update_actor(batch), **self.roles["critic"].update_critic(batch)}
 
     def weights(self) -> dict:
-        params = dict(self.actor.model.named_parameters())
-        return {"plain": all(type(p) is torch.nn.Parameter for p in params.values()),
-                "replicas": self.actor.replicas, "state": {k: v.detach().clone() for k, v in params.items()}}
+        return {role: {"plain": all(type(p) is torch.nn.Parameter for p in worker.model.parameters()),
+                       "replicas": worker.replicas,
+                       "state": {k: v.detach().clone() for k, v in worker.model.named_parameters()}}
+                for role, worker in self.roles.items()}
 
 
-def test_replica_actors_stay_equal_and_train_as_one_process_on_the_whole_batch(tiny_model_dir):
+def test_replica_roles_stay_equal_and_train_as_one_process_on_the_whole_batch(tiny_model_dir):
     batch = ragged_batch(num_rows=8, seed=5)
-    one = build_actor(tiny_model_dir, REPLICAS)  # one process: fsdp_size has nothing to replicate
-    assert not one.replicas
+    one = {"actor": build_actor(tiny_model_dir, REPLICAS), "critic": build_critic(tiny_model_dir, REPLICAS)}
+    initial = {role: {k: v.detach().clone() for k, v in worker.model.named_parameters()} for role, worker in one.items()}
+    assert not any(worker.replicas for worker in one.values())  # one process: nothing to replicate
     for _ in range(2):
-        one.update_actor(batch)
-    with LocalWorkerGroup(ReplicaActorRank, {"model_dir": tiny_model_dir}, world_size=2, role="actor") as group:
+        one["actor"].update_actor(batch)
+        one["critic"].update_critic(batch)
+    with LocalWorkerGroup(ReplicaRank, {"model_dir": tiny_model_dir}, world_size=2, role="replicas") as group:
         for _ in range(2):
-            group.call_sharded_metrics("update_actor", batch)
+            group.call_sharded_metrics("update", batch)
         ranks = group.call_all("weights")
-    assert all(rank["plain"] and rank["replicas"] for rank in ranks)  # no FSDP, no DTensors
-    for name, want in one.model.named_parameters():
-        assert torch.equal(ranks[0]["state"][name], ranks[1]["state"][name]), name  # the copies never drift
-        torch.testing.assert_close(ranks[0]["state"][name], want.detach(), rtol=1e-5, atol=1e-6, msg=name)
-    assert any(not torch.equal(ranks[0]["state"][n], p) for n, p in build_actor(tiny_model_dir).model.named_parameters())
+    for role, worker in one.items():
+        first, second = ranks[0][role], ranks[1][role]
+        assert first["plain"] and first["replicas"] and second["plain"]  # no FSDP, no DTensors
+        assert any(not torch.equal(first["state"][n], t) for n, t in initial[role].items()), role  # it trained
+        for name, want in worker.model.named_parameters():
+            assert torch.equal(first["state"][name], second["state"][name]), (role, name)  # copies never drift
+            torch.testing.assert_close(first["state"][name], want.detach(), rtol=1e-5, atol=1e-6, msg=(role, name))
