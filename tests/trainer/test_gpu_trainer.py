@@ -38,19 +38,21 @@ def test_two_step_grpo_with_hybrid_engine_and_weight_sync(tmp_path, arith_model_
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two GPUs")
-@pytest.mark.parametrize("tensor_parallel", [1, 2])
+@pytest.mark.parametrize("tensor_parallel,fsdp_size", [(1, -1), (2, -1), (1, 1)])
 def test_two_gpu_ranks_sync_weights_per_unit_and_report_rank_memory(tmp_path, arith_model_dir, arithmetic_files,
-                                                                    tensor_parallel):
+                                                                    tensor_parallel, fsdp_size):
     """Two colocated NCCL ranks: the engines on both ranks get the actor's weights through per-unit
     all-gathers (so step 2's rollout log-probs match the trainer's), and the step's memory figures come
     from the ranks (the controller holds nothing on the GPUs). tensor_parallel=2: one engine replica split
-    over both GPUs, its NCCL all-reduces captured in the decode CUDA graphs like every other kernel."""
+    over both GPUs, its NCCL all-reduces captured in the decode CUDA graphs like every other kernel.
+    fsdp_size=1: whole replicas of the actor and reference, gradients averaged over NCCL."""
     overrides = tiny_run_overrides(arith_model_dir, arithmetic_files, str(tmp_path), extra=[
         "trainer.device=cuda", "trainer.n_gpus_per_node=2", "actor_rollout_ref.rollout.name=hybrid",
         "actor_rollout_ref.rollout.dtype=float32", "actor_rollout_ref.rollout.gpu_memory_utilization=0.05",
         "actor_rollout_ref.actor.ppo_mini_batch_size=8", "actor_rollout_ref.actor.use_kl_loss=true",
         "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32",
-        f"actor_rollout_ref.rollout.tensor_model_parallel_size={tensor_parallel}"])
+        f"actor_rollout_ref.rollout.tensor_model_parallel_size={tensor_parallel}",
+        f"actor_rollout_ref.actor.fsdp_config.fsdp_size={fsdp_size}", f"actor_rollout_ref.ref.fsdp_config.fsdp_size={fsdp_size}"])
     overrides = [o for o in overrides if not o.startswith(("trainer.device=cpu", "actor_rollout_ref.rollout.name=hf"))]
     trainer = PPOTrainer(load_config(overrides))
     assert trainer.roles.group is not None and not trainer.memory.enabled
