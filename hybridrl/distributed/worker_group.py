@@ -29,7 +29,8 @@ class WorkerGroup(Protocol):
     - `call_sharded_metrics`: as `call_sharded`, but each rank returns a `{name: value or [values]}` dict,
       reduced across ranks verl's way (name contains "max" → max, "min" → min, else mean).
     - `call_per_replica`: as `call_sharded` over replicas of `replica_size` consecutive ranks (tensor-
-      parallel rollout): every rank of a replica runs the replica's shard; the replica's first rank answers.
+      parallel rollout): every rank of a replica runs the replica's shard; the replica's first rank answers,
+      with `rows_per_row` consecutive output rows per input row (a prompt's samples).
     """
 
     role: str
@@ -43,7 +44,8 @@ class WorkerGroup(Protocol):
 
     def call_sharded_metrics(self, method: str, batch: Batch, **kwargs: Any) -> dict[str, float]: ...
 
-    def call_per_replica(self, method: str, batch: Batch, replica_size: int, **kwargs: Any) -> Batch: ...
+    def call_per_replica(self, method: str, batch: Batch, replica_size: int, rows_per_row: int = 1,
+                         **kwargs: Any) -> Batch: ...
 
     def shutdown(self) -> None: ...
 
@@ -60,17 +62,17 @@ def shard_batch(batch: Batch, world_size: int) -> tuple[list[Batch], int]:
 
 
 def gather_shards(outputs: Sequence[Any], shards: Sequence[Batch], num_padded: int, role: str,
-                  method: str) -> Batch:
-    """Concatenate per-rank outputs in rank order and drop the padding rows; each output must keep its rows."""
+                  method: str, rows_per_row: int = 1) -> Batch:
+    """Concatenate per-rank outputs in rank order and drop the padding rows' outputs; each output must have
+    `rows_per_row` rows per row of its shard (consecutive: a row's samples, as `Batch.repeat` interleaves)."""
     for rank, (out, shard) in enumerate(zip(outputs, shards)):
         if not isinstance(out, Batch):
             raise TypeError(f"{role}.{method} on rank {rank} returned {type(out).__name__}; call_sharded needs a "
                             f"Batch back (use call_all for other return types)")
-        if len(out) != len(shard):
+        if len(out) != len(shard) * rows_per_row:
             raise ValueError(f"{role}.{method} on rank {rank} returned {len(out)} rows for a shard of {len(shard)}; "
-                             f"call_sharded needs one output row per input row (repeat rows before the call, "
-                             f"e.g. batch.repeat(n), instead of inside the worker)")
-    return Batch.concat(list(outputs)).unpad(num_padded)
+                             f"the call expects {rows_per_row} output row(s) per input row")
+    return Batch.concat(list(outputs)).unpad(num_padded * rows_per_row)
 
 
 def reduce_rank_metrics(per_rank: Sequence[Mapping[str, Any]], role: str, method: str) -> dict[str, float]:
@@ -126,13 +128,14 @@ class RankCalls:
         shards, _ = shard_batch(batch, self.world_size)
         return reduce_rank_metrics(self._run(method, [((shard,), kwargs) for shard in shards]), self.role, method)
 
-    def call_per_replica(self, method: str, batch: Batch, replica_size: int, **kwargs: Any) -> Batch:
+    def call_per_replica(self, method: str, batch: Batch, replica_size: int, rows_per_row: int = 1,
+                         **kwargs: Any) -> Batch:
         if replica_size < 1 or self.world_size % replica_size:
             raise ValueError(f"{self.role}: replicas of {replica_size} ranks do not tile the group's "
                              f"{self.world_size} ranks")
         shards, num_padded = shard_batch(batch, self.world_size // replica_size)
         outputs = self._run(method, [((shards[rank // replica_size],), kwargs) for rank in range(self.world_size)])
-        return gather_shards(outputs[::replica_size], shards, num_padded, self.role, method)
+        return gather_shards(outputs[::replica_size], shards, num_padded, self.role, method, rows_per_row)
 
 
 class InProcessGroup:
@@ -169,10 +172,12 @@ class InProcessGroup:
     def call_sharded_metrics(self, method: str, batch: Batch, **kwargs: Any) -> dict[str, float]:
         return reduce_rank_metrics([self._method(method)(batch, **kwargs)], self.role, method)
 
-    def call_per_replica(self, method: str, batch: Batch, replica_size: int, **kwargs: Any) -> Batch:
+    def call_per_replica(self, method: str, batch: Batch, replica_size: int, rows_per_row: int = 1,
+                         **kwargs: Any) -> Batch:
         if replica_size != 1:
             raise ValueError(f"{self.role}: a one-process group has no replicas of {replica_size} ranks")
-        return self.call_sharded(method, batch, **kwargs)
+        out = self._method(method)(batch, **kwargs)
+        return gather_shards([out], [batch], 0, self.role, method, rows_per_row)
 
     def shutdown(self) -> None:
         self._closed = True

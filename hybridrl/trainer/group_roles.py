@@ -188,11 +188,12 @@ def for_ranks(batch: Batch, keys: tuple[str, ...] | None = None) -> Batch:
 
 
 def generate_on(group: WorkerGroup, rows: Batch, params: SamplingParams, replica_size: int = 1) -> Batch:
-    """Rows (repeated n times, ROW_INDEX_KEY set) generated on `group`'s ranks (data-parallel over replicas of
-    `replica_size` tensor-parallel ranks), with the rows' own non-tensor fields attached again on the
-    controller (the same rows, in the same order)."""
-    out = group.call_per_replica("generate_sequences", for_ranks(rows), replica_size, params=params)
-    return Batch(non_tensors=dict(rows.non_tensors)).union(out)
+    """`params.n` samples of each row (ROW_INDEX_KEY: the global index of its first sample) generated on
+    `group`'s ranks (data-parallel over replicas of `replica_size` tensor-parallel ranks), with the rows' own
+    non-tensor fields attached again on the controller (each row's n times, in order)."""
+    out = group.call_per_replica("generate_sequences", for_ranks(rows), replica_size, rows_per_row=params.n,
+                                 params=params)
+    return Batch(non_tensors=dict(rows.non_tensors)).repeat(params.n, interleave=True).union(out)
 
 
 class GroupActor(GroupRole):
@@ -237,9 +238,16 @@ class GroupRollout(GroupRole):
         self.tensor_parallel_size = tensor_parallel_size
 
     def generate_sequences(self, prompts: Batch, params: SamplingParams) -> tuple[Batch, dict[str, float]]:
-        rows = prompts.repeat(params.n, interleave=True)  # the row order one process produces
-        rows[ROW_INDEX_KEY] = torch.arange(len(rows))
-        batch = generate_on(self.group, rows, replace(params, n=1), self.tensor_parallel_size)
+        """Each replica gets whole prompts and samples them n times, as one process would, when the prompts
+        divide evenly; otherwise the rows are repeated n times here and split row by row. Either way the
+        rows come back in one process's order (a prompt's samples together) with one process's samples."""
+        replicas = self.group.world_size // self.tensor_parallel_size
+        if len(prompts) % replicas == 0:  # prompts travel and are unpadded once, not n times
+            rows, row_params = Batch(dict(prompts.tensors), dict(prompts.non_tensors), dict(prompts.meta)), params
+        else:
+            rows, row_params = prompts.repeat(params.n, interleave=True), replace(params, n=1)
+        rows[ROW_INDEX_KEY] = torch.arange(len(rows)) * row_params.n
+        batch = generate_on(self.group, rows, row_params, self.tensor_parallel_size)
         return batch, pool_rollout_metrics(pop_rank_metrics(batch))
 
     def sync_weights(self, named_tensors) -> dict[str, float]:

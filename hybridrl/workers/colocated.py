@@ -142,13 +142,11 @@ class ColocatedWorker:
     # ------------------------------------------------------------------ rollout
     @_phase("gen")
     def generate_sequences(self, prompts: Batch, params: SamplingParams) -> Batch:
-        """Responses for this rank's shard of prompts, already repeated n times (so `params.n` is 1).
-
-        Sampling is keyed by each row's global index where the backend supports it (hybrid engine), so
-        the shards together sample what one process would; the metrics ride in `meta` per rank.
+        """`params.n` responses for each prompt of this rank's shard (the shard's rows may be repeats already,
+        with n=1). ROW_INDEX_KEY holds each row's first sample's index in the whole batch: sampling is keyed by
+        it where the backend supports it (hybrid engine), so the shards together sample what one process
+        would; the metrics ride in `meta` per rank.
         """
-        if params.n != 1:
-            raise ValueError(f"repeat the prompts before sharding them; got params.n={params.n}")
         offset = int(prompts.pop(ROW_INDEX_KEY)[0])
         batch, metrics = self._role("rollout").generate_sequences(prompts, replace(params, row_offset=offset))
         if self.rollout_tp.rank != 0:  # a tensor-parallel replica answers once, from its first rank

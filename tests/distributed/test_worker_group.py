@@ -39,6 +39,16 @@ def test_gather_rejects_changed_row_counts_and_non_batches():
         shard_batch(Batch(), 2)
 
 
+def test_gather_takes_several_output_rows_per_input_row():
+    """A prompt's n samples come back together; the padding prompt's samples are dropped with it."""
+    shards, num_padded = shard_batch(rows(5), 2)
+    outputs = [shard.repeat(3, interleave=True) for shard in shards]
+    out = gather_shards(outputs, shards, num_padded, "rollout", "generate", rows_per_row=3)
+    assert out["x"].tolist() == rows(5).repeat(3)["x"].tolist()
+    with pytest.raises(ValueError, match="returned 3 rows for a shard of 3; the call expects 3 output row"):
+        gather_shards([outputs[0], shards[1]], shards, num_padded, "rollout", "generate", rows_per_row=3)
+
+
 def test_metrics_reduce_by_name_across_ranks():
     per_rank = [{"actor/pg_loss": 1.0, "actor/grad_norm_max": [2.0, 5.0], "critic/vpred_min": 0.5},
                 {"actor/pg_loss": [2.0, 3.0], "actor/grad_norm_max": 4.0, "critic/vpred_min": -1.0}]
