@@ -21,8 +21,8 @@ from hybridrl.workers.sharding import (
     clip_grad_norm,
     gradient_sync,
     named_weights,
+    replica_gradients,
     shard_role,
-    sync_replica_gradients,
     trains_replicas,
 )
 from hybridrl.workers.sizes import BatchSizes
@@ -59,6 +59,7 @@ class ActorWorker(TrainState):
                                and fsdp.use_torch_compile, off_key="actor_rollout_ref.actor.use_torch_compile")
         self.sharded = shard_role(self.model, fsdp, self.precision, log_prob_forward=True)
         self.replicas = trains_replicas(fsdp)  # fsdp_size=1 on several ranks: whole copies, averaged gradients
+        self.replica_grads = replica_gradients(self.model, self.replicas, self.precision.reduce)
         self.optimizer = build_optimizer(self.model.parameters(), self.actor_cfg.optim)
         self.offloader = PhaseOffloader(self.model, self.optimizer, device, fsdp.param_offload, fsdp.optimizer_offload,
                                         self.sharded)
@@ -117,7 +118,8 @@ class ActorWorker(TrainState):
         parts = self.update_plan.split(mini, self.sharded).parts
         forwards = []  # on-policy: (log_prob, entropy) of each micro-batch, detached, for the old_log_prob metrics
         for index, micro in enumerate(parts):
-            with gradient_sync(self.model, self.sharded, enabled=index == len(parts) - 1):  # one reduce per mini
+            last = index == len(parts) - 1  # one gradient reduce per mini-batch, in its last backward
+            with gradient_sync(self.model, self.sharded, enabled=last), self.replica_grads.overlapping(last):
                 loss, micro_metrics, forward = self._micro_loss(micro, on_policy)
                 # verl: loss / gradient_accumulation, or x micro rows / mini rows with dynamic bsz (the same here)
                 (loss * (len(micro) / len(mini))).backward()
@@ -128,7 +130,7 @@ class ActorWorker(TrainState):
         if on_policy:
             for key, value in self._old_log_prob_metrics(parts, forwards).items():
                 metrics[key].append(value)
-        sync_replica_gradients(self.model, self.replicas, self.precision.reduce)
+        self.replica_grads.finish()
         grad_norm = clip_grad_norm(self.model, self.actor_cfg.grad_clip, self.sharded)
         if torch.isfinite(grad_norm):
             self.offloader.before_step()  # optimizer_offload: its state comes in now, after backward

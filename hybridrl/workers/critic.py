@@ -19,8 +19,8 @@ from hybridrl.workers.sharding import (
     TrainState,
     clip_grad_norm,
     gradient_sync,
+    replica_gradients,
     shard_role,
-    sync_replica_gradients,
     trains_replicas,
 )
 from hybridrl.workers.sizes import BatchSizes
@@ -48,6 +48,7 @@ class CriticWorker(TrainState):
                                off_key="critic.model.fsdp_config.use_torch_compile")
         self.sharded = shard_role(self.model, model_cfg.fsdp_config, self.precision)
         self.replicas = trains_replicas(model_cfg.fsdp_config)  # fsdp_size=1 on several ranks: averaged gradients
+        self.replica_grads = replica_gradients(self.model, self.replicas, self.precision.reduce)
         self.optimizer = build_optimizer(self.model.parameters(), self.cfg.optim)
         fsdp = model_cfg.fsdp_config
         self.offloader = PhaseOffloader(self.model, self.optimizer, device, fsdp.param_offload, fsdp.optimizer_offload,
@@ -86,7 +87,8 @@ class CriticWorker(TrainState):
         parts = self.update_plan.split(mini, self.sharded).parts
         for index, micro in enumerate(parts):
             mask = micro["response_mask"]
-            with gradient_sync(self.model, self.sharded, enabled=index == len(parts) - 1):  # one reduce per mini
+            last = index == len(parts) - 1  # one gradient reduce per mini-batch, in its last backward
+            with gradient_sync(self.model, self.sharded, enabled=last), self.replica_grads.overlapping(last):
                 with self.precision.autocast(self.sharded):
                     vpreds = response_values(self.model, micro, self.remove_padding)
                 vf_loss, vf_clipfrac = compute_value_loss(vpreds, micro["returns"], micro["values"], mask,
@@ -95,7 +97,7 @@ class CriticWorker(TrainState):
             metrics["critic/vf_loss"].append(as_metric(vf_loss))
             metrics["critic/vf_clipfrac"].append(as_metric(vf_clipfrac))
             metrics["critic/vpred_mean"].append(as_metric(masked_mean(vpreds, mask)))
-        sync_replica_gradients(self.model, self.replicas, self.precision.reduce)
+        self.replica_grads.finish()
         grad_norm = clip_grad_norm(self.model, self.cfg.grad_clip, self.sharded)
         if torch.isfinite(grad_norm):
             self.offloader.before_step()  # optimizer_offload: its state comes in now, after backward

@@ -41,7 +41,7 @@ def shard_model(model: nn.Module, *, log_prob_forward: bool = False, param_dtype
     (no second all-gather, one unsharded layer more in memory per FSDP unit). `fsdp_size` (the role's
     `fsdp_config` key): shard over groups of that many ranks, replicated across groups (HSDP; -1 = all ranks).
     A shard group of one rank (fsdp_size=1, or a one-rank group) keeps the plain module: whole replicas,
-    which `sync_replica_gradients` keeps equal.
+    which `replica_gradients` keeps equal.
     """
     if not is_distributed() or shard_group_size(fsdp_size) == 1:
         return False
@@ -77,13 +77,26 @@ def trains_replicas(fsdp_cfg) -> bool:
     return is_distributed() and dist.get_world_size() > 1 and shard_group_size(fsdp_cfg.fsdp_size) == 1
 
 
-def sync_replica_gradients(model: nn.Module, replicas: bool, reduce_dtype: torch.dtype) -> None:
-    """Whole replicas (`trains_replicas`): every gradient becomes its mean over the ranks (collective), as
-    FSDP's reduce would make it; no-op otherwise."""
-    if replicas:
-        from hybridrl.distributed.replicas import average_gradients
+class _OneCopy:
+    """`replica_gradients` when there are no other copies to agree with: nothing to do."""
 
-        average_gradients(model.parameters(), reduce_dtype)
+    @contextmanager
+    def overlapping(self, active: bool = True) -> Iterator[None]:
+        yield
+
+    def finish(self) -> None:
+        pass
+
+
+def replica_gradients(model: nn.Module, replicas: bool, reduce_dtype: torch.dtype):
+    """Whole replicas (`trains_replicas`): a `GradientAverager` over the model's trainable parameters, which
+    makes every gradient its mean over the ranks as FSDP's reduce would (wrap the last backward of an optimizer
+    step in `.overlapping()`, then call `.finish()`, collective); otherwise an object that does nothing."""
+    if not replicas:
+        return _OneCopy()
+    from hybridrl.distributed.replicas import GradientAverager
+
+    return GradientAverager(model.parameters(), reduce_dtype)
 
 
 def max_over_ranks(value: int, sharded: bool) -> int:

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from hybridrl.distributed.local_launcher import LocalWorkerGroup
-from tests.distributed.toy_workers import GradientAveragingRank
+from tests.distributed.toy_workers import GradientAveragingRank, OverlappedAveragingRank
 from tests.workers.helpers import build_actor, build_critic, ragged_batch
 
 REPLICAS = ["actor_rollout_ref.actor.fsdp_config.fsdp_size=1", "critic.model.fsdp_config.fsdp_size=1"]
@@ -22,6 +22,19 @@ def test_gradients_become_the_mean_over_ranks_in_any_bucketing(bucket_bytes):
         for name, value in want.items():
             assert torch.equal(grads[name], torch.full_like(grads[name], value)), name
     assert per_rank[0]["c"].dtype == torch.float64
+
+
+def test_buckets_reduce_while_the_last_backward_runs_and_reach_the_same_means():
+    with LocalWorkerGroup(OverlappedAveragingRank, {}, world_size=2, role="replicas") as group:
+        ranks = group.call_all("average", 1)  # one bucket per parameter
+    # a and b (4 parameters, finished by backward) launch from the hooks; side's 2 wait for finish()
+    assert [rank["launched_in_backward"] for rank in ranks] == [4, 4]
+    for name in ranks[0]["own"]:
+        want = (ranks[0]["own"][name] + ranks[1]["own"][name]) / 2
+        if name.endswith("weight"):  # the ranks' data differ (side.bias's gradient is 5 on both)
+            assert not torch.equal(ranks[0]["own"][name], ranks[1]["own"][name]), name
+        for rank in ranks:
+            torch.testing.assert_close(rank["mean"][name], want, rtol=1e-6, atol=1e-7, msg=name)
 
 
 class ReplicaRank:

@@ -83,3 +83,27 @@ class GradientAveragingRank:
         average_gradients([*params.values(), frozen], group=None, bucket_bytes=bucket_bytes)
         assert frozen.grad is None
         return {name: param.grad for name, param in params.items()}
+
+
+class OverlappedAveragingRank:
+    """Two micro-batches on a small MLP with one parameter unused by the last: the first backward runs plain,
+    the last inside `GradientAverager.overlapping()` (a bucket per parameter, so buckets launch from the hooks
+    while backward runs). Returns this rank's own gradients and the averaged ones."""
+
+    def average(self, bucket_bytes: int) -> dict[str, dict[str, torch.Tensor]]:
+        from hybridrl.distributed.replicas import GradientAverager
+
+        torch.manual_seed(0)  # the same initial weights on every rank
+        # registration order: buckets run in reverse, so "side" (first here, as an LM's embeddings) comes last
+        model = torch.nn.ModuleDict({"side": torch.nn.Linear(4, 3), "a": torch.nn.Linear(4, 8), "b": torch.nn.Linear(8, 3)})
+        averager = GradientAverager(model.parameters(), bucket_bytes=bucket_bytes)
+        gen = torch.Generator().manual_seed(dist.get_rank() + 1)  # each rank its own data
+        first, last = torch.randn(5, 4, generator=gen), torch.randn(5, 4, generator=gen)
+        (model["b"](model["a"](first)).sum() + model["side"](first).sum()).backward()
+        with averager.overlapping():
+            model["b"](torch.tanh(model["a"](last))).pow(2).sum().backward()  # "side" unused here
+        own = {name: p.grad.clone() for name, p in model.named_parameters()}
+        launched_in_backward = averager._next
+        averager.finish()
+        return {"own": own, "mean": {name: p.grad for name, p in model.named_parameters()},
+                "launched_in_backward": launched_in_backward}
