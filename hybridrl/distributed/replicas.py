@@ -42,7 +42,7 @@ class GradientAverager:
     def _reset(self) -> None:
         self._missing = [len(bucket) for bucket in self.buckets]
         self._next = 0  # the first bucket not launched yet
-        self._in_flight: list[tuple[int, torch.Tensor, dist.Work | None]] = []
+        self._in_flight: list[tuple[int, torch.Tensor, dist.Work]] = []  # (bucket, flat sum, its all-reduce)
 
     @contextmanager
     def overlapping(self, active: bool = True) -> Iterator[None]:

@@ -228,6 +228,8 @@ GRAD_CKPT = _turn_on(f"{MODEL}.enable_gradient_checkpointing", "keeps one activa
 CRITIC_CKPT = _turn_on("critic.model.enable_gradient_checkpointing", "keeps one activation per layer instead of all")
 CRITIC_OPT_OFFLOAD = _turn_on("critic.model.fsdp_config.optimizer_offload",
                               "the critic's optimizer state stays on the CPU outside update_critic")
+
+
 def _shard_copies(prefix: str, role: str) -> Callable[[Any], Override | None]:
     """fsdp_size=1 keeps a whole copy of the role on every rank: shard it over the ranks instead."""
     def make(cfg) -> Override | None:
@@ -241,6 +243,7 @@ def _shard_copies(prefix: str, role: str) -> Callable[[Any], Override | None]:
 ACTOR_SHARDS = _shard_copies(ACTOR, "actor")
 REF_SHARDS = _shard_copies(REF, "reference")
 CRITIC_SHARDS = _shard_copies("critic.model", "critic")
+
 MAX_SEQS = _halve_int(f"{ROLLOUT}.max_num_seqs", "fewer sequences decoded at once: smaller logits and activations")
 RESPONSE = _halve_int(f"{ROLLOUT}.response_length", "shorter sequences (changes the experiment: last resort)", 16)
 
