@@ -104,7 +104,7 @@ class FsdpConfig:
                                           "keep them for backward, no second all-gather, more memory).")
     fsdp_size: int = setting(-1, "Shard group size: -1 = all of the role's ranks; a divisor k of them = hybrid "
                                  "sharding (HSDP: shard within groups of k, replicate across groups); k=1 keeps a whole "
-                                 "copy per rank without FSDP: gradients averaged by one all-reduce per optimizer step.")
+                                 "copy per rank without FSDP: gradients averaged by all-reduces overlapping the last backward.")
     forward_prefetch: bool = setting(False, "FSDP1 only: no effect under FSDP2, which prefetches by itself (as verl's fsdp2).")
     model_dtype: str = setting("fp32", "Master weight dtype (parameters, gradients, optimizer updates).")
     use_orig_params: bool = setting(False, "FSDP1 only: no effect under FSDP2 (as verl's fsdp2).")
