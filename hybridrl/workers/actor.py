@@ -57,7 +57,7 @@ class ActorWorker(TrainState):
                 self.model.enable_input_require_grads()  # frozen embeddings: let checkpointed blocks see grads
         compile_decoder_layers(self.model, device, "actor", enabled=self.actor_cfg.use_torch_compile
                                and fsdp.use_torch_compile, off_key="actor_rollout_ref.actor.use_torch_compile")
-        self.sharded = shard_role(self.model, fsdp, self.precision, log_prob_forward=True)
+        self.sharded = shard_role(self.model, fsdp, self.precision, "actor", log_prob_forward=True)
         self.replicas = trains_replicas(fsdp)  # fsdp_size=1 on several ranks: whole copies, averaged gradients
         self.replica_grads = replica_gradients(self.model, self.replicas, self.precision.reduce)
         self.optimizer = build_optimizer(self.model.parameters(), self.actor_cfg.optim)

@@ -46,7 +46,7 @@ class CriticWorker(TrainState):
             enable_activation_checkpointing(self.model)
         compile_decoder_layers(self.model, device, "critic", enabled=model_cfg.fsdp_config.use_torch_compile,
                                off_key="critic.model.fsdp_config.use_torch_compile")
-        self.sharded = shard_role(self.model, model_cfg.fsdp_config, self.precision)
+        self.sharded = shard_role(self.model, model_cfg.fsdp_config, self.precision, "critic")
         self.replicas = trains_replicas(model_cfg.fsdp_config)  # fsdp_size=1 on several ranks: averaged gradients
         self.replica_grads = replica_gradients(self.model, self.replicas, self.precision.reduce)
         self.optimizer = build_optimizer(self.model.parameters(), self.cfg.optim)

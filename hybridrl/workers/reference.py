@@ -29,7 +29,7 @@ class ReferenceWorker:
         compile_decoder_layers(self.model, device, "reference",
                                enabled=ref_cfg.use_torch_compile and ref_cfg.fsdp_config.use_torch_compile,
                                off_key="actor_rollout_ref.ref.use_torch_compile")
-        self.sharded = shard_role(self.model, ref_cfg.fsdp_config, self.precision, log_prob_forward=True)
+        self.sharded = shard_role(self.model, ref_cfg.fsdp_config, self.precision, "reference", log_prob_forward=True)
         self.plan = MicroBatchPlan.for_phase(cfg, "ref", micro_batch_size)
         self.remove_padding = model_cfg.use_remove_padding  # verl's ref follows the model's switch
         self.device = device

@@ -18,8 +18,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from hybridrl.logging.log import get_logger
 from hybridrl.utils.collectives import all_reduce_int
 from hybridrl.workers.offload import PhaseOffloader
+
+log = get_logger("workers.sharding")
 
 
 def is_distributed() -> bool:
@@ -58,12 +61,17 @@ def shard_model(model: nn.Module, *, log_prob_forward: bool = False, param_dtype
     return True
 
 
-def shard_role(model: nn.Module, fsdp_cfg, precision, *, log_prob_forward: bool = False) -> bool:
+def shard_role(model: nn.Module, fsdp_cfg, precision, role: str, *, log_prob_forward: bool = False) -> bool:
     """`shard_model` (FSDP2 when running as a rank) with a role's `fsdp_config` (reshard_after_forward,
-    fsdp_size) and resolved precision."""
-    return shard_model(model, log_prob_forward=log_prob_forward, param_dtype=precision.fsdp_param_dtype,
-                       reduce_dtype=precision.reduce, reshard_after_forward=fsdp_cfg.reshard_after_forward,
-                       fsdp_size=fsdp_cfg.fsdp_size)
+    fsdp_size) and resolved precision; rank 0 logs how the `role` is laid out over its ranks."""
+    sharded = shard_model(model, log_prob_forward=log_prob_forward, param_dtype=precision.fsdp_param_dtype,
+                          reduce_dtype=precision.reduce, reshard_after_forward=fsdp_cfg.reshard_after_forward,
+                          fsdp_size=fsdp_cfg.fsdp_size)
+    if is_distributed() and dist.get_rank() == 0 and dist.get_world_size() > 1:
+        world, group = dist.get_world_size(), shard_group_size(fsdp_cfg.fsdp_size)
+        log.info("%s: %s", role, f"FSDP2, parameters sharded over {group} of its {world} ranks" if sharded else
+                 f"a whole copy on each of its {world} ranks (fsdp_config.fsdp_size=1), gradients averaged")
+    return sharded
 
 
 def shard_group_size(fsdp_size: int) -> int:
