@@ -38,12 +38,13 @@ def test_buckets_reduce_while_the_last_backward_runs_and_reach_the_same_means():
 
 
 class ReplicaRank:
-    """An actor and a critic kept whole on each rank (fsdp_size=1)."""
+    """An actor and a critic kept whole on each rank (fsdp_size=1), on `device`."""
 
-    def __init__(self, model_dir: str) -> None:
+    def __init__(self, model_dir: str, device: str = "cpu", extra: list[str] = ()) -> None:
         torch.set_num_threads(1)
-        world = torch.distributed.get_world_size()
-        self.roles = {"actor": build_actor(model_dir, REPLICAS, world), "critic": build_critic(model_dir, REPLICAS, world)}
+        world, flags = torch.distributed.get_world_size(), [*REPLICAS, *extra]
+        self.roles = {"actor": build_actor(model_dir, flags, world, device),
+                      "critic": build_critic(model_dir, flags, world, device)}
 
     def update(self, batch) -> dict:
         return {**self.roles["actor"].update_actor(batch), **self.roles["critic"].update_critic(batch)}
@@ -51,19 +52,22 @@ class ReplicaRank:
     def weights(self) -> dict:
         return {role: {"plain": all(type(p) is torch.nn.Parameter for p in worker.model.parameters()),
                        "replicas": worker.replicas,
-                       "state": {k: v.detach().clone() for k, v in worker.model.named_parameters()}}
+                       "state": {k: v.detach().cpu().clone() for k, v in worker.model.named_parameters()}}
                 for role, worker in self.roles.items()}
 
 
-def test_replica_roles_stay_equal_and_train_as_one_process_on_the_whole_batch(tiny_model_dir):
+def assert_replicas_train_as_one_process(model_dir: str, device: str = "cpu", extra: list[str] = (),
+                                         rtol: float = 1e-5, atol: float = 1e-6) -> None:
     batch = ragged_batch(num_rows=8, seed=5)
-    one = {"actor": build_actor(tiny_model_dir, REPLICAS), "critic": build_critic(tiny_model_dir, REPLICAS)}
-    initial = {role: {k: v.detach().clone() for k, v in worker.model.named_parameters()} for role, worker in one.items()}
+    flags = [*REPLICAS, *extra]
+    one = {"actor": build_actor(model_dir, flags, device=device), "critic": build_critic(model_dir, flags, device=device)}
+    initial = {role: {k: v.detach().cpu().clone() for k, v in w.model.named_parameters()} for role, w in one.items()}
     assert not any(worker.replicas for worker in one.values())  # one process: nothing to replicate
     for _ in range(2):
         one["actor"].update_actor(batch)
         one["critic"].update_critic(batch)
-    with LocalWorkerGroup(ReplicaRank, {"model_dir": tiny_model_dir}, world_size=2, role="replicas") as group:
+    with LocalWorkerGroup(ReplicaRank, {"model_dir": model_dir, "device": device, "extra": list(extra)},
+                          world_size=2, role="replicas") as group:
         for _ in range(2):
             group.call_sharded_metrics("update", batch)
         ranks = group.call_all("weights")
@@ -73,4 +77,20 @@ def test_replica_roles_stay_equal_and_train_as_one_process_on_the_whole_batch(ti
         assert any(not torch.equal(first["state"][n], t) for n, t in initial[role].items()), role  # it trained
         for name, want in worker.model.named_parameters():
             assert torch.equal(first["state"][name], second["state"][name]), (role, name)  # copies never drift
-            torch.testing.assert_close(first["state"][name], want.detach(), rtol=1e-5, atol=1e-6, msg=(role, name))
+            torch.testing.assert_close(first["state"][name], want.detach().cpu(), rtol=rtol, atol=atol,
+                                       msg=(role, name))
+
+
+def test_replica_roles_stay_equal_and_train_as_one_process_on_the_whole_batch(tiny_model_dir):
+    assert_replicas_train_as_one_process(tiny_model_dir)
+
+
+@pytest.mark.gpu
+def test_gpu_replica_roles_reduce_from_cuda_backward_hooks(tiny_model_dir):
+    """Both gloo ranks on one GPU (gloo all-reduces CUDA tensors through the host): the buckets launch from
+    gradient hooks on CUDA's autograd thread, through checkpointed and compiled layers, in bf16 autocast."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a GPU")
+    checkpointing = ["actor_rollout_ref.model.enable_gradient_checkpointing=true",
+                     "critic.model.enable_gradient_checkpointing=true"]
+    assert_replicas_train_as_one_process(tiny_model_dir, "cuda", checkpointing, rtol=1e-3, atol=1e-5)
