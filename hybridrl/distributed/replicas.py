@@ -50,6 +50,7 @@ class GradientAverager:
         if not active or self.world == 1:
             yield
             return
+        self._reset()  # a backward that raised midway (out of memory) left launched buckets behind
         hooks = [p.register_post_accumulate_grad_hook(self._accumulated) for bucket in self.buckets for p in bucket]
         try:
             yield
