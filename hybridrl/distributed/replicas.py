@@ -44,6 +44,11 @@ class GradientAverager:
         self._next = 0  # the first bucket not launched yet
         self._in_flight: list[tuple[int, torch.Tensor, dist.Work]] = []  # (bucket, flat sum, its all-reduce)
 
+    @property
+    def launched(self) -> int:
+        """Buckets whose all-reduce has started since the last `finish()`."""
+        return self._next
+
     @contextmanager
     def overlapping(self, active: bool = True) -> Iterator[None]:
         """Launch buckets from the gradient hooks while the backward inside runs (`active`: else nothing)."""

@@ -1,5 +1,6 @@
-"""Whole replicas (fsdp_size=1): gradients averaged over gloo ranks; an actor trained on 2 ranks that way
-holds plain tensors, the same weights on both ranks, and the weights one process gets from the whole batch."""
+"""Whole replicas (fsdp_size=1): gradients averaged over gloo ranks, also while the last backward runs; an actor
+and a critic trained on 2 ranks that way hold plain tensors, the same weights on both ranks, and the weights one
+process gets from the whole batch."""
 
 from __future__ import annotations
 

@@ -103,7 +103,7 @@ class OverlappedAveragingRank:
         with averager.overlapping():
             model["b"](torch.tanh(model["a"](last))).pow(2).sum().backward()  # "side" unused here
         own = {name: p.grad.clone() for name, p in model.named_parameters()}
-        launched_in_backward = averager._next
+        launched_in_backward = averager.launched
         averager.finish()
         return {"own": own, "mean": {name: p.grad for name, p in model.named_parameters()},
                 "launched_in_backward": launched_in_backward}
