@@ -227,8 +227,8 @@ class GroupCritic(GroupRole):
 
 
 class GroupRollout(GroupRole):
-    """Data-parallel rollout: each replica (one rank, or `tensor_parallel_size` ranks) generates a contiguous
-    shard of the prompts (repeated n times)."""
+    """Data-parallel rollout: each replica (one rank, or `tensor_parallel_size` ranks) generates the n samples
+    of a contiguous shard of the prompts."""
 
     role = "rollout"
 
