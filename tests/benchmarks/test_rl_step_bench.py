@@ -35,6 +35,8 @@ def test_quick_run_end_to_end(tmp_path, capsys):
         assert run["tokens_per_step"] == workload["tokens_per_step"]  # forced length: 8 x 8 response tokens
         assert run["response_length/mean"] == 8 and run["steady_steps"] == [2, 3]
         assert run["tokens_per_s"] > 0 and len(run["step_s_all"]) == 3
+        steady = run["step_s_all"][1:]  # after the one warm-up step: two steps, so the median is their mean
+        assert run["step_s_median"] == pytest.approx(sum(steady) / 2)
         assert run["phases_tracked"] == PHASES and run["kv_cache_gb"] > 0
         # One optimizer step over one mini-batch: the on-policy shortcut takes old log-probs from the update.
         assert all(run[f"timing_s/{phase}"] > 0 for phase in PHASES if phase != "old_log_prob")
