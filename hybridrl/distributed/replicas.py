@@ -85,8 +85,6 @@ class GradientAverager:
     def _launch(self) -> None:
         index, bucket = self._next, self.buckets[self._next]
         self._next += 1
-        if self.world == 1:
-            return
         for param in bucket:
             if param.grad is None:
                 param.grad = torch.zeros_like(param)
@@ -104,12 +102,6 @@ class GradientAverager:
         for param in self.buckets[index]:
             param.grad.copy_(flat[offset:offset + param.numel()].view_as(param))
             offset += param.numel()
-
-
-def average_gradients(params: Iterable[torch.nn.Parameter], reduce_dtype: torch.dtype | None = None,
-                      group: dist.ProcessGroup | None = None, bucket_bytes: int = BUCKET_BYTES) -> None:
-    """`GradientAverager.finish()` without overlap: every gradient becomes its mean over the ranks now."""
-    GradientAverager(params, reduce_dtype, group, bucket_bytes).finish()
 
 
 def _buckets(params: list[torch.nn.Parameter], reduce_dtype: torch.dtype | None,

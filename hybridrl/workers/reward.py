@@ -5,8 +5,6 @@ Scores are placed on the last valid response token (`token_level_scores`), as ve
 
 from __future__ import annotations
 
-from typing import Callable
-
 import torch
 
 from hybridrl.models.hf import batch_decode
@@ -24,10 +22,6 @@ def score_fn_spec(cfg) -> ScoreFnSpec:
     kwargs = dict(getattr(custom, "reward_kwargs", None) or {})
     kwargs.update(getattr(cfg.reward_model, "reward_kwargs", None) or {})
     return ScoreFnSpec(custom.path, custom.name or "compute_score", kwargs)
-
-
-def build_compute_score(cfg) -> Callable:
-    return score_fn_spec(cfg).load()
 
 
 def decode_responses(tokenizer, batch: Batch) -> list[str]:
@@ -62,10 +56,11 @@ class RewardWorker:
         self.tokenizer = tokenizer
         self.reward_fn_key = cfg.data.reward_fn_key
         self.on_error = cfg.reward_model.on_error
-        self.compute_score = build_compute_score(cfg)  # loaded here too: a bad file fails at start-up
+        spec = score_fn_spec(cfg)
+        self.compute_score = spec.load()  # loaded here too with workers: a bad file fails at start-up
         self.reward_model = build_reward_model(cfg, tokenizer) if cfg.reward_model.enable else None
         workers = cfg.reward_model.num_workers
-        self.pool = ScoringPool(score_fn_spec(cfg), workers, self.on_error) if workers > 1 else None
+        self.pool = ScoringPool(spec, workers, self.on_error) if workers > 1 else None
 
     def close(self) -> None:
         """Stop the scoring processes (reward_model.num_workers > 1); safe to call twice."""

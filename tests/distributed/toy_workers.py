@@ -67,10 +67,10 @@ class ToyWorker:
 
 class GradientAveragingRank:
     """Parameters with rank-dependent gradients (one left without a gradient on rank 1, one in float64), then
-    `average_gradients` in small buckets: every rank must end with the mean over both."""
+    `GradientAverager.finish()` in small buckets: every rank must end with the mean over both."""
 
     def average(self, bucket_bytes: int) -> dict[str, torch.Tensor]:
-        from hybridrl.distributed.replicas import average_gradients
+        from hybridrl.distributed.replicas import GradientAverager
 
         rank = dist.get_rank()
         params = {name: torch.nn.Parameter(torch.zeros(shape, dtype=dtype)) for name, shape, dtype in (
@@ -80,7 +80,7 @@ class GradientAveragingRank:
             if not (name == "b" and rank == 1):
                 param.grad = torch.full_like(param, float(10 * index + rank + 1))
         frozen = torch.nn.Parameter(torch.zeros(2), requires_grad=False)
-        average_gradients([*params.values(), frozen], group=None, bucket_bytes=bucket_bytes)
+        GradientAverager([*params.values(), frozen], bucket_bytes=bucket_bytes).finish()
         assert frozen.grad is None
         return {name: param.grad for name, param in params.items()}
 
