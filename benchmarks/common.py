@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from hybridrl.data.preprocess.gsm8k import INSTRUCTION
+from hybridrl.utils import memory
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 GSM8K_64 = DATA_DIR / "gsm8k_train_64.jsonl"
@@ -125,13 +126,14 @@ def timed(device: str | torch.device, into: dict[str, float], key: str) -> Itera
 
 def reset_peak_memory(device: str | torch.device) -> None:
     if torch.device(device).type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
+        memory.reset_peak(torch.device(device))
 
 
 def peak_memory_gb(device: str | torch.device) -> float | None:
+    """PyTorch's peak allocated memory plus the KV cache mapped outside its allocator (hybridrl.utils.memory)."""
     if torch.device(device).type != "cuda":
         return None
-    return torch.cuda.max_memory_allocated(device) / 2**30
+    return memory.peak_allocated_bytes(torch.device(device)) / 2**30
 
 
 def model_bytes(model: torch.nn.Module) -> int:

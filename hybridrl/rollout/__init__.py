@@ -40,7 +40,7 @@ def build_rollout_backend(name: str, model, *, pad_token_id: int, eos_token_ids,
         max_num_seqs=rollout_cfg.max_num_seqs, max_num_batched_tokens=rollout_cfg.max_num_batched_tokens,
         max_model_len=rollout_cfg.max_model_len or rollout_cfg.prompt_length + rollout_cfg.response_length,
         enforce_eager=rollout_cfg.enforce_eager, cudagraph_capture_sizes=rollout_cfg.cudagraph_capture_sizes,
-        enable_prefix_caching=rollout_cfg.enable_prefix_caching,
+        enable_prefix_caching=rollout_cfg.enable_prefix_caching, keep_decode_graphs=rollout_cfg.keep_decode_graphs,
         seed=rollout_cfg.seed if rollout_cfg.seed is not None else 0, tp=tp or SINGLE)
 
 

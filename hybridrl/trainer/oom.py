@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from hybridrl.config.batch_rules import DYNAMIC_BSZ_KEYS
+from hybridrl.utils.memory import allocated_bytes, external_bytes, peak_allocated_bytes
 
 ARR = "actor_rollout_ref"
 ROLLOUT, ACTOR, REF, MODEL = f"{ARR}.rollout", f"{ARR}.actor", f"{ARR}.ref", f"{ARR}.model"
@@ -108,9 +109,10 @@ def memory_figures(device: torch.device | str | None) -> dict[str, float] | None
         return None
     try:
         gib = 2 ** 30
-        return {"allocated": torch.cuda.memory_allocated(device) / gib,
-                "reserved": torch.cuda.memory_reserved(device) / gib,
-                "max_allocated": torch.cuda.max_memory_allocated(device) / gib,
+        device = device if device is not None else torch.device("cuda")
+        return {"allocated": allocated_bytes(device) / gib,
+                "reserved": (torch.cuda.memory_reserved(device) + external_bytes(device)) / gib,
+                "max_allocated": peak_allocated_bytes(device) / gib,
                 "total": torch.cuda.get_device_properties(device).total_memory / gib}
     except Exception:  # reporting must never mask the OOM itself
         return None

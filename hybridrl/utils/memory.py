@@ -21,6 +21,42 @@ import torch
 GIB = 2 ** 30
 PREFIX = "perf/max_memory_allocated_gb"
 
+_external: dict[int, list[int]] = {}  # device index -> [bytes mapped now, peak since the last reset]
+
+
+def _external_of(device: torch.device) -> list[int]:
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _external.setdefault(index, [0, 0])
+
+
+def external_bytes_changed(device: torch.device, delta: int) -> None:
+    """Record `delta` bytes mapped (> 0) or unmapped (< 0) on a CUDA device outside PyTorch's allocator."""
+    entry = _external_of(device)
+    entry[0] += delta
+    entry[1] = max(entry[1], entry[0])
+
+
+def external_bytes(device: torch.device) -> int:
+    """Bytes mapped outside PyTorch's allocator on a CUDA device now."""
+    return _external_of(device)[0]
+
+
+def allocated_bytes(device: torch.device) -> int:
+    """PyTorch's allocated bytes on a CUDA device plus the bytes mapped outside it."""
+    return torch.cuda.memory_allocated(device) + external_bytes(device)
+
+
+def peak_allocated_bytes(device: torch.device) -> int:
+    """Peak since `reset_peak`: PyTorch's plus that of the memory mapped outside it."""
+    return torch.cuda.max_memory_allocated(device) + _external_of(device)[1]
+
+
+def reset_peak(device: torch.device) -> None:
+    torch.cuda.reset_peak_memory_stats(device)
+    entry = _external_of(device)
+    entry[1] = entry[0]
+
+
 
 class PhaseMemory:
     """Usage: `with tracker.phase("gen"): ...` per phase, then `tracker.pop_metrics()` once per step."""
@@ -32,14 +68,14 @@ class PhaseMemory:
         self.overall = 0
         self._open: list[tuple[str, int]] = []  # (phase, running peak) innermost last
         if self.enabled:  # measure from here: earlier work in the process (loading, other runs) is not a step's
-            torch.cuda.reset_peak_memory_stats(self.device)
+            reset_peak(self.device)
 
     def _read_and_reset(self) -> int:
         """Peak since the last reset (folded into every open phase and the overall); then reset."""
-        peak = torch.cuda.max_memory_allocated(self.device)
+        peak = peak_allocated_bytes(self.device)
         self.overall = max(self.overall, peak)
         self._open = [(name, max(running, peak)) for name, running in self._open]
-        torch.cuda.reset_peak_memory_stats(self.device)
+        reset_peak(self.device)
         return peak
 
     @contextmanager
@@ -49,7 +85,7 @@ class PhaseMemory:
             yield
             return
         self._read_and_reset()
-        self._open.append((name, torch.cuda.memory_allocated(self.device)))
+        self._open.append((name, allocated_bytes(self.device)))
         try:
             yield
         finally:
@@ -62,7 +98,7 @@ class PhaseMemory:
         """`perf/max_memory_allocated_gb/<phase>` per phase plus the overall `perf/max_memory_allocated_gb`."""
         if not self.enabled:
             return {}
-        overall = max(self.overall, torch.cuda.max_memory_allocated(self.device))
+        overall = max(self.overall, peak_allocated_bytes(self.device))
         out = {f"{PREFIX}/{name}": peak / GIB for name, peak in self.peaks.items()}
         out[PREFIX] = overall / GIB
         return out
@@ -73,7 +109,7 @@ class PhaseMemory:
         self.peaks.clear()
         self.overall = 0
         if self.enabled and not self._open:
-            torch.cuda.reset_peak_memory_stats(self.device)
+            reset_peak(self.device)
         return out
 
 

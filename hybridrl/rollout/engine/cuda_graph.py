@@ -56,7 +56,8 @@ _capture_streams: dict[torch.device, torch.cuda.Stream] = {}
 @contextmanager
 def capturing(graph: torch.cuda.CUDAGraph, pool, device: torch.device) -> Iterator[None]:
     """`torch.cuda.graph(graph, pool=pool)` without what its entry also does: empty the device and pinned-
-    host caches. With free_cache_engine a generation captures its graph after every wake-up, and emptying
+    host caches. A generation captures graphs mid-rollout (each new batch size, and all of them again after a
+    wake-up that moved the KV cache), and emptying
     there handed the trainer's cached blocks back to the driver (H200 trace, a rank of two: 41 cudaFree,
     10.7 ms, then re-allocated by the next training phase) and dropped the pinned buffers the decode
     bursts copy tokens into. The wake-up already sized the KV cache to leave generation's activations,
@@ -77,7 +78,8 @@ class CUDAGraphDecodeRunner:
     Padding rows get slot_mapping -1 (their K/V is not stored), context_len 1 and an all-zero block
     table (they read one cached token of block 0), so they cannot disturb real sequences. Tensors that
     `decode_fn` closes over (weights, KV cache) must keep their addresses between capture and replay:
-    call `release()` before they move (engine sleep) and the graphs are captured again on the next run.
+    call `release()` before they move (a KV cache allocated elsewhere at wake-up) and the graphs are
+    captured again on the next run.
     `decode_fn` must not synchronise with the host (no `.item()`, no data-dependent shapes).
     """
 
@@ -109,6 +111,7 @@ class CUDAGraphDecodeRunner:
         self._pool = None
         self._outputs: torch.Tensor | None = None  # (max size, vocab_or_hidden): the largest graph's output
         self.capture_time_s = 0.0  # every capture since construction (callers take differences)
+        self.held_bytes = 0  # device memory the captured graphs hold (their pool and the output buffer)
 
     @property
     def captured(self) -> bool:
@@ -141,8 +144,8 @@ class CUDAGraphDecodeRunner:
         # resets every static row to padding, so staging first made that step's replay decode padding
         # only (wrong logits, and no K/V stored for any row, so every later step diverged as well).
         if self.use_graphs and size not in self._graphs:
-            # Lazily, per size: RL rollouts decode at a handful of batch sizes, and with
-            # free_cache_engine the graphs are re-captured after every wake-up (KV cache moved).
+            # Lazily, per size: RL rollouts decode at a handful of batch sizes per generation; the
+            # graphs outlive a sleep unless the KV cache moves (kv_cache.py).
             # The first size of a pool is its base (output buffer, pool memory); a batch larger than
             # the base (rows admitted after others finished) starts a fresh pool from it.
             if self._graphs and size > self._outputs.shape[0]:
@@ -204,7 +207,7 @@ class CUDAGraphDecodeRunner:
         if self._graphs and sizes[-1] > self._outputs.shape[0]:
             raise ValueError(f"cannot add a graph of {sizes[-1]} rows to a pool based on {self._outputs.shape[0]} "
                              "rows; release() first")
-        start = time.perf_counter()
+        start, allocated_before = time.perf_counter(), torch.cuda.memory_allocated(self.device)
         # Warm-up and capture run on all-padding inputs (slot -1: no K/V written; shapes are what
         # matter). This clobbers any staged batch: `run` stages only after capturing.
         self._pad(0, self.capture_sizes[-1])
@@ -218,6 +221,7 @@ class CUDAGraphDecodeRunner:
                 self._pool = graph.pool()
             self._graphs[size] = graph
         torch.cuda.synchronize(self.device)
+        self.held_bytes += torch.cuda.memory_allocated(self.device) - allocated_before
         elapsed = time.perf_counter() - start
         self.capture_time_s += elapsed
         log.debug("captured decode CUDA graphs for batch sizes %s in %.2f s", sizes, elapsed)
@@ -248,6 +252,7 @@ class CUDAGraphDecodeRunner:
         self._graphs.clear()
         self._pool = None
         self._outputs = None
+        self.held_bytes = 0
         if had_graphs:
             torch.cuda.synchronize(self.device)
             torch.cuda.empty_cache()

@@ -35,7 +35,8 @@ class LLMEngine:
                  max_num_batched_tokens: int = 8192, max_model_len: int | None = None,
                  enforce_eager: bool = False, enable_prefix_caching: bool = True,
                  num_kv_blocks: int | None = None, seed: int = 0, max_decode_burst: int = 16,
-                 tp: TensorParallel = SINGLE, cudagraph_capture_sizes: list[int] | None = None) -> None:
+                 tp: TensorParallel = SINGLE, cudagraph_capture_sizes: list[int] | None = None,
+                 keep_decode_graphs: bool = True) -> None:
         if not 0 < gpu_memory_utilization <= 1:
             raise ValueError(f"actor_rollout_ref.rollout.gpu_memory_utilization ({gpu_memory_utilization}) "
                              "must be in (0, 1]; try 0.5")
@@ -54,7 +55,7 @@ class LLMEngine:
         # Decode steps per host round trip: sampled tokens stay on the device in between.
         self.max_decode_burst = max_decode_burst
         self.runner = ModelRunner(self.model, self.device, block_size, max_num_seqs, self.max_model_len,
-                                  enforce_eager, cudagraph_capture_sizes)
+                                  enforce_eager, cudagraph_capture_sizes, keep_graphs=keep_decode_graphs, tp=tp)
         self.kv_block_budget: int | None = None  # blocks gpu_memory_utilization allows (set by profiling on CUDA)
         self.activation_bytes: int | None = None  # generation's activation peak beside the cache (CUDA profiling)
         self.planned_kv_blocks = num_kv_blocks or self._profile_num_kv_blocks()
@@ -104,7 +105,8 @@ class LLMEngine:
         return int(min(budget, free - MARGIN_BYTES))
 
     def sleep(self) -> None:
-        """Free the KV cache and decode CUDA graphs; weights stay (`update_weights` works while asleep)."""
+        """Free the KV cache; weights stay (`update_weights` works while asleep). The decode CUDA graphs stay
+        too when the cache returns to the same address at wake-up (kv_cache.py) and keep_decode_graphs."""
         self.runner.free_kv_cache()
         self.block_manager = None
 
@@ -120,12 +122,14 @@ class LLMEngine:
         if self.device.type != "cuda" or self.activation_bytes is None:
             return self.planned_kv_blocks
         free, _ = torch.cuda.mem_get_info(self.device)
-        if fitting_blocks(free, self.activation_bytes, self.runner.block_bytes) < self.planned_kv_blocks:
+        # Graphs kept from the last generation already hold their part of the activations (not free now).
+        activation_bytes = max(self.activation_bytes - self.runner.graph_runner.held_bytes, 0)
+        if fitting_blocks(free, activation_bytes, self.runner.block_bytes) < self.planned_kv_blocks:
             # Only now hand the allocator's unused cached blocks (the trainer's) back to the driver: each costs
             # a cudaFree, and training allocates them again afterwards.
             torch.cuda.empty_cache()
             free, _ = torch.cuda.mem_get_info(self.device)
-        size = blocks_for_generation(self.planned_kv_blocks, free, self.activation_bytes, self.runner.block_bytes,
+        size = blocks_for_generation(self.planned_kv_blocks, free, activation_bytes, self.runner.block_bytes,
                                      self.gpu_memory_utilization)
         if size.warning and size.blocks < self._smallest_warned:
             log.warning(size.warning)
@@ -152,7 +156,7 @@ class LLMEngine:
         graphs = getattr(self.runner, "graph_runner", None)
         captured_before = graphs.capture_time_s if graphs is not None else 0.0
         metrics = self._run(scheduler, params)
-        # Decode graphs are captured lazily per batch size, again after each wake-up (the KV cache moved).
+        # Decode graphs are captured lazily per batch size; again after a wake-up only when the KV cache moved.
         metrics["rollout/graph_capture_s"] = (graphs.capture_time_s - captured_before) if graphs is not None else 0.0
         return RolloutOutput([s.completion_token_ids for s in seqs], [s.output_logprobs for s in seqs], metrics)
 

@@ -13,7 +13,9 @@ from hybridrl.rollout.base import SamplingParams
 from hybridrl.rollout.engine.attention import select_backend
 from hybridrl.rollout.engine.cuda_graph import CUDAGraphDecodeRunner, graph_sizes
 from hybridrl.rollout.engine.decode_step import DecodeBurst, advance_decode_inputs, copy_to_host, make_sampler
+from hybridrl.rollout.engine.kv_cache import PagedKVCache
 from hybridrl.rollout.engine.layers import AttentionMetadata
+from hybridrl.rollout.engine.parallel import SINGLE, TensorParallel
 from hybridrl.rollout.engine.sampler import gumbel_argmax, sample
 from hybridrl.rollout.engine.sequence import Sequence
 
@@ -53,7 +55,8 @@ class HostBlockTables:
 
 class ModelRunner:
     def __init__(self, model: torch.nn.Module, device: torch.device, block_size: int, max_num_seqs: int,
-                 max_model_len: int, enforce_eager: bool, capture_sizes: list[int] | None = None) -> None:
+                 max_model_len: int, enforce_eager: bool, capture_sizes: list[int] | None = None, *,
+                 keep_graphs: bool = True, tp: TensorParallel = SINGLE) -> None:
         self.model = model
         self.device = device
         self.block_size = block_size
@@ -66,6 +69,10 @@ class ModelRunner:
         for layer in self.layers:
             layer.backend = backend
         self.kv_cache: torch.Tensor | None = None
+        self.kv_store = PagedKVCache((2, len(self.layers), block_size, self.num_kv_heads, self.head_dim), self.dtype,
+                                     device, tp)
+        # Decode graphs outlive a sleep when the cache comes back at the same address (kv_cache.py).
+        self.keep_graphs = keep_graphs
         self.host_block_tables = HostBlockTables(self.max_blocks_per_seq)
         # Eager, the noise hash is ~17 kernels over (B, V); compiled, noise + argmax fuse into one.
         compiled = device.type == "cuda" and not enforce_eager
@@ -84,28 +91,31 @@ class ModelRunner:
     @property
     def block_bytes(self) -> int:
         """Bytes of one KV block across all layers (K and V)."""
-        elem = torch.empty(0, dtype=self.dtype).element_size()
-        return 2 * len(self.layers) * self.block_size * self.num_kv_heads * self.head_dim * elem
+        return self.kv_store.block_bytes
 
     def allocate_kv_cache(self, num_blocks: int) -> None:
         # One tensor (2, L, num_blocks, block_size, Hkv, D), viewed per layer.
-        self.kv_cache = torch.zeros(2, len(self.layers), num_blocks, self.block_size, self.num_kv_heads,
-                                    self.head_dim, dtype=self.dtype, device=self.device)
+        if self.kv_store.allocate(num_blocks):
+            self.graph_runner.release()  # captured against a cache that is gone
+        self.kv_cache = self.kv_store.tensor
         for i, layer in enumerate(self.layers):
             layer.k_cache, layer.v_cache = self.kv_cache[0, i], self.kv_cache[1, i]
 
     def free_kv_cache(self) -> None:
-        self.graph_runner.release()  # graphs hold the cache's addresses
+        """Free the KV cache; the decode graphs go too unless they can replay against its next allocation."""
+        if not (self.keep_graphs and self.kv_store.stable_address):
+            self.graph_runner.release()  # graphs hold the cache's addresses
         for layer in self.layers:
             layer.k_cache = layer.v_cache = torch.empty(0)
         self.kv_cache = None
+        self.kv_store.free()
         if self.device.type == "cuda":
-            torch.cuda.empty_cache()
+            torch.cuda.empty_cache()  # generation's cached activations, for the trainer
 
     @torch.inference_mode()
     def warmup(self, max_num_batched_tokens: int, max_model_len: int, max_num_seqs: int) -> None:
         """Everything a generation holds beside the KV cache, to measure its peak: the largest decode graph
-        (its memory pool lives until the cache is freed), then, with it held, the largest prefill step, the
+        (its memory pool lives as long as the graph), then, with it held, the largest prefill step, the
         largest sampling batch and one eager decode of the largest batch (what capturing one more graph size
         allocates). Without the graph pool in the measure, a wake-up that fitted the cache to the memory free
         left a full-batch graph short of its logits (H200, 10,752 rows: 3.04 GiB asked, 2.88 free).
@@ -127,7 +137,8 @@ class ModelRunner:
         sample(logits, 1.0, -1, 0.9, False, keys, keys, self.gumbel_argmax)
         del logits
         self.decode_fn(*self.graph_runner.views(largest))  # the static buffers hold padding rows (block 0)
-        self.free_kv_cache()  # and the graphs
+        self.free_kv_cache()
+        self.graph_runner.release()  # captured against a one-block cache: no generation can use them
 
     # --- step inputs ----------------------------------------------------------------------------
     def _tensor(self, data: list, dtype: torch.dtype) -> torch.Tensor:

@@ -234,10 +234,20 @@ def test_engine_graphs_and_triton_match_eager_torch_path():
     assert out.token_ids == expected.token_ids
     for got, want in zip(out.log_probs, expected.log_probs):
         assert got == pytest.approx(want, abs=1e-3)
-    graphed.sleep()  # frees the KV cache, so the graphs (which hold its address) must go too
+    # The KV cache comes back at the same address (CUDA VMM): the graphs outlive the sleep and replay.
+    captures = graphed.runner.graph_runner.capture_time_s
+    graphed.sleep()
+    assert graphed.runner.graph_runner.captured and graphed.runner.kv_store.stable_address
+    graphed.wake_up()
+    assert graphed.generate(PROMPTS, params).token_ids == expected.token_ids
+    assert graphed.runner.graph_runner.capture_time_s == captures
+    # keep_decode_graphs=False: freed with the cache, captured again after the wake-up.
+    graphed.runner.keep_graphs = False
+    graphed.sleep()
     assert not graphed.runner.graph_runner.captured
     graphed.wake_up()
     assert graphed.generate(PROMPTS, params).token_ids == expected.token_ids
+    assert graphed.runner.graph_runner.capture_time_s > captures
 
 
 def test_configured_capture_sizes_reach_the_engine_and_always_cover_max_num_seqs():
