@@ -18,7 +18,7 @@ import logging
 import os
 import warnings
 from collections.abc import Iterable, Iterator
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -72,9 +72,16 @@ def apply_lora(model: PreTrainedModel, *, rank: int, alpha: int, target_modules:
                                      "upgrade with `pip install -U 'peft>=0.14'` or unset exclude_modules")
     config = peft.LoraConfig(task_type="CAUSAL_LM", r=rank, lora_alpha=alpha, bias="none",
                              target_modules=_as_modules(target_modules), **excluded)
-    with warnings.catch_warnings():  # peft calls transformers' deprecated alias; nothing a user can change
-        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.* is deprecated", category=FutureWarning)
+    with _without_peft_deprecation_warning():
         return peft.get_peft_model(model, config)
+
+
+@contextmanager
+def _without_peft_deprecation_warning() -> Iterator[None]:
+    """peft calls transformers' deprecated `is_gradient_checkpointing`; nothing a user can change."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.* is deprecated", category=FutureWarning)
+        yield
 
 
 def _load_adapter(peft: Any, model: PreTrainedModel, adapter_path: str, rank: int, alpha: int) -> PeftModel:
@@ -82,7 +89,8 @@ def _load_adapter(peft: Any, model: PreTrainedModel, adapter_path: str, rank: in
     if not os.path.isfile(os.path.join(path, "adapter_config.json")):
         raise FileNotFoundError(f"{ADAPTER_PATH_KEY}={adapter_path!r} has no adapter_config.json; point it at a "
                                 "directory written by save_adapter / PeftModel.save_pretrained, or unset it")
-    peft_model = peft.PeftModel.from_pretrained(model, path, is_trainable=True)
+    with _without_peft_deprecation_warning():
+        peft_model = peft.PeftModel.from_pretrained(model, path, is_trainable=True)
     saved = peft_model.peft_config["default"]
     if (saved.r, saved.lora_alpha) != (rank, alpha):
         logger.warning("LoRA adapter %s has r=%s, lora_alpha=%s; using those instead of the configured "

@@ -38,7 +38,7 @@ PHASE_WHAT = {
 }
 COMMON_KEYS = ("data.train_batch_size", f"{ROLLOUT}.n", "data.max_prompt_length", f"{ROLLOUT}.response_length")
 OFFLOAD_KEYS = (f"{ACTOR}.fsdp_config.param_offload", f"{ACTOR}.fsdp_config.optimizer_offload")
-ENGINE_KEYS = (f"{ROLLOUT}.gpu_memory_utilization", f"{ROLLOUT}.free_cache_engine")
+ENGINE_KEYS = (f"{ROLLOUT}.gpu_memory_utilization", f"{ROLLOUT}.free_cache_engine", f"{ROLLOUT}.keep_decode_graphs")
 PHASE_KEYS: dict[str, tuple[str, ...]] = {
     "gen": (*ENGINE_KEYS, f"{ROLLOUT}.max_num_seqs", f"{ROLLOUT}.max_num_batched_tokens", *OFFLOAD_KEYS),
     "old_log_prob": (f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu", *ENGINE_KEYS, *OFFLOAD_KEYS),
@@ -209,6 +209,13 @@ def _turn_on(key: str, why: str) -> Callable[[Any], Override | None]:
     return make
 
 
+def _turn_off(key: str, why: str) -> Callable[[Any], Override | None]:
+    def make(cfg) -> Override | None:
+        now = get_key(cfg, key)
+        return Override(key, False, now, why) if now is True else None
+    return make
+
+
 def _halve_int(key: str, why: str, floor: int = 1) -> Callable[[Any], Override | None]:
     def make(cfg) -> Override | None:
         now = get_key(cfg, key)
@@ -226,6 +233,9 @@ PARAM_OFFLOAD = _turn_on(f"{ACTOR}.fsdp_config.param_offload",
                          "the actor's parameters and gradients stay on the CPU while it is idle")
 REF_OFFLOAD = _turn_on(f"{REF}.fsdp_config.param_offload", "the reference model stays on the CPU between its forwards")
 FREE_CACHE = _turn_on(f"{ROLLOUT}.free_cache_engine", "the rollout KV cache is freed outside generation")
+FREE_GRAPHS = _turn_off(f"{ROLLOUT}.keep_decode_graphs", "the decode CUDA graphs' activation pool (~max_num_seqs x "
+                                                         "vocab x 2 bytes) is freed outside generation too "
+                                                         "(captured again each generation)")
 GRAD_CKPT = _turn_on(f"{MODEL}.enable_gradient_checkpointing", "keeps one activation per layer instead of all")
 CRITIC_CKPT = _turn_on("critic.model.enable_gradient_checkpointing", "keeps one activation per layer instead of all")
 CRITIC_OPT_OFFLOAD = _turn_on("critic.model.fsdp_config.optimizer_offload",
@@ -257,9 +267,9 @@ CANDIDATES: dict[str, tuple[Callable[[Any], Override | None], ...]] = {
             _lower_gpu_util, RESPONSE),
     "values": (_micro("critic.forward_micro_batch_size_per_gpu"), OPTIMIZER_OFFLOAD, CRITIC_OPT_OFFLOAD, RESPONSE),
     "update_critic": (_micro("critic.ppo_micro_batch_size_per_gpu"), CRITIC_SHARDS, CRITIC_CKPT, FREE_CACHE,
-                      OPTIMIZER_OFFLOAD, RESPONSE),
+                      OPTIMIZER_OFFLOAD, FREE_GRAPHS, RESPONSE),
     "update_actor": (_micro(f"{ACTOR}.ppo_micro_batch_size_per_gpu"), ACTOR_SHARDS, GRAD_CKPT, FREE_CACHE, REF_OFFLOAD,
-                     _lower_gpu_util, RESPONSE),
+                     FREE_GRAPHS, _lower_gpu_util, RESPONSE),
     "update_weights": (_lower_gpu_util, OPTIMIZER_OFFLOAD, PARAM_OFFLOAD, FREE_CACHE),
 }
 CANDIDATES["gen_max"] = CANDIDATES["gen"]

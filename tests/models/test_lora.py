@@ -137,6 +137,7 @@ def test_optimizer_step_changes_only_adapters():
         assert changed == (name in trainable), name
 
 
+@pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing.* is deprecated:FutureWarning")  # peft, direct call
 def test_save_adapter_and_export_merged_round_trip(qwen, tmp_path):
     base, peft_model = qwen
     expected = logits(peft_model)

@@ -132,3 +132,15 @@ def test_real_cuda_oom_reports_memory_figures(cfg):
     assert re.search(r"Memory on cuda: allocated [0-9.]+ GiB, reserved [0-9.]+ GiB, peak allocated [0-9.]+ GiB, "
                      r"total [0-9.]+ GiB", message)
     assert "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16" in message
+
+
+def test_kept_decode_graphs_are_offered_once_the_bigger_savings_are_taken():
+    """keep_decode_graphs holds the graphs' activation pool through training: a late, cheap suggestion."""
+    taken = ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1", "actor_rollout_ref.model.enable_gradient_checkpointing=true",
+             "actor_rollout_ref.ref.fsdp_config.param_offload=true"]
+    cfg = load_config(OVERRIDES + taken)
+    suggested = {o.key: o.value for o in suggest_overrides(cfg, "update_actor")}
+    assert suggested["actor_rollout_ref.rollout.keep_decode_graphs"] is False
+    assert "actor_rollout_ref.rollout.keep_decode_graphs=true" in str(raise_oom_in("update_actor", cfg))
+    off = load_config(OVERRIDES + taken + ["actor_rollout_ref.rollout.keep_decode_graphs=false"])
+    assert "actor_rollout_ref.rollout.keep_decode_graphs" not in {o.key for o in suggest_overrides(off, "update_actor")}
