@@ -56,12 +56,12 @@ _capture_streams: dict[torch.device, torch.cuda.Stream] = {}
 @contextmanager
 def capturing(graph: torch.cuda.CUDAGraph, pool, device: torch.device) -> Iterator[None]:
     """`torch.cuda.graph(graph, pool=pool)` without what its entry also does: empty the device and pinned-
-    host caches. A generation captures graphs mid-rollout (each new batch size, and all of them again after a
-    wake-up that moved the KV cache), and emptying
-    there handed the trainer's cached blocks back to the driver (H200 trace, a rank of two: 41 cudaFree,
-    10.7 ms, then re-allocated by the next training phase) and dropped the pinned buffers the decode
-    bursts copy tokens into. The wake-up already sized the KV cache to leave generation's activations,
-    this graph's pool included, free (kv_memory.py), emptying the cache itself when that needed it."""
+    host caches. A generation captures graphs mid-rollout (each new batch size, and all of them again after
+    a wake-up that moved the KV cache), and emptying there handed the trainer's cached blocks back to the
+    driver (H200 trace, a rank of two: 41 cudaFree, 10.7 ms, then re-allocated by the next training phase)
+    and dropped the pinned buffers the decode bursts copy tokens into. The wake-up already sized the KV
+    cache to leave generation's activations, this graph's pool included, free (kv_memory.py), emptying the
+    cache itself when that needed it."""
     torch.cuda.synchronize(device)
     stream = _capture_streams.setdefault(device, torch.cuda.Stream(device))  # capture off the default stream
     with torch.cuda.stream(stream):

@@ -27,14 +27,11 @@ class PagedKVCache:
             device = torch.device("cuda", torch.cuda.current_device())
         self.per_block_shape = per_block_shape  # (2, L, block_size, Hkv, D) without the blocks dim
         self.dtype, self.device = dtype, device
+        self.block_bytes = torch.empty(per_block_shape, dtype=dtype, device="meta").nbytes  # one block, all layers
         self.tensor: torch.Tensor | None = None
         self._buffer: vmm.StableBuffer | None = None
         self._blocks = 0  # the layout the buffer holds (graphs captured against it stay valid at this size)
         self.stable_address = device.type == "cuda" and _vmm_agreed(device, tp)
-
-    @property
-    def block_bytes(self) -> int:
-        return torch.empty(self.per_block_shape, dtype=self.dtype, device="meta").nbytes
 
     def shape(self, num_blocks: int) -> tuple[int, ...]:
         two, layers, *block = self.per_block_shape
