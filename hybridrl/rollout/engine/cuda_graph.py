@@ -117,6 +117,10 @@ class CUDAGraphDecodeRunner:
     def captured(self) -> bool:
         return bool(self._graphs)
 
+    @property
+    def captured_sizes(self) -> list[int]:
+        return sorted(self._graphs)
+
     def padded_size(self, batch_size: int) -> int | None:
         """The smallest capture size >= batch_size, or None when the batch is larger than all of them."""
         i = bisect.bisect_left(self.capture_sizes, batch_size)

@@ -98,7 +98,7 @@ def test_engine_keeps_its_graphs_across_sleep_while_the_memory_is_used_by_others
                        cudagraph_capture_sizes=[1, 2, 4, 8])
     first = engine.generate(PROMPTS, params)
     address, graphs = engine.runner.kv_cache.data_ptr(), engine.runner.graph_runner
-    captured, capture_s = set(graphs._graphs), graphs.capture_time_s
+    captured, capture_s = graphs.captured_sizes, graphs.capture_time_s
     assert captured and graphs.held_bytes > 0
     engine.sleep()
     trainer = torch.full((engine.kv_cache_bytes // 4,), float("nan"), device="cuda")
@@ -107,7 +107,7 @@ def test_engine_keeps_its_graphs_across_sleep_while_the_memory_is_used_by_others
     second = engine.generate(PROMPTS, params)
     assert second.token_ids == first.token_ids and second.log_probs == first.log_probs
     assert engine.runner.kv_cache.data_ptr() == address and graphs.capture_time_s == capture_s
-    assert set(graphs._graphs) == captured
+    assert graphs.captured_sizes == captured
     engine.sleep()
     engine.planned_kv_blocks = 128  # as when the trainer holds more memory at a wake-up
     engine.wake_up()
