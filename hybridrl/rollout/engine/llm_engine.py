@@ -23,6 +23,7 @@ from hybridrl.rollout.engine.scheduler import Scheduler
 from hybridrl.rollout.engine.sequence import Sequence
 
 CPU_KV_CAP_BYTES = 1 << 30
+KEEP_GRAPHS_KEY = "actor_rollout_ref.rollout.keep_decode_graphs"
 log = get_logger("rollout.engine")
 
 
@@ -64,6 +65,7 @@ class LLMEngine:
                              f"gpu_memory_utilization ({gpu_memory_utilization})")
         self.num_kv_blocks = self.planned_kv_blocks  # this generation's cache: fewer when memory got short
         self._smallest_warned = self.planned_kv_blocks
+        self._told_graphs_kept = False
         self.wake_up()
 
     # --- memory ---------------------------------------------------------------------------------
@@ -109,6 +111,12 @@ class LLMEngine:
         too when the cache returns to the same address at wake-up (kv_cache.py) and keep_decode_graphs."""
         self.runner.free_kv_cache()
         self.block_manager = None
+        graphs = self.runner.graph_runner
+        if graphs.captured and not self._told_graphs_kept:
+            self._told_graphs_kept = True
+            log.info("decode CUDA graphs are kept while the engine sleeps (its KV cache comes back at the same "
+                     "address): %.2f GiB held between generations (%s=false frees them)",
+                     graphs.held_bytes / 2**30, KEEP_GRAPHS_KEY)
 
     def wake_up(self) -> None:
         if self.runner.kv_cache is None:

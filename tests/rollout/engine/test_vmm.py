@@ -3,6 +3,8 @@ back to the device at sleep, comes back at the same address, and decode graphs r
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 
@@ -85,7 +87,7 @@ def test_phase_peaks_count_the_kv_cache_mapped_outside_the_allocator():
 
 
 @pytest.mark.gpu
-def test_engine_keeps_its_graphs_across_sleep_while_the_memory_is_used_by_others():
+def test_engine_keeps_its_graphs_across_sleep_while_the_memory_is_used_by_others(caplog):
     """sleep -> the trainer fills the freed memory with NaNs -> wake_up: the same tokens, no capture, the
     same cache address; a smaller cache at wake-up (memory short) moves it and the graphs are captured again."""
     from tests.rollout.engine.helpers import PROMPTS, make_model
@@ -100,7 +102,17 @@ def test_engine_keeps_its_graphs_across_sleep_while_the_memory_is_used_by_others
     address, graphs = engine.runner.kv_cache.data_ptr(), engine.runner.graph_runner
     captured, capture_s = graphs.captured_sizes, graphs.capture_time_s
     assert captured and graphs.held_bytes > 0
-    engine.sleep()
+    logger = logging.getLogger("hybridrl")
+    logger.addHandler(caplog.handler)  # the hybridrl logger does not propagate to root
+    try:
+        with caplog.at_level(logging.INFO, logger="hybridrl"):
+            engine.sleep()
+            engine.wake_up()
+            engine.sleep()
+    finally:
+        logger.removeHandler(caplog.handler)
+    told = [r.getMessage() for r in caplog.records if "graphs are kept" in r.getMessage()]
+    assert len(told) == 1 and "GiB held" in told[0] and "keep_decode_graphs=false" in told[0]
     trainer = torch.full((engine.kv_cache_bytes // 4,), float("nan"), device="cuda")
     del trainer
     engine.wake_up()
