@@ -25,6 +25,25 @@ def test_without_cuda_the_cache_is_a_plain_tensor_that_moves_every_time():
     assert cache.allocate(5)  # a new tensor: graphs captured before could not replay
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a CUDA driver")
+def test_without_a_driver_the_cache_falls_back_to_pytorch_and_says_why(caplog):
+    """No libcuda here: the fixed-address path is refused at construction, with the reason in the log."""
+    from hybridrl.rollout.engine import vmm
+
+    vmm.unavailable_reason.cache_clear()
+    logger = logging.getLogger("hybridrl")
+    logger.addHandler(caplog.handler)  # the hybridrl logger does not propagate to root
+    try:
+        with caplog.at_level(logging.INFO, logger="hybridrl"):
+            cache = PagedKVCache((2, 3, 4, 2, 8), torch.bfloat16, torch.device("cuda", 0))
+    finally:
+        logger.removeHandler(caplog.handler)
+    reason = vmm.unavailable_reason(0)  # e.g. "OSError: libcuda.so.1: cannot open shared object file ..."
+    assert not cache.stable_address and reason
+    told = [r.getMessage() for r in caplog.records if "no fixed-address device memory" in r.getMessage()]
+    assert len(told) == 1 and reason in told[0] and "captured again after every wake-up" in told[0]
+
+
 def test_keep_decode_graphs_reaches_the_engine():
     from hybridrl.config import load_config
     from hybridrl.rollout import build_rollout_backend
