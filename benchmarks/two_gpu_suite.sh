@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue #6's two-GPU measurements in one call (nvidia-h200-x2, about 6 minutes), reports under $OUT:
+# Issue #6's two-GPU measurements in one call (nvidia-h200-x2, an estimated 5-6 minutes), reports under $OUT:
 #   g1              one GPU, in process (the base)
 #   g2_replicas     two ranks, actor and reference whole on each (fsdp_size=1: gradients all-reduced)
 #   g2_fsdp         two ranks, FSDP2 over both
