@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
 from benchmarks.common import (build_random_model, emit, environment, fill_defaults, gsm8k_prompts,  # noqa: E402
-                               qwen2_config, sync)
+                               qwen2_config, timed)
 from benchmarks.rollout_bench import release_memory, stop_ids_for_mean_length  # noqa: E402
 from hybridrl.rollout.base import SamplingParams  # noqa: E402
 
@@ -61,28 +60,23 @@ def workloads(vocab_size: int, args: argparse.Namespace) -> dict[str, SamplingPa
     }
 
 
-def timed_call(device: str, fn) -> tuple[Any, float]:
-    sync(device)
-    start = time.perf_counter()
-    out = fn()
-    sync(device)
-    return out, time.perf_counter() - start
-
-
 def free_while_asleep(device: str) -> float | None:
     return torch.cuda.mem_get_info(device)[0] / 2**30 if torch.device(device).type == "cuda" else None
 
 
 def one_round(engine, prompts: list[list[int]], params: SamplingParams, device: str) -> dict[str, Any]:
-    _, wake_s = timed_call(device, engine.wake_up)
-    out, gen_s = timed_call(device, lambda: engine.generate(prompts, params))
-    _, sleep_s = timed_call(device, engine.sleep)
+    seconds: dict[str, float] = {}
+    with timed(device, seconds, "wake_up_s"):
+        engine.wake_up()
+    with timed(device, seconds, "generate_s"):
+        out = engine.generate(prompts, params)
+    with timed(device, seconds, "sleep_s"):
+        engine.sleep()
     free_gb = free_while_asleep(device)
     trainer = torch.empty(engine.kv_cache_bytes, dtype=torch.uint8, device=device)  # the memory is reused
     trainer.fill_(255)
     del trainer
-    return {"wake_up_s": wake_s, "generate_s": gen_s, "sleep_s": sleep_s,
-            "graph_capture_s": out.metrics["rollout/graph_capture_s"],
+    return {**seconds, "graph_capture_s": out.metrics["rollout/graph_capture_s"],
             "decode_time_s": out.metrics["rollout/decode_time_s"],
             "generated_tokens": sum(map(len, out.token_ids)), "free_gb_while_asleep": free_gb,
             "token_ids_hash": hash(tuple(map(tuple, out.token_ids)))}

@@ -157,8 +157,7 @@ def one_rank_group(enabled: bool):
     from hybridrl.trainer.roles import build_group_roles
 
     in_process = ppo_trainer.build_roles
-    ppo_trainer.build_roles = lambda cfg, needs, tokenizer, device, steps, world_size=1: build_group_roles(
-        cfg, needs, tokenizer, device, steps, world_size)
+    ppo_trainer.build_roles = build_group_roles  # the trainer passes world_size (1 here) either way
     try:
         yield
     finally:

@@ -243,10 +243,10 @@ class GroupRollout(GroupRole):
         rows come back in one process's order (a prompt's samples together) with one process's samples."""
         replicas = self.group.world_size // self.tensor_parallel_size
         if len(prompts) % replicas == 0:  # prompts travel and are unpadded once, not n times
-            rows, row_params = Batch(dict(prompts.tensors), dict(prompts.non_tensors), dict(prompts.meta)), params
+            rows, row_params = prompts, params
         else:
             rows, row_params = prompts.repeat(params.n, interleave=True), replace(params, n=1)
-        rows[ROW_INDEX_KEY] = torch.arange(len(rows)) * row_params.n
+        rows = rows.union(Batch({ROW_INDEX_KEY: torch.arange(len(rows)) * row_params.n}))
         batch = generate_on(self.group, rows, row_params, self.tensor_parallel_size)
         return batch, pool_rollout_metrics(pop_rank_metrics(batch))
 

@@ -202,17 +202,11 @@ def _lower_gpu_util(cfg) -> Override | None:
     return Override(key, value, now, "a smaller KV cache leaves room for activations and training state")
 
 
-def _turn_on(key: str, why: str) -> Callable[[Any], Override | None]:
+def _switch(key: str, value: bool, why: str) -> Callable[[Any], Override | None]:
+    """Suggest `key=value` while the config holds the other boolean."""
     def make(cfg) -> Override | None:
         now = get_key(cfg, key)
-        return None if now is None or now else Override(key, True, now, why)
-    return make
-
-
-def _turn_off(key: str, why: str) -> Callable[[Any], Override | None]:
-    def make(cfg) -> Override | None:
-        now = get_key(cfg, key)
-        return Override(key, False, now, why) if now is True else None
+        return None if now is None or bool(now) == value else Override(key, value, now, why)
     return make
 
 
@@ -227,19 +221,18 @@ def _micro(key: str) -> Callable[[Any], Override | None]:
     return lambda cfg: _halve_micro(cfg, key)
 
 
-OPTIMIZER_OFFLOAD = _turn_on(f"{ACTOR}.fsdp_config.optimizer_offload",
-                             "the actor's optimizer state (8 bytes/param) stays on the CPU outside update_actor")
-PARAM_OFFLOAD = _turn_on(f"{ACTOR}.fsdp_config.param_offload",
-                         "the actor's parameters and gradients stay on the CPU while it is idle")
-REF_OFFLOAD = _turn_on(f"{REF}.fsdp_config.param_offload", "the reference model stays on the CPU between its forwards")
-FREE_CACHE = _turn_on(f"{ROLLOUT}.free_cache_engine", "the rollout KV cache is freed outside generation")
-FREE_GRAPHS = _turn_off(f"{ROLLOUT}.keep_decode_graphs", "the decode CUDA graphs' activation pool (~max_num_seqs x "
-                                                         "vocab x 2 bytes) is freed outside generation too "
-                                                         "(captured again each generation)")
-GRAD_CKPT = _turn_on(f"{MODEL}.enable_gradient_checkpointing", "keeps one activation per layer instead of all")
-CRITIC_CKPT = _turn_on("critic.model.enable_gradient_checkpointing", "keeps one activation per layer instead of all")
-CRITIC_OPT_OFFLOAD = _turn_on("critic.model.fsdp_config.optimizer_offload",
-                              "the critic's optimizer state stays on the CPU outside update_critic")
+OPTIMIZER_OFFLOAD = _switch(f"{ACTOR}.fsdp_config.optimizer_offload", True,
+                            "the actor's optimizer state (8 bytes/param) stays on the CPU outside update_actor")
+PARAM_OFFLOAD = _switch(f"{ACTOR}.fsdp_config.param_offload", True,
+                        "the actor's parameters and gradients stay on the CPU while it is idle")
+REF_OFFLOAD = _switch(f"{REF}.fsdp_config.param_offload", True, "the reference model stays on the CPU between its forwards")
+FREE_CACHE = _switch(f"{ROLLOUT}.free_cache_engine", True, "the rollout KV cache is freed outside generation")
+FREE_GRAPHS = _switch(f"{ROLLOUT}.keep_decode_graphs", False, "the decode CUDA graphs' activation pool (~max_num_seqs "
+                      "x vocab x 2 bytes) is freed outside generation too (captured again each generation)")
+GRAD_CKPT = _switch(f"{MODEL}.enable_gradient_checkpointing", True, "keeps one activation per layer instead of all")
+CRITIC_CKPT = _switch("critic.model.enable_gradient_checkpointing", True, "keeps one activation per layer instead of all")
+CRITIC_OPT_OFFLOAD = _switch("critic.model.fsdp_config.optimizer_offload", True,
+                             "the critic's optimizer state stays on the CPU outside update_critic")
 
 
 def _shard_copies(prefix: str, role: str) -> Callable[[Any], Override | None]:

@@ -23,7 +23,6 @@ from hybridrl.workers.sharding import (
     named_weights,
     replica_gradients,
     shard_role,
-    trains_replicas,
 )
 from hybridrl.workers.sizes import BatchSizes
 from hybridrl.workers.update_metrics import as_metric, means
@@ -58,8 +57,8 @@ class ActorWorker(TrainState):
         compile_decoder_layers(self.model, device, "actor", enabled=self.actor_cfg.use_torch_compile
                                and fsdp.use_torch_compile, off_key="actor_rollout_ref.actor.use_torch_compile")
         self.sharded = shard_role(self.model, fsdp, self.precision, "actor", log_prob_forward=True)
-        self.replicas = trains_replicas(fsdp)  # fsdp_size=1 on several ranks: whole copies, averaged gradients
-        self.replica_grads = replica_gradients(self.model, self.replicas, self.precision.reduce)
+        # fsdp_size=1 on several ranks: whole copies whose gradients are averaged (`.averages`)
+        self.replica_grads = replica_gradients(self.model, fsdp, self.precision.reduce)
         self.optimizer = build_optimizer(self.model.parameters(), self.actor_cfg.optim)
         self.offloader = PhaseOffloader(self.model, self.optimizer, device, fsdp.param_offload, fsdp.optimizer_offload,
                                         self.sharded)

@@ -21,7 +21,6 @@ from hybridrl.workers.sharding import (
     gradient_sync,
     replica_gradients,
     shard_role,
-    trains_replicas,
 )
 from hybridrl.workers.sizes import BatchSizes
 from hybridrl.workers.update_metrics import as_metric, means
@@ -47,8 +46,8 @@ class CriticWorker(TrainState):
         compile_decoder_layers(self.model, device, "critic", enabled=model_cfg.fsdp_config.use_torch_compile,
                                off_key="critic.model.fsdp_config.use_torch_compile")
         self.sharded = shard_role(self.model, model_cfg.fsdp_config, self.precision, "critic")
-        self.replicas = trains_replicas(model_cfg.fsdp_config)  # fsdp_size=1 on several ranks: averaged gradients
-        self.replica_grads = replica_gradients(self.model, self.replicas, self.precision.reduce)
+        # fsdp_size=1 on several ranks: whole copies whose gradients are averaged (`.averages`)
+        self.replica_grads = replica_gradients(self.model, model_cfg.fsdp_config, self.precision.reduce)
         self.optimizer = build_optimizer(self.model.parameters(), self.cfg.optim)
         fsdp = model_cfg.fsdp_config
         self.offloader = PhaseOffloader(self.model, self.optimizer, device, fsdp.param_offload, fsdp.optimizer_offload,

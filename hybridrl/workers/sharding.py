@@ -88,6 +88,8 @@ def trains_replicas(fsdp_cfg) -> bool:
 class _OneCopy:
     """`replica_gradients` when there are no other copies to agree with: nothing to do."""
 
+    averages = False
+
     @contextmanager
     def overlapping(self, active: bool = True) -> Iterator[None]:
         yield
@@ -96,11 +98,12 @@ class _OneCopy:
         pass
 
 
-def replica_gradients(model: nn.Module, replicas: bool, reduce_dtype: torch.dtype):
+def replica_gradients(model: nn.Module, fsdp_cfg, reduce_dtype: torch.dtype):
     """Whole replicas (`trains_replicas`): a `GradientAverager` over the model's trainable parameters, which
     makes every gradient its mean over the ranks as FSDP's reduce would (wrap the last backward of an optimizer
-    step in `.overlapping()`, then call `.finish()`, collective); otherwise an object that does nothing."""
-    if not replicas:
+    step in `.overlapping()`, then call `.finish()`, collective); otherwise an object that does nothing.
+    `.averages` tells which."""
+    if not trains_replicas(fsdp_cfg):
         return _OneCopy()
     from hybridrl.distributed.replicas import GradientAverager
 

@@ -68,7 +68,6 @@ class ModelRunner:
         backend = select_backend(device, self.head_dim)
         for layer in self.layers:
             layer.backend = backend
-        self.kv_cache: torch.Tensor | None = None
         self.kv_store = PagedKVCache((2, len(self.layers), block_size, self.num_kv_heads, self.head_dim), self.dtype,
                                      device, tp)
         # Decode graphs outlive a sleep when the cache comes back at the same address (kv_cache.py).
@@ -93,11 +92,14 @@ class ModelRunner:
         """Bytes of one KV block across all layers (K and V)."""
         return self.kv_store.block_bytes
 
+    @property
+    def kv_cache(self) -> torch.Tensor | None:
+        """(2, L, num_blocks, block_size, Hkv, D) while awake, viewed per layer; None while asleep."""
+        return self.kv_store.tensor
+
     def allocate_kv_cache(self, num_blocks: int) -> None:
-        # One tensor (2, L, num_blocks, block_size, Hkv, D), viewed per layer.
         if self.kv_store.allocate(num_blocks):
             self.graph_runner.release()  # captured against a cache that is gone
-        self.kv_cache = self.kv_store.tensor
         for i, layer in enumerate(self.layers):
             layer.k_cache, layer.v_cache = self.kv_cache[0, i], self.kv_cache[1, i]
 
@@ -107,7 +109,6 @@ class ModelRunner:
             self.graph_runner.release()  # graphs hold the cache's addresses
         for layer in self.layers:
             layer.k_cache = layer.v_cache = torch.empty(0)
-        self.kv_cache = None
         self.kv_store.free()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()  # generation's cached activations, for the trainer
