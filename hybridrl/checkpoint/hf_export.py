@@ -10,10 +10,12 @@ import os
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
 
-from hybridrl.checkpoint.manager import CheckpointError
+from hybridrl.checkpoint.manager import TRACKER_FILE, CheckpointError, find_resume_dir, step_dirs
+from hybridrl.logging.log import get_logger
 
 HF_SUBDIR = "huggingface"
 LORA_ADAPTER_DIR = "lora_adapter"
+log = get_logger("hybridrl.checkpoint")
 
 
 def save_hf_metadata(model, tokenizer, role_dir: str) -> str:
@@ -37,11 +39,28 @@ def save_hf_model(model, tokenizer, out_dir: str) -> str:
 
 
 def _role_dir(step_dir: str, role: str) -> str:
+    if not os.path.isdir(step_dir):
+        raise CheckpointError(f"{step_dir!r} does not exist; pass a global_step_N directory, or the run's checkpoint "
+                              f"folder (trainer.default_local_dir) to export its latest step")
+    step_dir = _latest_step_if_root(step_dir)
     role_dir = step_dir if os.path.exists(os.path.join(step_dir, "model.pt")) else os.path.join(step_dir, role)
     if not os.path.exists(os.path.join(role_dir, "model.pt")):
         raise CheckpointError(f"no model.pt under {step_dir!r} (looked in {role_dir!r}); pass a global_step_N "
                               f"directory (or its actor/ or critic/ folder) saved with 'model' in save_contents")
     return role_dir
+
+
+def _latest_step_if_root(path: str) -> str:
+    """A checkpoint folder (global_step_N inside) resolves to its latest complete step, as resume_mode=auto
+    finds it; any other directory is returned as it is."""
+    if not step_dirs(path):
+        return path
+    latest = find_resume_dir(path, "auto", None)
+    if latest is None:
+        raise CheckpointError(f"{path!r} holds global_step_N folders but no {TRACKER_FILE} (no save completed); "
+                              f"pass one of them: {[name for _, name in step_dirs(path)][-3:]}")
+    log.info("exporting the latest checkpoint in %s: %s", path, os.path.basename(latest))
+    return latest
 
 
 def _export_lora(role_dir: str, meta: str, out_dir: str, adapter_only: bool) -> str:

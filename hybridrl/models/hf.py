@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import importlib
 import os
+from contextlib import contextmanager
 
 import torch
 from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer,
                           PreTrainedModel, PreTrainedTokenizerBase, PreTrainedTokenizerFast)
+from transformers.utils import logging as hf_logging
+
+from hybridrl.logging.log import get_logger
 
 DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
           "fp16": torch.float16, "float16": torch.float16}
+log = get_logger("hybridrl.models")
 
 
 def _quiet_transformers() -> None:
     """Per-file progress bars from transformers flood logs of a training run; keep its warnings."""
-    from transformers.utils import logging as hf_logging
-
     hf_logging.disable_progress_bar()
 
 
@@ -67,9 +70,10 @@ def load_policy_tokenizer(model_cfg, trust_remote_code: bool = False) -> PreTrai
     (else path) and custom_chat_template applied; tokenizer code trusted when the model's trust_remote_code
     or `trust_remote_code` (verl's data.trust_remote_code, which verl's tokenizer loading reads) is set."""
     import_external_lib(model_cfg.external_lib, "actor_rollout_ref.model.external_lib")
+    key = "actor_rollout_ref.model." + ("tokenizer_path" if model_cfg.tokenizer_path else "path")
     return load_tokenizer(model_cfg.tokenizer_path or model_cfg.path,
                           trust_remote_code=model_cfg.trust_remote_code or trust_remote_code,
-                          chat_template=model_cfg.custom_chat_template)
+                          key=key, chat_template=model_cfg.custom_chat_template)
 
 
 def batch_decode(tokenizer: PreTrainedTokenizerBase, rows: list[list[int]], skip_special_tokens: bool = True
@@ -137,11 +141,38 @@ def load_value_model(path: str, *, dtype: torch.dtype = torch.float32, override_
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code, **(override_config or {}))
         config.num_labels = 1
         config.classifier_dropout = 0.0
-        return AutoModelForTokenClassification.from_pretrained(path, config=config, dtype=dtype,
-                                                               trust_remote_code=trust_remote_code,
-                                                               attn_implementation="sdpa")
+        with _transformers_verbosity(hf_logging.ERROR):  # its load report would call the fresh head MISSING
+            model, info = AutoModelForTokenClassification.from_pretrained(
+                path, config=config, dtype=dtype, trust_remote_code=trust_remote_code, attn_implementation="sdpa",
+                output_loading_info=True)
     except (OSError, ValueError) as err:
         raise _load_error("value model", path, key, err) from err
+    _report_value_head(info, path, key)
+    return model
+
+
+@contextmanager
+def _transformers_verbosity(level: int):
+    previous = hf_logging.get_verbosity()
+    hf_logging.set_verbosity(level)
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(previous)
+
+
+def _report_value_head(info: dict, path: str, key: str) -> None:
+    """A fresh score head is expected (a critic started from a causal LM): one info line. Any other missing
+    or unexpected weight is a warning naming them."""
+    missing = sorted(info.get("missing_keys", ()))
+    head = [k for k in missing if k.split(".")[0] == "score"]
+    others, unexpected = [k for k in missing if k not in head], sorted(info.get("unexpected_keys", ()))
+    if head:
+        log.info("value model from %s: its score head (%s) starts freshly initialised, as a critic started from a "
+                 "causal LM does", path, ", ".join(head))
+    if others or unexpected:
+        log.warning("value model from %s=%s: weights not in the checkpoint (initialised fresh): %s; checkpoint "
+                    "weights the model does not use: %s", key, path, others or "none", unexpected or "none")
 
 
 def unwrap_peft(model: torch.nn.Module) -> torch.nn.Module:

@@ -47,6 +47,19 @@ def test_export_reproduces_actor_logits(tmp_path, arith_model_dir, arithmetic_fi
         expected = trainer.roles.actor.model.eval()(ids).logits
         assert torch.allclose(exported(ids).logits, expected, atol=1e-5)
     assert os.path.exists(os.path.join(target, "tokenizer_config.json"))
+    from_run = str(tmp_path / "exported_from_run")
+    assert export_main([out, from_run]) == 0  # the checkpoint folder itself: its latest step
+    with torch.no_grad():
+        assert torch.equal(AutoModelForCausalLM.from_pretrained(from_run)(ids).logits, exported(ids).logits)
+
+
+def test_export_names_a_missing_path_and_a_folder_with_no_completed_save(tmp_path, capsys):
+    assert export_main([str(tmp_path / "no_such_run"), str(tmp_path / "out")]) == 2
+    assert "'" + str(tmp_path / "no_such_run") + "' does not exist" in capsys.readouterr().err
+    begin_save(str(tmp_path), 3)  # a save that never completed...
+    os.makedirs(tmp_path / "global_step_3")  # ...and a step folder without a tracker file
+    assert export_main([str(tmp_path), str(tmp_path / "out")]) == 2
+    assert "no latest_checkpointed_iteration.txt (no save completed); pass one of them" in capsys.readouterr().err
 
 
 def test_model_merger_spelling_exports_actor_and_critic(tmp_path, arith_model_dir, arithmetic_files):

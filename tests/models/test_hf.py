@@ -93,3 +93,29 @@ class _Recording:
         if name.startswith("decode"):
             self._calls.append(name)
         return getattr(self._backend, name)
+
+
+@pytest.mark.parametrize("keys,named", [
+    (["actor_rollout_ref.model.path={missing}"], "actor_rollout_ref.model.path="),
+    (["actor_rollout_ref.model.path={model}", "actor_rollout_ref.model.tokenizer_path={missing}"],
+     "actor_rollout_ref.model.tokenizer_path="),
+])
+def test_a_tokenizer_that_cannot_load_names_the_key_the_user_set(tiny_model_dir, tmp_path, keys, named):
+    """tokenizer_path null falls back to model.path: the error then names model.path, which the user wrote."""
+    missing = str(tmp_path / "no_such_model")
+    cfg = load_config([k.format(missing=missing, model=tiny_model_dir) for k in keys])
+    with pytest.raises(ModelLoadError, match=f"could not load the tokenizer from {named}") as err:
+        build_tokenizer(cfg)
+    assert f"Point {named[:-1]} at a local HF model directory" in str(err.value)
+
+
+def test_a_critic_from_a_causal_lm_reports_its_fresh_head_in_one_line(tiny_model_dir, capfd, caplog):
+    """transformers' load report would print the new score head as MISSING (in colour, once per rank)."""
+    from hybridrl.models.hf import load_value_model
+
+    with caplog.at_level("INFO", logger="hybridrl.models"):
+        model = load_value_model(tiny_model_dir)
+    assert model.score.out_features == 1
+    assert "LOAD REPORT" not in capfd.readouterr().err
+    assert any("score head (score.bias, score.weight) starts freshly initialised" in r.getMessage()
+               for r in caplog.records)
