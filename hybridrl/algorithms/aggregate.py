@@ -40,3 +40,35 @@ def agg_loss(loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str
 def _safe_divide(total: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
     """total / count; when count is 0 the total is 0 too, so divide by 1 instead (no host sync)."""
     return total / torch.where(count > 0, count, torch.ones_like(count))
+
+
+# --------------------------------------------------------------------- loss_agg_scope=mini_batch
+LOSS_AGG_SCOPES = ("mini_batch", "micro_batch")
+
+
+def mini_batch_counts(response_mask: torch.Tensor) -> torch.Tensor:
+    """float64 (2,): [valid tokens, sequences with at least one valid token] of a mask (B, T): what the
+    mini-batch means divide by, summed over the ranks that share the mini-batch."""
+    tokens_per_seq = response_mask.sum(dim=-1)
+    return torch.stack([tokens_per_seq.sum(), (tokens_per_seq > 0).sum()]).to(torch.float64)
+
+
+def micro_weight(loss_agg_mode: str, micro_mask: torch.Tensor, counts: torch.Tensor, ranks: int = 1) -> torch.Tensor:
+    """What a micro-batch's `agg_loss` is multiplied by so that the micro-batches' weighted losses add up
+    to `agg_loss` of the whole mini-batch (`counts` = `mini_batch_counts` of it, summed over `ranks` ranks
+    whose gradients are averaged; the x ranks undoes that average).
+
+    token-mean: its share of the tokens; the seq-mean modes: its share of the sequences;
+    seq-mean-token-sum-norm (a token sum / scale per micro-batch): 1 / sequences, i.e. the mean over sequences
+    of token-sum / scale (Dr.GRPO). The result does not depend on how rows fall into micro-batches or ranks.
+    """
+    if loss_agg_mode not in LOSS_AGG_MODES:
+        raise ValueError(f"loss_agg_mode={loss_agg_mode!r} is not supported; choose one of {list(LOSS_AGG_MODES)}")
+    local = mini_batch_counts(micro_mask)
+    if loss_agg_mode == "token-mean":
+        share, total = local[0], counts[0]
+    elif loss_agg_mode == "seq-mean-token-sum-norm":
+        share, total = torch.ones_like(local[1]), counts[1]
+    else:
+        share, total = local[1], counts[1]
+    return (share * ranks / torch.clamp(total, min=1)).to(torch.float32)

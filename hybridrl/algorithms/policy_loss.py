@@ -113,6 +113,13 @@ def gspo_policy_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advanta
 
 
 POLICY_LOSSES: dict[str, PolicyLossFn] = {"vanilla": vanilla_policy_loss, "gspo": gspo_policy_loss}
+# Policy losses that aggregate one way whatever actor.loss_agg_mode says.
+FIXED_AGG_MODES = {"gspo": "seq-mean-token-mean"}
+
+
+def policy_agg_mode(loss_mode: str, loss_agg_mode: str) -> str:
+    """How `loss_mode`'s policy loss is really aggregated (what its micro-batch weight must follow)."""
+    return FIXED_AGG_MODES.get(loss_mode, loss_agg_mode)
 
 
 def get_policy_loss_fn(loss_mode: str) -> PolicyLossFn:

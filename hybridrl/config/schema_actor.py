@@ -53,6 +53,13 @@ class ActorConfig:
         choices=("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"),
     )
     loss_scale_factor: float | None = setting(None, "Divisor for seq-mean-token-sum-norm; null = response length.")
+    loss_agg_scope: str = setting(
+        "mini_batch",
+        "What loss_agg_mode's mean runs over: mini_batch = the whole mini-batch (all its micro-batches and ranks: "
+        "the gradient does not depend on micro-batch sizes, dynamic batching, balancing or the rank count); "
+        "micro_batch = each micro-batch's own mean, weighted by its rows (verl's legacy workers).",
+        choices=("mini_batch", "micro_batch"),
+    )
     entropy_coeff: float = setting(0.0, "Entropy bonus coefficient.")
     calculate_entropy: bool = setting(False, "Compute entropy even when entropy_coeff is 0; always on here (actor/entropy is logged every step).")
     use_kl_loss: bool = setting(False, "Add a KL-to-reference loss (GRPO style); needs the ref model.")

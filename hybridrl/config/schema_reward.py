@@ -69,6 +69,10 @@ class CriticConfig:
         ref="${actor_rollout_ref.actor.loss_agg_mode}",
         choices=("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"),
     )
+    loss_agg_scope: str = setting(
+        "mini_batch", "What the value loss's mean runs over (see actor_rollout_ref.actor.loss_agg_scope).",
+        ref="${actor_rollout_ref.actor.loss_agg_scope}", choices=("mini_batch", "micro_batch"),
+    )
     ulysses_sequence_parallel_size: int = setting(1, "Ulysses sequence parallel.")
     grad_clip: float = setting(1.0, "Gradient-norm clip.")
     checkpoint: CheckpointConfig = section(CheckpointConfig, "Critic checkpoint contents.")

@@ -8,10 +8,12 @@ import torch
 
 from hybridrl.algorithms import POLICY_LOSSES, agg_loss, kl_penalty
 from hybridrl.algorithms.agreement import rollout_agreement_metrics
+from hybridrl.algorithms.policy_loss import policy_agg_mode
 from hybridrl.models.compile import compile_decoder_layers
 from hybridrl.models.hf import enable_activation_checkpointing, load_causal_lm
 from hybridrl.utils.batch import Batch
 from hybridrl.workers.forward import batched_log_probs, response_log_probs
+from hybridrl.workers.loss_scope import MicroBatchWeights
 from hybridrl.workers.micro_batches import MicroBatchPlan
 from hybridrl.workers.offload import PhaseOffloader
 from hybridrl.workers.optim import build_lr_scheduler, build_optimizer
@@ -64,6 +66,7 @@ class ActorWorker(TrainState):
                                         self.sharded)
         self.lr_scheduler = build_lr_scheduler(self.optimizer, self.actor_cfg.optim, total_training_steps)
         self.policy_loss_fn = POLICY_LOSSES[self.actor_cfg.policy_loss.loss_mode]
+        self.policy_agg_mode = policy_agg_mode(self.actor_cfg.policy_loss.loss_mode, self.actor_cfg.loss_agg_mode)
         self.remove_padding = self.actor_cfg.use_remove_padding
         self.log_prob_plan = MicroBatchPlan.for_phase(cfg, "old_log_prob", sizes.log_prob_micro)
         self.update_plan = MicroBatchPlan.for_phase(cfg, "update_actor", sizes.ppo_micro)
@@ -115,19 +118,24 @@ class ActorWorker(TrainState):
                            on_policy: bool = False) -> None:
         self.optimizer.zero_grad(set_to_none=True)
         parts = self.update_plan.split(mini, self.sharded).parts
+        weights = MicroBatchWeights(self.actor_cfg.loss_agg_scope, mini)
         forwards = []  # on-policy: (log_prob, entropy) of each micro-batch, detached, for the old_log_prob metrics
+        mini_metrics: dict[str, list[torch.Tensor | float]] = defaultdict(list)
         for index, micro in enumerate(parts):
             last = index == len(parts) - 1  # one gradient reduce per mini-batch, in its last backward
             with gradient_sync(self.model, self.sharded, enabled=last), self.replica_grads.overlapping(last):
-                loss, micro_metrics, forward = self._micro_loss(micro, on_policy)
-                # verl: loss / gradient_accumulation, or x micro rows / mini rows with dynamic bsz (the same here)
-                (loss * (len(micro) / len(mini))).backward()
+                loss, micro_parts, forward = self._micro_loss(micro, weights, on_policy)
+                loss.backward()
             if on_policy:
                 forwards.append(forward)
-            for key, value in micro_metrics.items():
-                metrics[key].append(value)
+            for key, value in micro_parts.items():
+                mini_metrics[key].append(value)
+        for key, values in mini_metrics.items():  # weighted parts: their sum is the mini-batch's value
+            metrics[key].append(sum(values))
+        if self.actor_cfg.use_kl_loss:
+            metrics["actor/kl_coef"].append(self.actor_cfg.kl_loss_coef)
         if on_policy:
-            for key, value in self._old_log_prob_metrics(parts, forwards).items():
+            for key, value in self._old_log_prob_metrics(parts, forwards, weights).items():
                 metrics[key].append(value)
         self.replica_grads.finish()
         grad_norm = clip_grad_norm(self.model, self.actor_cfg.grad_clip, self.sharded)
@@ -138,8 +146,10 @@ class ActorWorker(TrainState):
             metrics["actor/num_skipped_steps"].append(1.0)
         metrics["actor/grad_norm"].append(as_metric(grad_norm))
 
-    def _micro_loss(self, micro: Batch, on_policy: bool = False):
-        """(loss, metrics, (log_prob, entropy) detached) of one micro-batch."""
+    def _micro_loss(self, micro: Batch, weights: MicroBatchWeights, on_policy: bool = False):
+        """(weighted loss, weighted metric parts, (log_prob, entropy) detached) of one micro-batch. Every loss
+        term and metric is weighted by the micro-batch's share of the mini-batch (`MicroBatchWeights`; the
+        clip fractions and ppo_kl are token means), so summed over micro-batches they are the mini-batch's."""
         cfg = self.actor_cfg
         mask = micro["response_mask"]
         need_entropy = cfg.entropy_coeff != 0 or on_policy  # on-policy: actor/entropy comes from here
@@ -152,26 +162,31 @@ class ActorWorker(TrainState):
             clip_ratio_low=cfg.clip_ratio_low if cfg.clip_ratio_low is not None else cfg.clip_ratio,
             clip_ratio_high=cfg.clip_ratio_high if cfg.clip_ratio_high is not None else cfg.clip_ratio,
             clip_ratio_c=cfg.clip_ratio_c, loss_agg_mode=cfg.loss_agg_mode, loss_scale_factor=cfg.loss_scale_factor)
-        loss = pg_loss
-        metrics = {"actor/pg_loss": as_metric(pg_loss)}
-        metrics.update({f"actor/{k}": as_metric(v) for k, v in pg_metrics.items()})
+        loss = pg_loss * weights(mask, self.policy_agg_mode)
+        metrics = {"actor/pg_loss": as_metric(loss)}
+        token_weight = weights(mask, "token-mean")
+        metrics.update({f"actor/{k}": as_metric(v * token_weight) for k, v in pg_metrics.items()})
+        weight = weights(mask, cfg.loss_agg_mode)
         if cfg.entropy_coeff != 0:
-            entropy_agg = agg_loss(entropy, mask, cfg.loss_agg_mode, cfg.loss_scale_factor)
+            entropy_agg = agg_loss(entropy, mask, cfg.loss_agg_mode, cfg.loss_scale_factor) * weight
             loss = loss - cfg.entropy_coeff * entropy_agg
             metrics["actor/entropy_loss"] = as_metric(entropy_agg)
         if cfg.use_kl_loss:
             kld = kl_penalty(log_prob, micro["ref_log_prob"], cfg.kl_loss_type)
-            kl_loss = agg_loss(kld, mask, cfg.loss_agg_mode, cfg.loss_scale_factor)
+            kl_loss = agg_loss(kld, mask, cfg.loss_agg_mode, cfg.loss_scale_factor) * weight
             loss = loss + cfg.kl_loss_coef * kl_loss
-            metrics.update({"actor/kl_loss": as_metric(kl_loss), "actor/kl_coef": cfg.kl_loss_coef})
+            metrics["actor/kl_loss"] = as_metric(kl_loss)
         return loss, metrics, (log_prob.detach(), entropy.detach() if entropy is not None else None)
 
-    def _old_log_prob_metrics(self, parts: list[Batch], forwards: list) -> dict[str, torch.Tensor | float]:
-        """What the skipped old_log_prob pass would report: actor/entropy, training/rollout_probs_diff_*."""
+    def _old_log_prob_metrics(self, parts: list[Batch], forwards: list, weights: MicroBatchWeights
+                              ) -> dict[str, torch.Tensor | float]:
+        """What the skipped old_log_prob pass would report: actor/entropy (over the whole mini-batch, like the
+        loss), training/rollout_probs_diff_*."""
         mask = torch.cat([micro["response_mask"] for micro in parts])
         log_prob = torch.cat([lp for lp, _ in forwards]).float()
         entropy = torch.cat([ent for _, ent in forwards]).float()
-        out = {"actor/entropy": as_metric(agg_loss(entropy, mask, self.actor_cfg.loss_agg_mode))}
+        mode = self.actor_cfg.loss_agg_mode
+        out = {"actor/entropy": as_metric(agg_loss(entropy, mask, mode) * weights(mask, mode))}
         if "rollout_log_probs" in parts[0]:
             rollout = torch.cat([micro["rollout_log_probs"] for micro in parts])
             out.update(rollout_agreement_metrics(rollout, log_prob, mask))

@@ -11,6 +11,7 @@ from hybridrl.models.compile import compile_decoder_layers
 from hybridrl.models.hf import enable_activation_checkpointing, import_external_lib, load_value_model
 from hybridrl.utils.batch import Batch
 from hybridrl.workers.forward import response_values
+from hybridrl.workers.loss_scope import MicroBatchWeights
 from hybridrl.workers.micro_batches import MicroBatchPlan
 from hybridrl.workers.offload import PhaseOffloader
 from hybridrl.workers.optim import build_lr_scheduler, build_optimizer
@@ -84,6 +85,8 @@ class CriticWorker(TrainState):
     def _update_mini_batch(self, mini: Batch, metrics: dict[str, list[torch.Tensor | float]]) -> None:
         self.optimizer.zero_grad(set_to_none=True)
         parts = self.update_plan.split(mini, self.sharded).parts
+        weights = MicroBatchWeights(self.cfg.loss_agg_scope, mini)
+        mini_metrics = defaultdict(list)  # weighted micro-batch parts: their sum is the mini-batch's value
         for index, micro in enumerate(parts):
             mask = micro["response_mask"]
             last = index == len(parts) - 1  # one gradient reduce per mini-batch, in its last backward
@@ -92,10 +95,14 @@ class CriticWorker(TrainState):
                     vpreds = response_values(self.model, micro, self.remove_padding)
                 vf_loss, vf_clipfrac = compute_value_loss(vpreds, micro["returns"], micro["values"], mask,
                                                           self.cfg.cliprange_value, self.cfg.loss_agg_mode)
-                (vf_loss * (len(micro) / len(mini))).backward()  # x micro rows / mini rows, as verl
-            metrics["critic/vf_loss"].append(as_metric(vf_loss))
-            metrics["critic/vf_clipfrac"].append(as_metric(vf_clipfrac))
-            metrics["critic/vpred_mean"].append(as_metric(masked_mean(vpreds, mask)))
+                vf_loss = vf_loss * weights(mask, self.cfg.loss_agg_mode)
+                vf_loss.backward()
+            token_weight = weights(mask, "token-mean")
+            mini_metrics["critic/vf_loss"].append(as_metric(vf_loss))
+            mini_metrics["critic/vf_clipfrac"].append(as_metric(vf_clipfrac * token_weight))
+            mini_metrics["critic/vpred_mean"].append(as_metric(masked_mean(vpreds, mask) * token_weight))
+        for key, values in mini_metrics.items():
+            metrics[key].append(sum(values))
         self.replica_grads.finish()
         grad_norm = clip_grad_norm(self.model, self.cfg.grad_clip, self.sharded)
         if torch.isfinite(grad_norm):

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from hybridrl.algorithms import agg_loss
+from hybridrl.algorithms.aggregate import LOSS_AGG_MODES, micro_weight, mini_batch_counts
 
 # rows: (1, 2 | 3 masked), (4 | 5, 6 masked), (7, 8, 9 all masked)
 LOSS = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0]])
@@ -33,3 +34,35 @@ def test_all_masked_gives_zero_not_nan(mode):
 def test_unknown_mode_lists_valid_modes():
     with pytest.raises(ValueError, match="seq-mean-token-sum-norm"):
         agg_loss(LOSS, MASK, "token-sum")
+
+
+def _ragged_losses(rows: int = 12, width: int = 7, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    loss = torch.randn(rows, width, generator=gen, dtype=torch.float64)
+    mask = (torch.rand(rows, width, generator=gen) > 0.4).double()
+    mask[3] = 0  # a row with no valid token counts for nothing in any mode
+    return loss, mask
+
+
+def _whole_batch_loss(loss: torch.Tensor, mask: torch.Tensor, mode: str) -> torch.Tensor:
+    if mode == "seq-mean-token-sum-norm":  # Dr.GRPO: mean over sequences of token-sum / padded length
+        return (loss * mask).sum() / loss.shape[-1] / (mask.sum(-1) > 0).sum()
+    return agg_loss(loss, mask, mode)
+
+
+@pytest.mark.parametrize("mode", LOSS_AGG_MODES)
+def test_weighted_micro_batches_add_up_to_the_whole_mini_batch_on_any_split_and_rank_count(mode):
+    """loss_agg_scope=mini_batch: micro-batch i contributes agg_loss(i) x micro_weight(i); over ranks, the
+    gradient average divides by the rank count, which the weight's x ranks undoes."""
+    loss, mask = _ragged_losses()
+    counts = mini_batch_counts(mask)
+    want = _whole_batch_loss(loss, mask, mode)
+    for ranks, splits in ((1, [(0, 5), (5, 6), (6, 12)]), (1, [(0, 12)]), (2, [(0, 2), (2, 4), (4, 12)])):
+        parts = [agg_loss(loss[a:b], mask[a:b], mode) * micro_weight(mode, mask[a:b], counts, ranks)
+                 for a, b in splits]
+        torch.testing.assert_close(sum(parts).double() / ranks, want.double(), rtol=1e-6, atol=0)
+
+
+def test_micro_weight_of_an_all_masked_mini_batch_is_finite():
+    mask = torch.zeros(3, 4)
+    assert micro_weight("token-mean", mask, mini_batch_counts(mask)).item() == 0.0

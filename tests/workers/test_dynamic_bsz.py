@@ -49,15 +49,19 @@ def max_relative_difference(a: list[torch.Tensor], b: list[torch.Tensor]) -> flo
     return max(((x - y).norm() / y.norm()).item() for x, y in zip(a, b))
 
 
-@pytest.mark.parametrize("mode, equal", [("seq-mean-token-mean", True), ("token-mean", False)])
-def test_update_gradients_match_fixed_micro_batches_when_the_loss_mode_makes_them_equivalent(tiny_model_dir, mode,
-                                                                                            equal):
-    """Each micro-batch loss is a local mean scaled by micro rows / mini rows (verl's legacy workers), so
-    seq-mean-token-mean sums to the mini-batch mean whatever the split; token-mean weighs a micro-batch's
-    tokens by its own token count, so a different split gives (slightly) different gradients."""
-    mode_key = [f"actor_rollout_ref.actor.loss_agg_mode={mode}"]
-    fixed_actor, fixed_critic, fixed_parts = update_grads(tiny_model_dir, mode_key)
-    dyn_actor, dyn_critic, dyn_parts = update_grads(tiny_model_dir, mode_key + DYNAMIC)
+@pytest.mark.parametrize("scope, mode, equal", [
+    ("mini_batch", "token-mean", True), ("mini_batch", "seq-mean-token-sum-norm", True),
+    ("micro_batch", "seq-mean-token-mean", True), ("micro_batch", "token-mean", False)])
+def test_update_gradients_match_fixed_micro_batches_unless_micro_batch_means_differ(tiny_model_dir, scope, mode,
+                                                                                    equal):
+    """loss_agg_scope=mini_batch (default): each micro-batch's loss is weighted by its share of the mini-batch's
+    tokens or sequences, so every mode gives the mini-batch's gradient whatever the split. micro_batch (verl's
+    legacy workers): a local mean scaled by micro rows / mini rows, which sums to the mini-batch mean for
+    seq-mean-token-mean only; token-mean then weighs a micro-batch's tokens by its own token count, so another
+    split gives (slightly) different gradients."""
+    keys = [f"actor_rollout_ref.actor.loss_agg_mode={mode}", f"actor_rollout_ref.actor.loss_agg_scope={scope}"]
+    fixed_actor, fixed_critic, fixed_parts = update_grads(tiny_model_dir, keys)
+    dyn_actor, dyn_critic, dyn_parts = update_grads(tiny_model_dir, keys + DYNAMIC)
     assert (fixed_parts, dyn_parts) == (4, 2)
     actor_diff = max_relative_difference(dyn_actor, fixed_actor)
     critic_diff = max_relative_difference(dyn_critic, fixed_critic)

@@ -1,0 +1,35 @@
+"""What each micro-batch's loss is multiplied by before its backward (`loss_agg_scope`).
+
+- `mini_batch` (default): the mean the loss_agg_mode names runs over the whole mini-batch, every micro-batch
+  and rank of it: micro-batch i's loss is weighted by its share of the mini-batch's tokens (token-mean) or
+  sequences (seq modes), counted over all ranks with one small all-reduce per mini-batch. The gradient is then the
+  same however rows fall into micro-batches (`use_dynamic_bsz`, `balance_batch`) and ranks, up to float rounding.
+- `micro_batch` (verl's legacy workers): each micro-batch's own mean, weighted by its rows / the mini-batch's.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from hybridrl.algorithms.aggregate import LOSS_AGG_SCOPES, micro_weight, mini_batch_counts
+from hybridrl.utils.batch import Batch
+from hybridrl.workers.sharding import is_distributed
+
+
+class MicroBatchWeights:
+    def __init__(self, scope: str, mini: Batch) -> None:
+        if scope not in LOSS_AGG_SCOPES:
+            raise ValueError(f"loss_agg_scope={scope!r} is not one of {list(LOSS_AGG_SCOPES)}")
+        self.scope, self.mini_rows = scope, len(mini)
+        if scope == "mini_batch":
+            self.ranks = dist.get_world_size() if is_distributed() else 1  # the ranks averaging gradients
+            self.counts = mini_batch_counts(mini["response_mask"])
+            if self.ranks > 1:
+                dist.all_reduce(self.counts)  # queued on the device: no host sync
+
+    def __call__(self, mask: torch.Tensor, loss_agg_mode: str) -> torch.Tensor | float:
+        """The weight of `agg_loss` over the rows of `mask` (B, T): a micro-batch's, or several's together."""
+        if self.scope == "micro_batch":
+            return mask.shape[0] / self.mini_rows
+        return micro_weight(loss_agg_mode, mask, self.counts, self.ranks)
