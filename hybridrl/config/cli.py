@@ -8,7 +8,8 @@ from hybridrl.config.errors import ConfigError
 from hybridrl.config.index import config_tree, get_in, schema_index
 from hybridrl.config.load import config_to_yaml, load_config, parse_cli_args
 from hybridrl.config.schema import HybridRLConfig
-from hybridrl.config.validate import validate_config
+from hybridrl.config.validate import validate_run
+from hybridrl.logging.backends import MissingDependencyError
 
 
 def docs_text(cfg: HybridRLConfig) -> str:
@@ -24,10 +25,19 @@ def docs_text(cfg: HybridRLConfig) -> str:
     return "\n".join(lines) + "\n"
 
 
+def configured_run(cfg: HybridRLConfig) -> tuple[str, int]:
+    """(device type, devices) of the run as configured. The config package imports no torch, so it sees no GPU:
+    trainer.device=auto counts as cpu and a null trainer.n_gpus_per_node as 1 (`hybridrl train` checks again
+    against the GPUs it sees)."""
+    per_node = 1 if cfg.trainer.n_gpus_per_node is None else cfg.trainer.n_gpus_per_node
+    return ("cuda" if cfg.trainer.device == "cuda" else "cpu"), cfg.trainer.nnodes * per_node
+
+
 def main_print_config(argv: list[str]) -> int:
     """Print the resolved config (YAML, or key docs with --docs); errors go to stderr with exit code 2.
 
-    --validate also runs validate_config with world_size = nnodes x n_gpus_per_node (1 when null).
+    --validate also runs the checks `hybridrl train` makes before loading anything (`validate_run`), on the
+    configured devices (`configured_run`).
     """
     flags = {"--docs", "--validate"}
     wanted = {arg for arg in argv if arg in flags}
@@ -35,9 +45,8 @@ def main_print_config(argv: list[str]) -> int:
         config_file, overrides = parse_cli_args([arg for arg in argv if arg not in flags])
         cfg = load_config(overrides, config_file)
         if "--validate" in wanted:
-            world_size = cfg.trainer.nnodes * (cfg.trainer.n_gpus_per_node or 1)
-            validate_config(cfg, world_size)
-    except ConfigError as exc:
+            validate_run(cfg, *configured_run(cfg))
+    except (ConfigError, MissingDependencyError) as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
     sys.stdout.write(docs_text(cfg) if "--docs" in wanted else config_to_yaml(cfg))

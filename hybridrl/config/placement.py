@@ -1,74 +1,181 @@
-"""validate_placement: per-role `device_ids` lists and the node/device counts against what is visible."""
+"""validate_placement: which devices each role's `*.device_ids` names, and the rules a layout keeps.
+
+A run has N devices: GPUs on CUDA, gloo ranks (processes) on CPU, N = trainer.nnodes x trainer.n_gpus_per_node.
+A role's list names some of them (null = all N). Roles with the same list share one group of ranks, one process
+per device, taking turns as the hybrid engine does; roles with another list get a group of their own
+(trainer/group_roles.plan_groups). So two lists are identical or disjoint, and every device is in some list:
+then the run starts exactly N processes, one per device, and the batch rules divide by what really runs.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from itertools import combinations
+
 from hybridrl.config.errors import ConfigError
-from hybridrl.config.roles import critic_enabled, ref_enabled
+from hybridrl.config.roles import critic_enabled, ref_enabled, rollout_backend_name
 from hybridrl.config.schema import HybridRLConfig
 
-# Pairs that must not share a device: the critic trains (or generates into) memory the other role needs.
-EXCLUSIVE_PAIRS = (("actor", "critic"), ("rollout", "critic"))
+TP_KEY = "actor_rollout_ref.rollout.tensor_model_parallel_size"
+
+
+@dataclass(frozen=True)
+class RoleDevices:
+    """One role's list as configured (`given`, None = null) and as placed (`devices`)."""
+
+    role: str
+    key: str
+    given: list[int] | None
+    devices: list[int]
+
+    def describe(self) -> str:
+        if self.given is None:
+            return f"{self.key}=null (defaulted to every device: {self.devices})"
+        return f"{self.key}={self.given}"
+
+
+def remote_critic(cfg: HybridRLConfig) -> bool:
+    """A critic behind an HTTP pooling endpoint takes no device (workers.reward.is_remote's rule)."""
+    return cfg.critic.type == "vllm_api" or str(cfg.critic.model.path).startswith(("http://", "https://"))
 
 
 def role_device_ids(cfg: HybridRLConfig) -> dict[str, tuple[str, list[int] | None, bool]]:
-    """role -> (key, device_ids, role enabled)."""
+    """role -> (key, device_ids, whether the role runs on the run's devices)."""
     arr = cfg.actor_rollout_ref
     return {
         "actor": ("actor_rollout_ref.actor.device_ids", arr.actor.device_ids, True),
         "rollout": ("actor_rollout_ref.rollout.device_ids", arr.rollout.device_ids, True),
-        "ref": ("actor_rollout_ref.ref.device_ids", arr.ref.device_ids, ref_enabled(cfg)),
-        "critic": ("critic.device_ids", cfg.critic.device_ids, critic_enabled(cfg)),
-        "reward_model": ("reward_model.device_ids", cfg.reward_model.device_ids, cfg.reward_model.enable),
+        "reference": ("actor_rollout_ref.ref.device_ids", arr.ref.device_ids, ref_enabled(cfg)),
+        "critic": ("critic.device_ids", cfg.critic.device_ids, critic_enabled(cfg) and not remote_critic(cfg)),
     }
 
 
-def _count_problems(cfg: HybridRLConfig, num_devices: int) -> tuple[int, list[str]]:
-    trainer = cfg.trainer
-    if trainer.n_gpus_per_node is None:
-        return num_devices, []
-    wanted = trainer.nnodes * trainer.n_gpus_per_node
-    if wanted > num_devices:
-        return num_devices, [
-            f"trainer.nnodes x trainer.n_gpus_per_node ({trainer.nnodes} x {trainer.n_gpus_per_node} = {wanted}) asks for "
-            f"more devices than the {num_devices} visible; set trainer.n_gpus_per_node={max(num_devices // trainer.nnodes, 1)} "
-            "or leave it null (= all visible)"
-        ]
-    return wanted, []
+def placed_roles(cfg: HybridRLConfig, num_devices: int) -> list[RoleDevices]:
+    """The roles that start ranks, each with its devices (null = every device)."""
+    every = list(range(num_devices))
+    return [RoleDevices(role, key, ids, every if ids is None else list(ids))
+            for role, (key, ids, placed) in role_device_ids(cfg).items() if placed]
 
 
-def _list_problems(key: str, ids: list[int], total: int) -> list[str]:
-    problems = []
+def run_size_origin(cfg: HybridRLConfig, device_type: str, num_devices: int) -> str:
+    """Where the run's device count comes from, in key terms (for messages)."""
+    nnodes, per_node = cfg.trainer.nnodes, cfg.trainer.n_gpus_per_node
+    nodes = f" x trainer.nnodes={nnodes}" if nnodes > 1 else ""
+    if per_node is not None and nnodes * per_node == num_devices:
+        return f"trainer.n_gpus_per_node={per_node}{nodes}"
+    if per_node is None and device_type == "cpu" and nnodes == num_devices:
+        return f"trainer.n_gpus_per_node is null: 1 on CPU{nodes}"
+    if per_node is None and device_type == "cuda" and num_devices % nnodes == 0:
+        return f"trainer.n_gpus_per_node is null: the {num_devices // nnodes} visible GPU(s){nodes}"
+    return f"num_devices={num_devices} given to the trainer"
+
+
+def _unit(device_type: str) -> str:
+    return "rank" if device_type == "cpu" else "device"  # on CPU a rank is a gloo process, not a device
+
+
+def _named(unit: str, ids: list[int]) -> str:
+    return f"{unit} {ids[0]}" if len(ids) == 1 else f"{unit}s {ids}"
+
+
+def _range_fix(cfg: HybridRLConfig, ids: list[int], total: int, num_visible: int | None) -> str:
+    """More devices per node when the ids fit this machine, else ids within the run's."""
+    keep = f"keep the ids in 0..{total - 1}"
+    needed = max(ids) + 1
+    per_node = -(-needed // cfg.trainer.nnodes)
+    if min(ids) < 0 or (num_visible is not None and per_node > num_visible):
+        return keep + (f" (only {num_visible} GPU(s) are visible)" if num_visible is not None else "")
+    return f"set trainer.n_gpus_per_node={per_node} (or {keep})"
+
+
+def _list_problems(cfg: HybridRLConfig, key: str, ids: list[int], device_type: str, num_devices: int,
+                   num_visible: int | None) -> list[str]:
     if not ids:
-        problems.append(f"{key}=[] is empty; give at least one device index or null (= every device)")
-    outside = [i for i in ids if not 0 <= i < total]
+        return [f"{key}=[] is empty; give at least one device index, or null (= every device)"]
+    problems = []
+    unit = _unit(device_type)
+    outside = [i for i in ids if not 0 <= i < num_devices]
     if outside:
-        problems.append(f"{key}={ids} has indices {outside} outside 0..{total - 1} ({total} devices)")
+        count = f"{num_devices} {unit}{'s' if num_devices != 1 else ''}"
+        problems.append(f"{key}={ids} names {_named(unit, outside)} outside 0..{num_devices - 1}: the run has {count} "
+                        f"({run_size_origin(cfg, device_type, num_devices)}); "
+                        f"{_range_fix(cfg, ids, num_devices, num_visible)}")
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
     if duplicates:
-        problems.append(f"{key}={ids} repeats {duplicates}")
+        problems.append(f"{key}={ids} repeats {duplicates}; one rank per device, e.g. {key}={sorted(set(ids))}")
     return problems
 
 
-def _fsdp_size_problems(cfg: HybridRLConfig, total: int) -> list[str]:
+def _shape_problems(cfg: HybridRLConfig, device_type: str, num_devices: int, num_visible: int | None) -> list[str]:
+    """Each given list: not empty, in range, no repeats, and only for a role this config runs."""
+    lists = role_device_ids(cfg)
+    lists["reward_model"] = ("reward_model.device_ids", cfg.reward_model.device_ids, cfg.reward_model.enable)
+    problems = []
+    for role, (key, ids, used) in lists.items():
+        if ids is None:
+            continue
+        if not used:
+            why = "is a remote endpoint" if role == "critic" and critic_enabled(cfg) else "is not used by this config"
+            problems.append(f"{key}={ids} is set but the {role} role {why}; remove it")
+        problems += _list_problems(cfg, key, list(ids), device_type, num_devices, num_visible)
+    return problems
+
+
+def _overlap_problem(first: RoleDevices, second: RoleDevices, num_devices: int) -> str | None:
+    """Identical lists share a group, disjoint ones have their own; a partial overlap would put two processes
+    (two groups' ranks) on the shared devices."""
+    shared = sorted(set(first.devices) & set(second.devices))
+    if not shared or sorted(first.devices) == sorted(second.devices):
+        return None
+    moved, kept = (first, second) if first.given is None and second.given is not None else (second, first)
+    own = sorted(set(moved.devices) - set(kept.devices)) or sorted(set(range(num_devices)) - set(kept.devices))
+    fix = f"set {moved.key}={own} or {kept.devices}" if own else f"set {moved.key}={kept.devices}"
+    return (f"{first.describe()} and {second.describe()} share device(s) {shared}; the {first.role} and "
+            f"{second.role} need separate devices or the same ones (the same: one group of ranks hosts both; a "
+            f"partial overlap would start two processes on {shared}): {fix}")
+
+
+def _unused_device_problems(cfg: HybridRLConfig, roles: list[RoleDevices], device_type: str,
+                            num_devices: int) -> list[str]:
+    used = sorted({d for role in roles for d in role.devices})
+    idle = sorted(set(range(num_devices)) - set(used))
+    if not idle:
+        return []
+    lists = ", ".join(role.describe() for role in roles)
+    renumber = "" if used == list(range(len(used))) else f" and renumber the lists to 0..{len(used) - 1}"
+    lower = f"set trainer.n_gpus_per_node={len(used)}{renumber}" if cfg.trainer.nnodes == 1 else \
+        f"lower trainer.nnodes x trainer.n_gpus_per_node to {len(used)}"
+    one = len(idle) == 1
+    return [f"{_named(_unit(device_type), idle)} of the run's {num_devices} {'is' if one else 'are'} used by no role "
+            f"({lists}); name {'it' if one else 'them'} in a role's device_ids, or {lower}"]
+
+
+def _fsdp_size_problems(cfg: HybridRLConfig, placed: dict[str, RoleDevices], num_devices: int) -> list[str]:
     """fsdp_size: -1 (shard over all of the role's ranks) or a divisor of their number (hybrid sharding)."""
-    arr = cfg.actor_rollout_ref
-    actor_ranks = len(arr.actor.device_ids) if arr.actor.device_ids is not None else total
-    roles = {"actor_rollout_ref.actor": (arr.actor.fsdp_config.fsdp_size, actor_ranks),
-             "actor_rollout_ref.ref": (arr.ref.fsdp_config.fsdp_size,
-                                       len(arr.ref.device_ids) if arr.ref.device_ids is not None else actor_ranks),
+    actor_ranks = len(placed["actor"].devices)
+    roles = {"actor_rollout_ref.actor": (cfg.actor_rollout_ref.actor.fsdp_config.fsdp_size, actor_ranks),
+             "actor_rollout_ref.ref": (cfg.actor_rollout_ref.ref.fsdp_config.fsdp_size,
+                                       len(placed["reference"].devices) if "reference" in placed else actor_ranks),
              "critic.model": (cfg.critic.model.fsdp_config.fsdp_size,
-                              len(cfg.critic.device_ids) if cfg.critic.device_ids is not None else total)}
+                              len(placed["critic"].devices) if "critic" in placed else num_devices)}
     return [f"{role}.fsdp_config.fsdp_size={size} must be -1 (shard over all of the role's {ranks} rank(s)) or "
             f"divide {ranks}: {', '.join(str(d) for d in range(1, ranks + 1) if ranks % d == 0)} (hybrid sharding: "
             "groups of that many ranks, replicated across groups)"
             for role, (size, ranks) in roles.items() if size != -1 and (size < 1 or ranks % size)]
 
 
-def _tensor_parallel_problems(cfg: HybridRLConfig, rollout_devices: int) -> list[str]:
+def _engine_problems(cfg: HybridRLConfig, device_type: str) -> list[str]:
+    """Tensor-parallel replicas are our engine's; the hf backend has none."""
     rollout = cfg.actor_rollout_ref.rollout
-    size, key = rollout.tensor_model_parallel_size, "actor_rollout_ref.rollout.tensor_model_parallel_size"
-    if size == 1:
-        return []
+    size = rollout.tensor_model_parallel_size
+    if size > 1 and rollout_backend_name(cfg, device_type) == "hf":
+        return [f"{TP_KEY}={size} needs the hybrid engine (rollout.name={rollout.name} is the hf backend on "
+                f"{device_type}); set actor_rollout_ref.rollout.name=hybrid"]
+    return []
+
+
+def _tensor_parallel_problems(cfg: HybridRLConfig, rollout_devices: int) -> list[str]:
+    size, key = cfg.actor_rollout_ref.rollout.tensor_model_parallel_size, TP_KEY
     if size < 1:
         return [f"{key}={size} must be >= 1"]
     if rollout_devices % size:
@@ -78,28 +185,31 @@ def _tensor_parallel_problems(cfg: HybridRLConfig, rollout_devices: int) -> list
     return []
 
 
-def validate_placement(cfg: HybridRLConfig, num_devices: int) -> None:
-    """Check device lists against `num_devices` (all devices of the run); raise one ConfigError listing all problems."""
-    total, problems = _count_problems(cfg, num_devices)
-    roles = role_device_ids(cfg)
-    lists = {role: (key, ids) for role, (key, ids, enabled) in roles.items() if ids is not None}
-    for role, (key, ids, enabled) in roles.items():
-        if ids is not None and not enabled:
-            problems.append(f"{key}={ids} is set but the {role} role is not used by this config; remove it")
-    if lists and "actor" not in lists:
-        given = ", ".join(f"{key}={ids}" for key, ids in lists.values())
-        problems.append(f"{given} given while actor_rollout_ref.actor.device_ids is null: give every role a list or none")
-    for key, ids in lists.values():
-        problems += _list_problems(key, ids, total)
-    problems += _tensor_parallel_problems(cfg, len(lists["rollout"][1]) if "rollout" in lists else total)
-    problems += _fsdp_size_problems(cfg, total)
-    for first, second in EXCLUSIVE_PAIRS:
-        if first in lists and second in lists:
-            shared = sorted(set(lists[first][1]) & set(lists[second][1]))
-            if shared:
-                problems.append(
-                    f"{lists[first][0]}={lists[first][1]} and {lists[second][0]}={lists[second][1]} share devices "
-                    f"{shared}; the {first} and {second} need separate devices"
-                )
+def visible_count_problems(cfg: HybridRLConfig, num_devices: int, num_visible: int) -> list[str]:
+    """The run's devices against the GPUs visible on this node (one node: Ray places several)."""
+    if num_devices <= num_visible:
+        return []
+    trainer = cfg.trainer
+    return [f"trainer.nnodes x trainer.n_gpus_per_node ({trainer.nnodes} x {trainer.n_gpus_per_node} = {num_devices}) "
+            f"asks for more devices than the {num_visible} visible; set trainer.n_gpus_per_node="
+            f"{max(num_visible // trainer.nnodes, 1)} or leave it null (= all visible)"]
+
+
+def validate_placement(cfg: HybridRLConfig, num_devices: int, *, device_type: str = "cuda",
+                       num_visible: int | None = None) -> None:
+    """Check the `*.device_ids` lists of a run of `num_devices` devices (CUDA GPUs; on CPU gloo ranks), which the
+    lists index; `num_visible`: the GPUs visible on this node, when the run must fit them. Raises one ConfigError
+    listing every problem."""
+    problems = visible_count_problems(cfg, num_devices, num_visible) if num_visible is not None else []
+    problems += _shape_problems(cfg, device_type, num_devices, num_visible)
+    well_formed = not problems
+    problems += _engine_problems(cfg, device_type)
+    if well_formed:  # overlaps and sizes are only meaningful for well-formed lists
+        roles = placed_roles(cfg, num_devices)
+        placed = {role.role: role for role in roles}
+        problems += [p for a, b in combinations(roles, 2) if (p := _overlap_problem(a, b, num_devices))]
+        problems += _unused_device_problems(cfg, roles, device_type, num_devices)
+        problems += _tensor_parallel_problems(cfg, len(placed["rollout"].devices))
+        problems += _fsdp_size_problems(cfg, placed, num_devices)
     if problems:
         raise ConfigError(f"{len(problems)} placement problem(s):\n" + "\n".join(f"  - {p}" for p in problems))

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import difflib
+import inspect
 from typing import Any
 
 from hybridrl.config.batch_rules import check_mini_batch, micro_batch_problems, token_budget_problems
 from hybridrl.config.errors import ConfigError
 from hybridrl.config.index import config_tree, get_in, schema_index
+from hybridrl.config.placement import validate_placement
 from hybridrl.config.precision import precision_problems
 from hybridrl.config.profiler_rules import profiler_problems
 from hybridrl.config.roles import critic_enabled, ref_enabled
 from hybridrl.config.schema import HybridRLConfig
-from hybridrl.config.schema_trainer import LOGGERS
+from hybridrl.config.schema_trainer import LOGGERS, RayKwargsConfig
+from hybridrl.logging.tracker import check_trackers_available
 
 KL_ESTIMATORS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
 GROUP_ESTIMATORS = ("grpo", "grpo_vectorized", "rloo", "rloo_vectorized", "reinforce_plus_plus_baseline")
@@ -19,8 +23,9 @@ GROUP_ESTIMATORS = ("grpo", "grpo_vectorized", "rloo", "rloo_vectorized", "reinf
 
 def validate_config(cfg: HybridRLConfig, world_size: int = 1) -> None:
     """Check every rule; raise one ConfigError listing all problems (`world_size` = devices training the actor)."""
-    if world_size < 1:
-        raise ConfigError(f"world_size ({world_size}) must be >= 1")
+    if world_size < 1:  # validate_run reports the keys behind a count below 1; this is the Python API's guard
+        raise ConfigError(f"world_size ({world_size}) must be >= 1: it is the number of ranks training the actor "
+                          "(trainer.nnodes x trainer.n_gpus_per_node, or len(actor_rollout_ref.actor.device_ids))")
     problems = (
         _choice_problems(cfg)
         + _actor_batch_problems(cfg, world_size)
@@ -29,12 +34,35 @@ def validate_config(cfg: HybridRLConfig, world_size: int = 1) -> None:
         + _algorithm_problems(cfg)
         + _sampling_problems(cfg)
         + _trainer_problems(cfg)
+        + _ray_init_problems(cfg)
         + precision_problems(cfg)
         + token_budget_problems(cfg)
         + profiler_problems(cfg.global_profiler)
     )
     if problems:
         raise ConfigError(f"{len(problems)} config problem(s):\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+def validate_run(cfg: HybridRLConfig, device_type: str, num_devices: int, num_visible: int | None = None) -> None:
+    """Every check `hybridrl train` makes before loading anything (torch-free: print-config --validate runs it
+    too): device counts, the value rules with the actor's ranks, the placement, the loggers' packages.
+    `num_devices`: the run's GPUs (on CPU gloo ranks); `num_visible`: GPUs visible here, when the run must fit.
+    Raises one ConfigError naming every key to change."""
+    counts = device_count_problems(cfg)
+    if counts:  # the other rules divide by these counts
+        raise ConfigError(f"{len(counts)} config problem(s):\n" + "\n".join(f"  - {p}" for p in counts))
+    actor_ids = cfg.actor_rollout_ref.actor.device_ids
+    actor_ranks = len(actor_ids) if actor_ids else num_devices  # an empty list is validate_placement's to report
+    problems = []  # every check's, so one run names everything to change
+    for check in (lambda: validate_config(cfg, world_size=actor_ranks),
+                  lambda: validate_placement(cfg, num_devices, device_type=device_type, num_visible=num_visible)):
+        try:
+            check()
+        except ConfigError as err:
+            problems.append(str(err))
+    if problems:
+        raise ConfigError("\n".join(problems))
+    check_trackers_available(cfg.trainer.logger)
 
 
 def _choice_problems(cfg: HybridRLConfig) -> list[str]:
@@ -170,11 +198,54 @@ def _trainer_problems(cfg: HybridRLConfig) -> list[str]:
                 f"trainer.resume_mode=resume_path needs trainer.resume_from_path pointing at a checkpoint folder "
                 f"named global_step_N (got {path!r})"
             )
-    if trainer.nnodes < 1:
-        problems.append(f"trainer.nnodes ({trainer.nnodes}) must be >= 1")
-    if trainer.n_gpus_per_node is not None and trainer.n_gpus_per_node < 1:
-        problems.append(f"trainer.n_gpus_per_node ({trainer.n_gpus_per_node}) must be >= 1 (or null = all visible)")
+    problems += device_count_problems(cfg)
+    if trainer.launcher == "local" and trainer.nnodes > 1:
+        problems.append(f"trainer.launcher=local runs on one node but trainer.nnodes={trainer.nnodes}; set "
+                        "trainer.launcher=ray (or auto) for several nodes, or trainer.nnodes=1")
     if cfg.reward_model.num_workers < 1:
         problems.append(f"reward_model.num_workers ({cfg.reward_model.num_workers}) must be >= 1 (1 = score in the "
                         "trainer's process)")
     return problems
+
+
+def device_count_problems(cfg: HybridRLConfig) -> list[str]:
+    """trainer.nnodes and trainer.n_gpus_per_node: every rule about ranks divides by them."""
+    trainer = cfg.trainer
+    problems = []
+    if trainer.nnodes < 1:
+        problems.append(f"trainer.nnodes ({trainer.nnodes}) must be >= 1; set trainer.nnodes=1 for one machine")
+    if trainer.n_gpus_per_node is not None and trainer.n_gpus_per_node < 1:
+        problems.append(f"trainer.n_gpus_per_node ({trainer.n_gpus_per_node}) must be >= 1; set it to the devices "
+                        "to use per node, or null (= all visible GPUs, 1 on CPU)")
+    return problems
+
+
+def _ray_init_problems(cfg: HybridRLConfig) -> list[str]:
+    """ray_kwargs.ray_init is an open dict handed to ray.init: a misspelt key would only fail when Ray starts.
+    Keys starting with `_` are Ray's private options; a Ray client address (ray://) takes the client's own."""
+    ray_init = cfg.ray_kwargs.ray_init or {}
+    defaults = RayKwargsConfig().ray_init  # ray.init's own: the default config imports no Ray
+    keys = [key for key in ray_init if not str(key).startswith("_") and key not in defaults]
+    if not keys or str(ray_init.get("address") or "").startswith("ray://"):
+        return []
+    parameters = _ray_init_parameters()
+    if parameters is None:  # no Ray: the launcher says how to install it if the run needs it
+        return []
+    return [_unknown_ray_init_key(key, parameters) for key in keys if key not in parameters]
+
+
+def _ray_init_parameters() -> list[str] | None:
+    """ray.init's keyword names, or None without Ray. (Ray is otherwise imported only by
+    distributed/ray_launcher.py, a layer above config.)"""
+    try:
+        import ray
+    except ImportError:
+        return None
+    return [name for name, parameter in inspect.signature(ray.init).parameters.items()
+            if parameter.kind is not parameter.VAR_KEYWORD]
+
+
+def _unknown_ray_init_key(key: str, parameters: list[str]) -> str:
+    close = difflib.get_close_matches(str(key), parameters, n=1, cutoff=0.75)
+    hint = f"did you mean 'ray_kwargs.ray_init.{close[0]}'?" if close else f"ray.init takes {', '.join(parameters)}"
+    return f"ray_kwargs.ray_init.{key} is not an argument of ray.init; {hint}"

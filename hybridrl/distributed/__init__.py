@@ -1,4 +1,4 @@
-"""Worker groups (in-process, local processes, Ray), placement of roles on devices, FSDP2 helpers (`.fsdp`)."""
+"""Worker groups (in-process, local processes, Ray), visible devices, FSDP2 helpers (`.fsdp`)."""
 
 from .errors import (
     GroupClosedError,
@@ -8,7 +8,7 @@ from .errors import (
     WorkerError,
 )
 from .local_launcher import LocalWorkerGroup
-from .placement import num_visible_devices, resolve_placement
+from .placement import num_visible_devices
 from .ray_launcher import (
     RayResourcePool,
     RayWorkerGroup,
@@ -21,5 +21,5 @@ from .worker_group import InProcessGroup, WorkerGroup
 __all__ = [
     "GroupClosedError", "InProcessGroup", "LocalWorkerGroup", "PlacementError", "RayInitError", "RayResourcePool",
     "RayWorkerGroup", "ResourcePoolManager", "WorkerDiedError", "WorkerError", "WorkerGroup", "choose_launcher",
-    "init_ray", "num_visible_devices", "resolve_placement",
+    "init_ray", "num_visible_devices",
 ]

@@ -2,7 +2,8 @@
 
 `hybridrl train` with a bad key or an impossible placement answers after importing torch (~4 s on a 2-core
 box), not after transformers and every worker module (~13 s). `PPOTrainer` runs the same checks, so code
-that builds a trainer directly gets the same errors.
+that builds a trainer directly gets the same errors. The checks are `config.validate.validate_run` (torch-free,
+so `print-config --validate` runs them too); here this machine's device and device counts are resolved.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from hybridrl.config import ConfigError, validate_config
+from hybridrl.config import ConfigError
+from hybridrl.config.validate import validate_run
 
 
 @dataclass(frozen=True)
@@ -22,24 +24,13 @@ class RunShape:
 
 
 def preflight(cfg, num_devices: int | None = None) -> RunShape:
-    """Validate `cfg` (batch sizes against the actor's ranks, device lists, tensor parallelism, loggers);
-    raises ConfigError naming the keys to change. `num_devices` overrides nnodes x n_gpus_per_node."""
-    from hybridrl.logging.tracker import check_trackers_available
-
+    """Validate `cfg` (device counts, batch sizes against the actor's ranks, device lists, tensor parallelism,
+    launcher, loggers) for this machine; raises ConfigError naming the keys to change. `num_devices` overrides
+    nnodes x n_gpus_per_node."""
     device = resolve_device(cfg.trainer.device)
     num_devices = num_devices or world_size(cfg, device.type)
-    actor_ranks = actor_world_size(cfg, num_devices)
-    problems = []  # every check's, so one run names everything to change
-    for check in (lambda: validate_config(cfg, world_size=actor_ranks),
-                  lambda: check_placement(cfg, device.type, num_devices)):
-        try:
-            check()
-        except ConfigError as err:
-            problems.append(str(err))
-    if problems:
-        raise ConfigError("\n".join(problems))
-    check_trackers_available(cfg.trainer.logger)
-    return RunShape(device, num_devices, actor_ranks)
+    validate_run(cfg, device.type, num_devices, visible_gpus(cfg, device.type))
+    return RunShape(device, num_devices, actor_world_size(cfg, num_devices))
 
 
 def resolve_device(name: str) -> torch.device:
@@ -64,21 +55,11 @@ def actor_world_size(cfg, num_ranks: int) -> int:
     return len(ids) if ids is not None else num_ranks
 
 
-def check_placement(cfg, device_type: str, num_ranks: int) -> None:
-    """Placement errors before any worker starts: device counts and `*.device_ids` lists.
-
-    On CPU a rank is a gloo process, not a device: any number of ranks may share the cores, and
-    `*.device_ids` index ranks. Several nodes (Ray) are checked by Ray when it places the pools.
-    """
-    from hybridrl.config import validate_placement
+def visible_gpus(cfg, device_type: str) -> int | None:
+    """The GPUs this node sees, which a one-node CUDA run must fit; None where that is not checked here: on CPU
+    (a rank is a gloo process: any number share the cores) and on several nodes (Ray places the pools)."""
     from hybridrl.distributed.placement import num_visible_devices
-    from hybridrl.rollout import resolve_backend_name
 
-    rollout = cfg.actor_rollout_ref.rollout
-    if rollout.tensor_model_parallel_size > 1 and resolve_backend_name(rollout.name, device_type) == "hf":
-        raise ConfigError(f"actor_rollout_ref.rollout.tensor_model_parallel_size={rollout.tensor_model_parallel_size} "
-                          f"needs the hybrid engine (rollout.name={rollout.name} is the hf backend on {device_type}); "
-                          "set actor_rollout_ref.rollout.name=hybrid")
-    if cfg.trainer.nnodes == 1:
-        visible = num_visible_devices(device_type)
-        validate_placement(cfg, max(visible, num_ranks) if device_type == "cpu" else visible)
+    if device_type != "cuda" or cfg.trainer.nnodes != 1:
+        return None
+    return num_visible_devices(device_type)

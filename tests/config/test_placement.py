@@ -1,4 +1,4 @@
-"""validate_placement: device lists per role and device counts."""
+"""validate_placement: device lists per role (null = every device of the run) and device counts."""
 
 from __future__ import annotations
 
@@ -7,52 +7,127 @@ import pytest
 from hybridrl.config import ConfigError, load_config, validate_placement
 
 GAE = ["algorithm.adv_estimator=gae"]
+GRPO = ["algorithm.adv_estimator=grpo"]
+ACTOR, ROLLOUT, REF = (f"actor_rollout_ref.{role}.device_ids" for role in ("actor", "rollout", "ref"))
 
 
-def placement_error(overrides: list[str], num_devices: int) -> str:
+def placement_error(overrides: list[str], num_devices: int, **kwargs) -> str:
     with pytest.raises(ConfigError) as err:
-        validate_placement(load_config(overrides), num_devices)
+        validate_placement(load_config(overrides), num_devices, **kwargs)
     return str(err.value)
 
 
-def test_defaults_share_everything():
-    validate_placement(load_config(), 1)
-    validate_placement(load_config(["trainer.n_gpus_per_node=2"]), 4)
-
-
-def test_split_actor_and_critic():
-    validate_placement(load_config(GAE + ["actor_rollout_ref.actor.device_ids=[0,1]",
-                                          "actor_rollout_ref.rollout.device_ids=[0,1]",
-                                          "critic.device_ids=[2,3]"]), 4)  # fmt: skip
+@pytest.mark.parametrize("layout, num_devices", [
+    ([], 1),  # the hybrid engine: every role on every device
+    (["trainer.n_gpus_per_node=2"], 2),
+    (GAE + [f"{ACTOR}=[0,1]", f"{ROLLOUT}=[0,1]", "critic.device_ids=[2,3]"], 4),  # the critic on its own devices
+    (GAE + ["actor_rollout_ref.actor.use_kl_loss=true", f"{ACTOR}=[0]", f"{REF}=[0]", f"{ROLLOUT}=[1]",
+            "critic.device_ids=[2]"], 3),  # actor+ref, rollout, critic: a group each (test_multi_process)
+    (GRPO + [f"{ACTOR}=[0]", f"{ROLLOUT}=[1]"], 2),  # the rollout on a device of its own (elastic rollout)
+    (GRPO + ["actor_rollout_ref.actor.use_kl_loss=true", f"{ACTOR}=[0]", f"{ROLLOUT}=[0]", f"{REF}=[1]"], 2),
+    (GAE + [f"{ACTOR}=[0]", f"{ROLLOUT}=[1]", "critic.device_ids=[1]"], 2),  # rollout and critic take turns
+    (GAE + [f"{ACTOR}=[0,1]", f"{ROLLOUT}=[0,1]", "critic.device_ids=[0,1]"], 2),  # explicit, like the default
+])
+def test_supported_layouts(layout, num_devices):
+    validate_placement(load_config(layout), num_devices)
 
 
 def test_too_many_devices_requested():
-    message = placement_error(["trainer.n_gpus_per_node=8"], 1)
+    message = placement_error(["trainer.n_gpus_per_node=8"], 8, num_visible=1)
     assert "trainer.nnodes x trainer.n_gpus_per_node (1 x 8 = 8) asks for more devices than the 1 visible" in message
     assert "set trainer.n_gpus_per_node=1" in message
 
 
 def test_list_problems():
-    message = placement_error(GAE + ["actor_rollout_ref.actor.device_ids=[0,0,5]", "critic.device_ids=[0]"], 4)
-    assert "actor_rollout_ref.actor.device_ids=[0, 0, 5] has indices [5] outside 0..3 (4 devices)" in message
-    assert "actor_rollout_ref.actor.device_ids=[0, 0, 5] repeats [0]" in message
-    assert "share devices [0]; the actor and critic need separate devices" in message
+    message = placement_error(GAE + [f"{ACTOR}=[0,0,5]", "critic.device_ids=[0]"], 4)
+    assert (f"{ACTOR}=[0, 0, 5] names device 5 outside 0..3: the run has 4 devices (trainer.n_gpus_per_node is "
+            "null: the 4 visible GPU(s)); set trainer.n_gpus_per_node=6 (or keep the ids in 0..3)") in message
+    assert f"{ACTOR}=[0, 0, 5] repeats [0]; one rank per device, e.g. {ACTOR}=[0, 5]" in message
 
 
-def test_rollout_critic_overlap():
-    message = placement_error(GAE + ["actor_rollout_ref.actor.device_ids=[0]", "actor_rollout_ref.rollout.device_ids=[1]",
-                                     "critic.device_ids=[1]"], 2)  # fmt: skip
-    assert "the rollout and critic need separate devices" in message
+def test_ids_are_checked_against_the_runs_devices_not_the_visible_ones():
+    message = placement_error(GRPO + ["trainer.n_gpus_per_node=2", f"{ACTOR}=[0,3]", f"{ROLLOUT}=[0,3]"], 2,
+                              num_visible=4)
+    assert (f"{ACTOR}=[0, 3] names device 3 outside 0..1: the run has 2 devices (trainer.n_gpus_per_node=2); "
+            "set trainer.n_gpus_per_node=4 (or keep the ids in 0..1)") in message
+    message = placement_error(GRPO + ["trainer.n_gpus_per_node=2", f"{ACTOR}=[0,3]", f"{ROLLOUT}=[0,3]"], 2,
+                              num_visible=2)
+    assert "keep the ids in 0..1 (only 2 GPU(s) are visible)" in message
+
+
+def test_a_defaulted_list_means_every_device():
+    """gae, 2 devices, only the actor's list: the critic (and rollout) would share device 0 with the actor
+    through their null lists, as an explicit critic.device_ids=[0] would."""
+    message = placement_error(GAE + ["trainer.n_gpus_per_node=2", f"{ACTOR}=[0]"], 2)
+    assert (f"{ACTOR}=[0] and critic.device_ids=null (defaulted to every device: [0, 1]) share device(s) [0]; the "
+            "actor and critic need separate devices or the same ones") in message
+    assert "set critic.device_ids=[1] or [0]" in message
+    assert f"set {ROLLOUT}=[1] or [0]" in message
+
+
+def test_a_null_list_beside_a_given_one_starts_no_extra_processes():
+    """actor [0] with the rollout list unset would start 3 processes on 2 devices (a rollout group on both)."""
+    message = placement_error(GRPO + ["trainer.n_gpus_per_node=2", f"{ACTOR}=[0]"], 2)
+    assert "1 placement problem(s)" in message
+    assert (f"{ACTOR}=[0] and {ROLLOUT}=null (defaulted to every device: [0, 1]) share device(s) [0]; the actor and "
+            "rollout need separate devices or the same ones (the same: one group of ranks hosts both; a partial "
+            f"overlap would start two processes on [0]): set {ROLLOUT}=[1] or [0]") in message
+
+
+def test_partial_overlap_is_refused():
+    message = placement_error(GRPO + ["trainer.n_gpus_per_node=3", f"{ACTOR}=[0,1]", f"{ROLLOUT}=[1,2]"], 3)
+    assert f"{ACTOR}=[0, 1] and {ROLLOUT}=[1, 2] share device(s) [1]" in message
+    assert f"set {ROLLOUT}=[2] or [0, 1]" in message
+
+
+def test_a_reference_on_some_of_the_actors_devices_is_refused():
+    """ref [1] inside actor [0, 1] would be a second process on device 1; share all of them or none."""
+    message = placement_error(GAE + ["actor_rollout_ref.actor.use_kl_loss=true", f"{ACTOR}=[0,1]", f"{ROLLOUT}=[0,1]",
+                                     f"{REF}=[1]", "critic.device_ids=[2,3]"], 4)
+    assert f"{ACTOR}=[0, 1] and {REF}=[1] share device(s) [1]" in message
+    assert f"set {REF}=[2, 3] or [0, 1]" in message  # [2, 3]: with the critic, which may share them whole
+
+
+def test_exclusive_pairs_overlap():
+    message = placement_error(GAE + [f"{ACTOR}=[0]", f"{ROLLOUT}=[1,2]", "critic.device_ids=[2]"], 3)
+    assert f"{ROLLOUT}=[1, 2] and critic.device_ids=[2] share device(s) [2]; the rollout and critic" in message
+    assert "set critic.device_ids=[0] or [1, 2]" in message  # [0]: with the actor, which may share it whole
+    message = placement_error(GAE + [f"{ACTOR}=[0]", f"{ROLLOUT}=[0]", "critic.device_ids=[0,1]"], 2)
+    assert "the actor and critic need separate devices" in message
+
+
+def test_a_device_used_by_no_role_is_named():
+    message = placement_error(GRPO + ["trainer.n_gpus_per_node=2", f"{ACTOR}=[0]", f"{ROLLOUT}=[0]"], 2)
+    assert (f"device 1 of the run's 2 is used by no role ({ACTOR}=[0], {ROLLOUT}=[0]); name it in a role's "
+            "device_ids, or set trainer.n_gpus_per_node=1") in message
+    message = placement_error(GRPO + ["trainer.n_gpus_per_node=3", f"{ACTOR}=[2]", f"{ROLLOUT}=[2]"], 3,
+                              device_type="cpu")
+    assert "ranks [0, 1] of the run's 3 are used by no role" in message
+    assert "set trainer.n_gpus_per_node=1 and renumber the lists to 0..0" in message
 
 
 def test_role_list_without_actor_list():
-    message = placement_error(GAE + ["critic.device_ids=[1]"], 2)
-    assert "critic.device_ids=[1] given while actor_rollout_ref.actor.device_ids is null: give every role a list or none" in message
+    message = placement_error(GAE + ["trainer.n_gpus_per_node=2", "critic.device_ids=[1]"], 2)
+    assert (f"{ACTOR}=null (defaulted to every device: [0, 1]) and critic.device_ids=[1] share device(s) [1]" in
+            message)
+    assert f"set {ACTOR}=[0] or [1]" in message
 
 
 def test_list_for_unused_role():
-    message = placement_error(["algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.device_ids=[0]", "critic.device_ids=[1]"], 2)
+    message = placement_error(GRPO + [f"{ACTOR}=[0]", "critic.device_ids=[1]"], 2)
     assert "critic.device_ids=[1] is set but the critic role is not used" in message
+
+
+def test_a_remote_critic_takes_no_device():
+    remote = GAE + ["critic.type=vllm_api", "critic.model.path=http://localhost:8000"]
+    validate_placement(load_config(remote + [f"{ACTOR}=[0]", f"{ROLLOUT}=[1]"]), 2)
+    message = placement_error(remote + [f"{ACTOR}=[0]", f"{ROLLOUT}=[1]", "critic.device_ids=[1]"], 2)
+    assert "critic.device_ids=[1] is set but the critic role is a remote endpoint; remove it" in message
+
+
+def test_empty_list():
+    message = placement_error([f"{ACTOR}=[]"], 1)
+    assert f"{ACTOR}=[] is empty; give at least one device index, or null (= every device)" in message
 
 
 TP = "actor_rollout_ref.rollout.tensor_model_parallel_size"
@@ -60,19 +135,20 @@ TP = "actor_rollout_ref.rollout.tensor_model_parallel_size"
 
 def test_tensor_parallel_rollout_needs_whole_replicas_and_the_engine():
     validate_placement(load_config(["trainer.n_gpus_per_node=4", f"{TP}=2"]), 4)  # two replicas of 2
-    validate_placement(load_config(["trainer.n_gpus_per_node=4", f"{TP}=2", "actor_rollout_ref.actor.device_ids=[0,1]",
-                                    "actor_rollout_ref.rollout.device_ids=[2,3]"]), 4)  # one replica of its own
+    validate_placement(load_config(GRPO + ["trainer.n_gpus_per_node=4", f"{TP}=2", f"{ACTOR}=[0,1]",
+                                           f"{ROLLOUT}=[2,3]"]), 4)  # one replica of its own
     message = placement_error([f"{TP}=2"], 1)  # one process
     assert f"{TP}=2 does not divide the rollout's 1 device(s)" in message and "give the rollout a multiple of 2" in message
-    message = placement_error(["trainer.n_gpus_per_node=4", f"{TP}=2", "actor_rollout_ref.actor.device_ids=[0,1]",
-                               "actor_rollout_ref.rollout.device_ids=[1,2,3]"], 4)
+    message = placement_error(GRPO + ["trainer.n_gpus_per_node=4", f"{TP}=2", f"{ACTOR}=[0]", f"{ROLLOUT}=[1,2,3]"], 4)
     assert "does not divide the rollout's 3 device(s)" in message
+    message = placement_error([f"{TP}=2", "actor_rollout_ref.rollout.name=auto"], 2, device_type="cpu")
+    assert f"{TP}=2 needs the hybrid engine (rollout.name=auto is the hf backend on cpu)" in message
 
 
 def test_fsdp_size_divides_a_roles_ranks():
     for size in (4, 2, 1):  # all of them, or hybrid sharding over groups of `size`
         validate_placement(load_config(["trainer.n_gpus_per_node=4", f"actor_rollout_ref.actor.fsdp_config.fsdp_size={size}"]), 4)
-    validate_placement(load_config(GAE + ["actor_rollout_ref.actor.device_ids=[0,1]", "actor_rollout_ref.rollout.device_ids=[0,1]",
+    validate_placement(load_config(GAE + [f"{ACTOR}=[0,1]", f"{ROLLOUT}=[0,1]",
                                           "critic.device_ids=[2,3]", "critic.model.fsdp_config.fsdp_size=2"]), 4)
     message = placement_error(["trainer.n_gpus_per_node=4", "actor_rollout_ref.ref.fsdp_config.fsdp_size=3"], 4)
     assert ("actor_rollout_ref.ref.fsdp_config.fsdp_size=3 must be -1 (shard over all of the role's 4 rank(s)) or "

@@ -37,6 +37,30 @@ def test_print_config_errors_go_to_stderr(capsys):
     assert "set actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu" in capsys.readouterr().err
 
 
+QUICKSTART_GRPO = [
+    "algorithm.adv_estimator=grpo", "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16", "actor_rollout_ref.rollout.name=hf",
+    "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=32",
+    "trainer.device=cpu",
+]
+
+
+def test_validate_runs_the_checks_train_runs_before_loading(capsys):
+    """The placement, launcher and device-count checks, not only the value rules: what train refuses."""
+    assert main_print_config(["--validate", *QUICKSTART_GRPO, "trainer.n_gpus_per_node=2"]) == 0
+    capsys.readouterr()
+    assert main_print_config(["--validate", *QUICKSTART_GRPO, "trainer.n_gpus_per_node=2",
+                              "actor_rollout_ref.actor.device_ids=[0,5]"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert ("actor_rollout_ref.actor.device_ids=[0, 5] names rank 5 outside 0..1: the run has 2 ranks "
+            "(trainer.n_gpus_per_node=2); set trainer.n_gpus_per_node=6") in captured.err
+    assert main_print_config(["--validate", *QUICKSTART_GRPO, "trainer.n_gpus_per_node=0"]) == 2
+    assert "trainer.n_gpus_per_node (0) must be >= 1" in capsys.readouterr().err
+    assert main_print_config(["--validate", *QUICKSTART_GRPO, "trainer.launcher=local", "trainer.nnodes=2"]) == 2
+    assert "trainer.launcher=local runs on one node" in capsys.readouterr().err
+
+
 def test_every_key_has_a_doc_line():
     missing = [spec.path for spec in schema_index().values() if not spec.doc or "\n" in spec.doc]
     assert missing == []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from hybridrl.config import ConfigError, load_config, resolve_micro_batch_size_per_gpu, validate_config
@@ -130,3 +132,35 @@ def test_value_rules():
 def test_validate_problems_are_all_listed():
     message = problems(["actor_rollout_ref.actor.ppo_mini_batch_size=96", "data.truncation=cut"])
     assert message.startswith("2 config problem(s):")
+
+
+def test_world_size_below_one_says_what_it_counts():
+    message = problems([], world_size=0)
+    assert "world_size (0) must be >= 1: it is the number of ranks training the actor" in message
+
+
+def test_local_launcher_needs_one_node():
+    message = problems(["trainer.launcher=local", "trainer.nnodes=2"])
+    assert "trainer.launcher=local runs on one node but trainer.nnodes=2; set trainer.launcher=ray" in message
+
+
+@pytest.mark.parametrize("override", ["ray_kwargs.ray_init.adress=auto", "ray_init.adress=auto"])  # older spelling too
+def test_ray_init_typo_gets_a_did_you_mean(override):
+    pytest.importorskip("ray")
+    message = problems([override])
+    assert ("ray_kwargs.ray_init.adress is not an argument of ray.init; did you mean 'ray_kwargs.ray_init.address'?"
+            in message)
+
+
+def test_ray_init_takes_rays_arguments_private_ones_and_client_options():
+    pytest.importorskip("ray")
+    validate_config(load_config(GRPO + ["ray_kwargs.ray_init.num_cpus=2",
+                                        "+ray_kwargs.ray_init.include_dashboard=false",
+                                        "+ray_kwargs.ray_init._temp_dir=/tmp/ray"]))
+    validate_config(load_config(GRPO + ["+ray_kwargs.ray_init.address=ray://head:10001",
+                                        "+ray_kwargs.ray_init.allow_multiple=true"]))  # the client builder's option
+
+
+def test_ray_init_keys_are_not_checked_without_ray(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed: the launcher reports that itself
+    validate_config(load_config(GRPO + ["ray_kwargs.ray_init.adress=auto"]))

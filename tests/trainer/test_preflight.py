@@ -1,0 +1,69 @@
+"""preflight: the checks `hybridrl train` makes before loading anything, on this machine's devices."""
+
+from __future__ import annotations
+
+import pytest
+
+from hybridrl.config import ConfigError, load_config
+from hybridrl.trainer.preflight import preflight
+
+# The quickstart's GRPO run on CPU (no file is read: preflight needs no model or data).
+BASE = [
+    "algorithm.adv_estimator=grpo", "data.train_files=/tmp/qs/data/train.parquet",
+    "data.val_files=/tmp/qs/data/test.parquet", "data.train_batch_size=8", "data.max_prompt_length=8",
+    "data.max_response_length=6", "actor_rollout_ref.model.path=/tmp/qs/sft_model",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=8", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
+    "actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.rollout.n=4",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=32", "trainer.device=cpu", "trainer.test_freq=-1",
+    "trainer.save_freq=-1", "trainer.val_before_train=false", "trainer.total_training_steps=1",
+]
+
+
+def preflight_error(overrides: list[str]) -> str:
+    with pytest.raises(ConfigError) as err:
+        preflight(load_config(BASE + overrides))
+    return str(err.value)
+
+
+def test_device_ids_index_the_runs_ranks_on_cpu():
+    """[0, 1] with n_gpus_per_node unset (1 rank on CPU) ran one process while the batch rules divided by 2."""
+    message = preflight_error(["actor_rollout_ref.actor.device_ids=[0,1]"])
+    assert ("actor_rollout_ref.actor.device_ids=[0, 1] names rank 1 outside 0..0: the run has 1 rank "
+            "(trainer.n_gpus_per_node is null: 1 on CPU); set trainer.n_gpus_per_node=2") in message
+    shape = preflight(load_config(BASE + ["trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.device_ids=[0,1]",
+                                          "actor_rollout_ref.rollout.device_ids=[0,1]"]))
+    assert (shape.num_devices, shape.actor_ranks) == (2, 2)
+
+
+def test_ranks_beyond_the_visible_cores_are_fine_on_cpu():
+    preflight(load_config(BASE + ["trainer.n_gpus_per_node=8", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+                                  "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4"]))
+
+
+def test_a_defaulted_rollout_list_is_every_rank():
+    message = preflight_error(["trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.device_ids=[0]"])
+    assert ("actor_rollout_ref.rollout.device_ids=null (defaulted to every device: [0, 1]) share device(s) [0]"
+            in message)
+
+
+@pytest.mark.parametrize("override, wanted", [
+    ("trainer.n_gpus_per_node=0", "trainer.n_gpus_per_node (0) must be >= 1; set it to the devices to use per node, "
+                                  "or null (= all visible GPUs, 1 on CPU)"),
+    ("trainer.n_gpus_per_node=-1", "trainer.n_gpus_per_node (-1) must be >= 1"),
+    ("trainer.nnodes=0", "trainer.nnodes (0) must be >= 1; set trainer.nnodes=1 for one machine"),
+])
+def test_counts_below_one_name_the_key(override, wanted):
+    message = preflight_error([override])
+    assert wanted in message and "world_size" not in message
+
+
+def test_an_empty_actor_list_is_named_once():
+    message = preflight_error(["actor_rollout_ref.actor.device_ids=[]"])
+    assert message == ("1 placement problem(s):\n  - actor_rollout_ref.actor.device_ids=[] is empty; give at least "
+                       "one device index, or null (= every device)")
+
+
+def test_the_local_launcher_on_several_nodes_is_refused_before_loading():
+    message = preflight_error(["trainer.launcher=local", "trainer.nnodes=2", "trainer.n_gpus_per_node=1"])
+    assert ("trainer.launcher=local runs on one node but trainer.nnodes=2; set trainer.launcher=ray (or auto) for "
+            "several nodes, or trainer.nnodes=1") in message
