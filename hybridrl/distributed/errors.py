@@ -2,16 +2,35 @@
 
 from __future__ import annotations
 
+import re
+
+_TRACEBACK_START = "Traceback (most recent call last):"
+
+
+def final_exception(formatted_traceback: str) -> str:
+    """The exception a formatted traceback ends with, `Type: message` (every line of the message, the type
+    without its module path), without the frames above it; the whole text if it has no frames."""
+    lines = formatted_traceback.rstrip().splitlines()
+    frames = [i for i, line in enumerate(lines) if line.startswith("  File ")]
+    start = frames[-1] + 1 if frames else 0
+    while start < len(lines) and lines[start].startswith(" "):  # the frame's source line and its ^^^ markers
+        start += 1
+    exception = "\n".join(lines[start:]).strip()
+    return re.sub(r"^(?:\w+\.)+(?=\w+(?::|$))", "", exception, count=1)  # hybridrl.models.hf.ModelLoadError
+
 
 class WorkerError(RuntimeError):
-    """A worker method raised: carries the role, the rank, the method and the worker's formatted traceback."""
+    """A worker method raised: carries the role, the rank, the method and the worker's formatted traceback.
+
+    The message leads with the worker's exception (which names the cause and the fix for our own errors),
+    as one process would show it; the traceback follows."""
 
     def __init__(self, role: str, rank: int, method: str, worker_traceback: str, note: str = "") -> None:
         self.role, self.rank, self.method, self.worker_traceback = role, rank, method, worker_traceback
-        message = f"{role} worker rank {rank} failed in {method}()"
+        message = f"{role} worker rank {rank} failed in {method}(): {final_exception(worker_traceback)}"
         if note:
-            message += f" ({note})"
-        super().__init__(f"{message}; the worker's traceback:\n{worker_traceback.rstrip()}")
+            message += f"\n({note})"
+        super().__init__(f"{message}\nthe worker's traceback:\n{worker_traceback.rstrip()}")
 
 
 class WorkerDiedError(RuntimeError):
@@ -19,8 +38,12 @@ class WorkerDiedError(RuntimeError):
 
     def __init__(self, role: str, rank: int, method: str, cause: str, log_tail: str | None = None) -> None:
         self.role, self.rank, self.method, self.cause, self.log_tail = role, rank, method, cause, log_tail
-        message = (f"{role} worker rank {rank} died during {method}(): {cause}. Common causes: out of host memory "
-                   f"(the kernel OOM killer, see `dmesg`), a crash in native code, or a kill signal from outside")
+        message = f"{role} worker rank {rank} died during {method}(): {cause}"
+        if log_tail and _TRACEBACK_START in log_tail:  # it died of an exception: that first, as in one process
+            message += f"; the last exception in its stderr: {final_exception(log_tail)}"
+        else:
+            message += (". Common causes: out of host memory (the kernel OOM killer, see `dmesg`), a crash in native "
+                        "code, or a kill signal from outside")
         if log_tail:
             message += f"\nlast lines of its stderr:\n{log_tail.rstrip()}"
         elif log_tail is not None:

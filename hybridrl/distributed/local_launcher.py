@@ -190,8 +190,9 @@ class LocalWorkerGroup(RankCalls):
         except BaseException:
             self._abort("start-up failed")
             raise
-        logger.info("%s: %d worker process(es) up (backend %s, port %d, logs in %s)", role, world_size,
-                    self.backend, self.master_port, self.log_dir)
+        logger.info("%s: %d worker process(es) up (backend %s, port %d; rank logs in %s, removed at a clean "
+                    "shutdown, kept if a rank dies or stops answering)", role, world_size, self.backend,
+                    self.master_port, self.log_dir)
 
     def _spawn(self, factory: Callable[..., Any], init_kwargs: dict[str, Any], devices: list[str | None],
                env: dict[str, str]) -> None:

@@ -86,13 +86,23 @@ def _check_reachable(address: str, timeout_s: float = 3.0) -> None:
         raise RayInitError(init_failure_hint(address, err, False)) from None
 
 
+def _requested_address(ray_init_kwargs: dict[str, Any]) -> str | None:
+    return ray_init_kwargs.get("address") or os.environ.get("RAY_ADDRESS")
+
+
+def starts_local_ray(ray_init_kwargs: dict[str, Any]) -> bool:
+    """Whether `init_ray` would start a Ray instance here (sized by ray_init's num_cpus/num_gpus) rather than
+    join a running cluster; False when Ray is already initialised."""
+    return not import_ray().is_initialized() and _requested_address(ray_init_kwargs) in (None, "", "local")
+
+
 def init_ray(ray_init_kwargs: dict[str, Any]) -> None:
     """`ray.init(**ray_init_kwargs)` (verl's `ray_kwargs.ray_init`) with actionable errors; no-op if connected."""
     ray = import_ray()
     if ray.is_initialized():
         logger.info("Ray is already initialised; ray_kwargs.ray_init is not applied again")
         return
-    address = ray_init_kwargs.get("address") or os.environ.get("RAY_ADDRESS")
+    address = _requested_address(ray_init_kwargs)
     if address and address not in ("auto", "local"):
         _check_reachable(address.removeprefix("ray://"))
     try:
@@ -115,6 +125,7 @@ class RayResourcePool:
     max_colocate_count: int = 3
     strategy: str = "PACK"
     ready_timeout_s: float = 120.0
+    ray_started_here: bool = False  # by hybridrl (ray_kwargs.ray_init sizes it), not a cluster it joined
     _placement_group: Any = field(default=None, repr=False)
 
     def bundle(self) -> dict[str, float]:
@@ -142,8 +153,15 @@ class RayResourcePool:
             needed = amount * self.world_size
             if cluster.get(resource, 0.0) < needed:
                 raise PlacementError(f"pool {self.name!r} needs {needed:g} {resource} ({self.world_size} ranks) but "
-                                     f"the Ray cluster has {cluster.get(resource, 0.0):g}; lower the pool's size "
-                                     f"(trainer.n_gpus_per_node x trainer.nnodes) or add nodes")
+                                     f"the Ray cluster has {cluster.get(resource, 0.0):g}; "
+                                     f"{self._capacity_fix(resource, needed)}")
+
+    def _capacity_fix(self, resource: str, needed: float) -> str:
+        fewer_ranks = "run fewer ranks (trainer.n_gpus_per_node x trainer.nnodes)"
+        if resource == "CPU" and self.ray_started_here:  # a CPU rank is a process: the cores may be shared
+            return (f"set ray_kwargs.ray_init.num_cpus={needed:g} for the Ray instance hybridrl starts (CPU ranks "
+                    f"may share the cores), or {fewer_ranks}")
+        return f"{fewer_ranks} or add {resource}s to the cluster (more nodes)"
 
     def remove(self) -> None:
         if self._placement_group is not None:
@@ -155,12 +173,12 @@ class ResourcePoolManager:
     """Named pools and the role → pool mapping (verl: `{"global_pool": [n_gpus] * nnodes}`, all roles on it)."""
 
     def __init__(self, pool_sizes: dict[str, int], role_to_pool: dict[str, str], *, use_gpu: bool,
-                 strategy: str = "PACK", ready_timeout_s: float = 120.0) -> None:
+                 strategy: str = "PACK", ready_timeout_s: float = 120.0, ray_started_here: bool = False) -> None:
         unknown = {role: pool for role, pool in role_to_pool.items() if pool not in pool_sizes}
         if unknown:
             raise PlacementError(f"roles mapped to undefined pools {unknown}; defined pools: {sorted(pool_sizes)}")
         self.pools = {name: RayResourcePool(name, size, use_gpu=use_gpu, strategy=strategy,
-                                            ready_timeout_s=ready_timeout_s)
+                                            ready_timeout_s=ready_timeout_s, ray_started_here=ray_started_here)
                       for name, size in pool_sizes.items()}
         self.role_to_pool = dict(role_to_pool)
 
@@ -178,9 +196,16 @@ class ResourcePoolManager:
 class _RankActor:
     """One rank inside a Ray actor process (wrapped by `ray.remote` when a group is built)."""
 
-    def __init__(self, factory: Callable[..., Any], init_kwargs: dict[str, Any], rank: int, world_size: int) -> None:
+    def __init__(self, factory: Callable[..., Any], init_kwargs: dict[str, Any], rank: int, world_size: int,
+                 role: str = "worker") -> None:
         self.factory, self.init_kwargs, self.rank, self.world_size = factory, init_kwargs, rank, world_size
+        self.role = role
         self.worker: Any = None
+
+    def __repr__(self) -> str:
+        """Ray prefixes the actor's forwarded output with this: `(actor_rollout rank 0 pid=...)`, as the
+        local launcher's `(actor_rollout rank 0)`, not `(_RankActor pid=...)`."""
+        return f"{self.role} rank {self.rank}"
 
     def address(self) -> tuple[str, int]:
         from .local_launcher import find_free_port
@@ -237,7 +262,7 @@ class RayWorkerGroup(RankCalls):
             actor_cls.options(num_cpus=share, num_gpus=share if pool.use_gpu else 0,
                               scheduling_strategy=PlacementGroupSchedulingStrategy(
                                   placement_group=pg, placement_group_bundle_index=rank),
-                              ).remote(worker_factory, dict(init_kwargs), rank, self.world_size)
+                              ).remote(worker_factory, dict(init_kwargs), rank, self.world_size, role)
             for rank in range(self.world_size)
         ]
         try:

@@ -19,6 +19,7 @@ import torch
 
 from hybridrl.logging.log import get_logger
 from hybridrl.models.hf import decoder_of
+from hybridrl.utils.collectives import is_rank0
 
 log = get_logger(__name__)
 
@@ -46,15 +47,17 @@ def compile_decoder_layers(model: torch.nn.Module, device: torch.device, role: s
     if not enabled:
         return 0
     if device.type != "cuda" and backend == "inductor":
-        log.info("%s: use_torch_compile applies on CUDA; this %s run stays eager", role, device.type)
+        if is_rank0():
+            log.info("%s: use_torch_compile applies on CUDA; this %s run stays eager", role, device.type)
         return 0
     layers = decoder_layers(model)
     _allow_recompiles()
     for layer in layers:
         # What nn.Module.compile does (the compiled call replaces _call_impl), plus an actionable error.
         layer._compiled_call_impl = _explained(torch.compile(layer._call_impl, backend=backend), role, off_key)
-    log.info("%s: torch.compile (%s) on its %d decoder layers; the first steps include compilation", role,
-             backend, len(layers))
+    if is_rank0():
+        log.info("%s: torch.compile (%s) on its %d decoder layers; the first steps include compilation", role,
+                 backend, len(layers))
     return len(layers)
 
 

@@ -12,6 +12,7 @@ from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForTokenCla
 from transformers.utils import logging as hf_logging
 
 from hybridrl.logging.log import get_logger
+from hybridrl.utils.collectives import is_rank0
 
 DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
           "fp16": torch.float16, "float16": torch.float16}
@@ -167,6 +168,8 @@ def _report_value_head(info: dict, path: str, key: str) -> None:
     missing = sorted(info.get("missing_keys", ()))
     head = [k for k in missing if k.split(".")[0] == "score"]
     others, unexpected = [k for k in missing if k not in head], sorted(info.get("unexpected_keys", ()))
+    if not is_rank0():  # every rank of a group loads the same checkpoint
+        return
     if head:
         log.info("value model from %s: its score head (%s) starts freshly initialised, as a critic started from a "
                  "causal LM does", path, ", ".join(head))

@@ -1,11 +1,11 @@
 """Roles backed by a worker group: the trainer calls the same methods; the work runs on N ranks.
 
-World size > 1 starts groups of `ColocatedWorker` ranks, by default ONE hosting every role (the hybrid
-placement: actor, rollout, reference and critic share every device and take turns); per-role
-`*.device_ids` lists give roles their own groups (`plan_groups`). Launchers: local (spawned processes,
-one node) or Ray (`trainer.launcher`, `choose_launcher`). Each adapter below exposes what
-`PPOTrainer` calls on an in-process worker and maps it onto the group: per-row work is split across
-ranks (`call_sharded`), updates return metrics reduced across ranks (`call_sharded_metrics`),
+World size > 1, or any run that asks for Ray (`group_launcher`), starts groups of `ColocatedWorker` ranks,
+by default ONE hosting every role (the hybrid placement: actor, rollout, reference and critic share every
+device and take turns); per-role `*.device_ids` lists give roles their own groups (`plan_groups`).
+Launchers: local (spawned processes, one node) or Ray (`trainer.launcher`, `choose_launcher`). Each adapter
+below exposes what `PPOTrainer` calls on an in-process worker and maps it onto the group: per-row work is
+split across ranks (`call_sharded`), updates return metrics reduced across ranks (`call_sharded_metrics`),
 collectives (weight sync, checkpoints) run on every rank (`call_all`). Reward scoring stays on the
 controller. `GroupActor.named_weights()` is a token for the weights on the actor's ranks: a rollout on
 the same ranks syncs there; a rollout on other ranks gets them through a `weight_sync.WeightHandoff`
@@ -113,22 +113,32 @@ def fastest_rank_times(per_rank: list[dict[str, float]]) -> dict[str, float]:
     return {f"{key}_min": min(values) for key, values in times.items() if len(values) > 1}
 
 
+def group_launcher(cfg) -> str:
+    """"local" or "ray" (`choose_launcher`): Ray for trainer.launcher=ray, trainer.nnodes > 1 or a
+    ray_kwargs.ray_init.address, whatever the number of ranks."""
+    from hybridrl.distributed import choose_launcher
+
+    return choose_launcher(cfg.trainer.launcher, cfg.trainer.nnodes, (cfg.ray_kwargs.ray_init or {}).get("address"))
+
+
 def launch_groups(cfg, plans: list[GroupPlan], device_type: str, *, total_steps: int) -> RankGroups:
     """Start every planned group (local processes or Ray actors); on a failure stop the ones started."""
-    from hybridrl.distributed import ResourcePoolManager, choose_launcher, init_ray
+    from hybridrl.distributed import ResourcePoolManager, init_ray
 
     ray_init = dict(cfg.ray_kwargs.ray_init or {})
-    launcher = choose_launcher(cfg.trainer.launcher, cfg.trainer.nnodes, ray_init.get("address"))
+    launcher = group_launcher(cfg)
     running = RankGroups({}, {}, launcher)
     if launcher == "ray":
-        from hybridrl.distributed.ray_launcher import import_ray
+        from hybridrl.distributed.ray_launcher import import_ray, starts_local_ray
 
         running.owns_ray = not import_ray().is_initialized()
         running.timeline_json_file = cfg.ray_kwargs.timeline_json_file
+        started_here = starts_local_ray(ray_init)
         init_ray(ray_init)
         running.pools = ResourcePoolManager({p.name: len(p.device_ids) for p in plans}, {p.name: p.name for p in plans},
                                             use_gpu=device_type == "cuda",
-                                            ready_timeout_s=cfg.trainer.ray_wait_register_center_timeout)
+                                            ready_timeout_s=cfg.trainer.ray_wait_register_center_timeout,
+                                            ray_started_here=started_here)
     try:
         for plan in plans:
             log.info(f"starting {plan.name} ({', '.join(plan.roles)}) on {len(plan.device_ids)} {device_type} "

@@ -17,7 +17,7 @@ from hybridrl.algorithms.balance import balanced_order
 from hybridrl.logging.log import get_logger
 from hybridrl.trainer import checkpointing
 from hybridrl.trainer.metrics import compute_data_metrics, compute_throughput_metrics, compute_timing_metrics
-from hybridrl.trainer.roles import Roles, build_roles
+from hybridrl.trainer.roles import Roles, build_roles, runs_on_ranks
 from hybridrl.trainer.preflight import preflight
 from hybridrl.trainer.setup import (build_dataset, build_loader, build_tokenizer, role_needs, seed_everything,
                                     total_training_steps)
@@ -37,12 +37,14 @@ log = get_logger("hybridrl.trainer")
 class PPOTrainer:
     def __init__(self, cfg, num_devices: int | None = None):
         """`num_devices`: ranks to train on; None = trainer.nnodes x trainer.n_gpus_per_node (null: visible GPUs,
-        1 on CPU). More than one starts worker processes (`group_roles`); `fit()` stops them when it returns."""
+        1 on CPU). More than one, or a run that asks for Ray, starts worker ranks (`group_roles`); `fit()` stops them
+        when it returns."""
         shape = preflight(cfg, num_devices)
         self.device, num_devices = shape.device, shape.num_devices
         # With worker ranks the controller computes nothing on the GPU (unless a reward model runs here):
         # the ranks measure their own phases, and querying CUDA here would put a context on GPU 0.
-        on_controller = num_devices == 1 or cfg.reward_model.enable
+        self.on_ranks = runs_on_ranks(cfg, num_devices)  # also one rank, when Ray is asked for
+        on_controller = not self.on_ranks or cfg.reward_model.enable
         self.memory = PhaseMemory(self.device if on_controller else "cpu")
         self.actor_ranks = shape.actor_ranks  # the data-parallel split of training phases
         self.cfg = cfg
@@ -88,7 +90,7 @@ class PPOTrainer:
 
     def _cpu_threads(self):
         """With worker ranks on this node, the controller takes its share of the cores (cpu_threads.py)."""
-        if self.num_devices == 1 or self.cfg.trainer.nnodes > 1:
+        if not self.on_ranks or self.cfg.trainer.nnodes > 1:
             return nullcontext()
         from hybridrl.distributed.cpu_threads import controller_cpu_threads
 

@@ -1,7 +1,8 @@
 """Construct the role workers a run needs (actor, rollout, reference, critic, reward).
 
-World size 1: in-process workers. World size N: group-backed adapters over worker groups (by default one
-group of colocated ranks, `group_roles`); reward scoring (and a remote critic) stays on the controller.
+World size 1: in-process workers. World size N, or a run that asks for Ray (`runs_on_ranks`): group-backed
+adapters over worker groups (by default one group of colocated ranks, `group_roles`); reward scoring (and a
+remote critic) stays on the controller.
 """
 
 from __future__ import annotations
@@ -67,8 +68,17 @@ def _rollout_source(cfg, actor, device: torch.device):
     return actor.model
 
 
+def runs_on_ranks(cfg, world_size: int) -> bool:
+    """Whether the roles run on worker ranks rather than in this process: several ranks, or Ray asked for
+    (trainer.launcher=ray, trainer.nnodes > 1 or ray_kwargs.ray_init.address) even for one rank, e.g. a
+    driver on a CPU head node sending a one-GPU job to a cluster: a one-rank Ray group runs the roles there."""
+    from hybridrl.trainer.group_roles import group_launcher
+
+    return world_size > 1 or group_launcher(cfg) == "ray"
+
+
 def build_roles(cfg, needs, tokenizer, device: torch.device, total_steps: int, world_size: int = 1) -> Roles:
-    if world_size > 1:
+    if runs_on_ranks(cfg, world_size):
         return build_group_roles(cfg, needs, tokenizer, device, total_steps, world_size)
     sizes = BatchSizes.from_config(cfg, world_size)
     actor = ActorWorker(cfg, sizes, device, total_steps)

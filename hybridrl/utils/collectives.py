@@ -1,4 +1,5 @@
-"""One integer agreed on by every rank of a process group (a scalar all-reduce on the group's device)."""
+"""Process-group helpers: one integer agreed on by every rank (a scalar all-reduce on the group's device), and
+which process logs what concerns every rank alike."""
 
 from __future__ import annotations
 
@@ -12,3 +13,9 @@ def all_reduce_int(value: int, op: dist.ReduceOp, group: dist.ProcessGroup | Non
     tensor = torch.tensor([value], dtype=torch.int64, device=device)
     dist.all_reduce(tensor, op=op, group=group)
     return int(tensor.item())
+
+
+def is_rank0() -> bool:
+    """One process, or rank 0 of a worker group: where a line about a role as a whole (its precision, its
+    layout, its compilation) is logged, once rather than once per rank."""
+    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0

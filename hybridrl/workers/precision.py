@@ -27,6 +27,7 @@ import torch
 from hybridrl.config.errors import ConfigError
 from hybridrl.config.precision import canonical_dtype
 from hybridrl.logging.log import get_logger
+from hybridrl.utils.collectives import is_rank0
 
 log = get_logger("workers.precision")
 
@@ -95,4 +96,6 @@ def resolve_precision(fsdp_cfg, device: torch.device | str, prefix: str) -> Prec
 
 
 def log_precision(role: str, precision: Precision) -> None:
-    log.info("%s: %s", role, precision.describe())
+    """Every rank of a role resolves the same precision: rank 0 logs it."""
+    if is_rank0():
+        log.info("%s: %s", role, precision.describe())

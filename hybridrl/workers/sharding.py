@@ -19,7 +19,7 @@ import torch.distributed as dist
 from torch import nn
 
 from hybridrl.logging.log import get_logger
-from hybridrl.utils.collectives import all_reduce_int
+from hybridrl.utils.collectives import all_reduce_int, is_rank0
 from hybridrl.workers.offload import PhaseOffloader
 
 log = get_logger("workers.sharding")
@@ -67,7 +67,7 @@ def shard_role(model: nn.Module, fsdp_cfg, precision, role: str, *, log_prob_for
     sharded = shard_model(model, log_prob_forward=log_prob_forward, param_dtype=precision.fsdp_param_dtype,
                           reduce_dtype=precision.reduce, reshard_after_forward=fsdp_cfg.reshard_after_forward,
                           fsdp_size=fsdp_cfg.fsdp_size)
-    if is_distributed() and dist.get_rank() == 0 and dist.get_world_size() > 1:
+    if is_distributed() and is_rank0() and dist.get_world_size() > 1:
         world, group = dist.get_world_size(), shard_group_size(fsdp_cfg.fsdp_size)
         log.info("%s: %s", role, f"FSDP2, parameters sharded over {group} of its {world} ranks" if sharded else
                  f"a whole copy on each of its {world} ranks (fsdp_config.fsdp_size=1), gradients averaged")

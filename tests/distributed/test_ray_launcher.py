@@ -6,6 +6,7 @@ import os
 import signal
 import socket
 import threading
+import time
 
 import pytest
 import torch
@@ -96,9 +97,30 @@ def test_ray_group_runs_calls_on_two_actors(ray_cluster):
         pools.shutdown()
 
 
-def test_pool_larger_than_the_cluster_is_a_placement_error(ray_cluster):
+def test_ray_prefixes_a_rank_s_output_with_its_role_and_rank(ray_cluster, capfd):
+    pools = ResourcePoolManager({"actor_rollout": 1}, {"actor_rollout": "actor_rollout"}, use_gpu=False)
+    group = RayWorkerGroup(ToyWorker, {}, pool=pools.pool("actor_rollout"), role="actor_rollout")
+    try:
+        # Ray forwards the actor's stderr here; a line of its own (Ray holds back lines like earlier ones)
+        group.call_all("say", "prefixed-greeting")
+        seen, deadline = "", time.monotonic() + 30
+        while "prefixed-greeting" not in seen and time.monotonic() < deadline:
+            time.sleep(0.5)
+            seen += capfd.readouterr().err
+        line = next(line for line in seen.splitlines() if "prefixed-greeting" in line)
+        assert "(actor_rollout rank 0 pid=" in line and "_RankActor" not in line  # as the local launcher's prefix
+    finally:
+        group.shutdown()
+        pools.shutdown()
+
+
+def test_pool_larger_than_the_cluster_is_a_placement_error_that_says_what_to_change(ray_cluster):
     pools = ResourcePoolManager({"global_pool": 8}, {"actor": "global_pool"}, use_gpu=False)
-    with pytest.raises(PlacementError, match="pool 'global_pool' needs 8 CPU .* the Ray cluster has 2"):
+    with pytest.raises(PlacementError, match="pool 'global_pool' needs 8 CPU .* the Ray cluster has 2; run fewer "
+                                             r"ranks \(trainer.n_gpus_per_node x trainer.nnodes\) or add CPUs"):
         pools.pool("actor").placement_group()
+    started = ResourcePoolManager({"global_pool": 8}, {"actor": "global_pool"}, use_gpu=False, ray_started_here=True)
+    with pytest.raises(PlacementError, match="ray_kwargs.ray_init.num_cpus=8 .*, or run fewer ranks"):
+        started.pool("actor").placement_group()
     with pytest.raises(PlacementError, match="role 'critic' has no resource pool"):
         pools.pool("critic")

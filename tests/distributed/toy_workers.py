@@ -54,6 +54,9 @@ class ToyWorker:
             raise RuntimeError("rank 1 gives up")
         dist.all_reduce(torch.ones(1))  # rank 0 waits here for rank 1 forever
 
+    def say(self, message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
     def sleep(self, seconds: float) -> None:
         print(f"rank {self.rank} about to sleep {seconds}s", file=sys.stderr, flush=True)
         time.sleep(seconds)
@@ -63,6 +66,27 @@ class ToyWorker:
         from hybridrl.distributed.weight_handoff import write_weights
 
         return write_weights([("w", torch.ones(1000))], spec) if self.rank == 0 else None
+
+
+class TritonImportingWorker(ToyWorker):
+    """A rank that imports triton (as the trainer's ranks do, through transformers), a nanobind extension."""
+
+    def __init__(self) -> None:
+        import triton  # noqa: F401
+
+        super().__init__()
+
+
+class RoleStartupWorker(ToyWorker):
+    """Logs what a role's start-up logs about the role as a whole: its precision and whether it compiles."""
+
+    def __init__(self) -> None:
+        from hybridrl.models.compile import compile_decoder_layers
+        from hybridrl.workers.precision import Precision, log_precision
+
+        super().__init__()
+        log_precision("actor", Precision(torch.float32, torch.float32, torch.float32, "cpu", "the toy's"))
+        compile_decoder_layers(torch.nn.Linear(2, 2), torch.device("cpu"), "actor", enabled=True, off_key="toy")
 
 
 class GradientAveragingRank:

@@ -255,13 +255,59 @@ def test_placement_errors_come_before_any_worker_starts(tmp_path, arithmetic_fil
                                          extra=extra)))
 
 
-def test_ray_start_failure_carries_init_ray_hint(tmp_path, arith_model_dir, arithmetic_files):
+def test_one_rank_asked_to_use_ray_runs_its_roles_in_a_ray_actor(tmp_path, arith_model_dir, arithmetic_files):
+    """trainer.launcher=ray (like trainer.nnodes > 1 or ray_kwargs.ray_init.address) on one device: a one-rank Ray
+    group, e.g. a driver on a CPU head node sending a one-GPU job to a cluster, not a silent one-process run."""
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'hybridrl[ray]')")
+    import ray
+
+    from hybridrl.distributed import RayWorkerGroup
+
+    if ray.is_initialized():
+        ray.shutdown()
+    out = str(tmp_path)
+    trainer = PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, out, ranks=1, steps=1, extra=[
+        "trainer.launcher=ray", "ray_kwargs.ray_init.num_cpus=2", "+ray_kwargs.ray_init.include_dashboard=false",
+        "trainer.ray_wait_register_center_timeout=60"])))
+    try:
+        group = trainer.roles.group.groups["actor_rollout_ref"]
+        assert isinstance(group, RayWorkerGroup) and group.world_size == 1 and group.pids[0] != os.getpid()
+        assert not trainer.memory.enabled  # the rank measures its phases, not the controller
+    except BaseException:
+        trainer.roles.shutdown()  # the actor and the Ray instance the trainer started
+        raise
+    trainer.fit()
+    assert not ray.is_initialized()  # the trainer started Ray, so it stopped it
+    records = read_metrics(out)
+    assert [r["step"] for r in records] == [1]
+    assert math.isfinite(records[0]["actor/pg_loss"]) and math.isfinite(records[0]["critic/vf_loss"])
+
+
+@pytest.mark.parametrize("ranks, launcher", [(2, ["trainer.launcher=ray"]), (1, [])])
+def test_ray_start_failure_carries_init_ray_hint(tmp_path, arith_model_dir, arithmetic_files, ranks, launcher):
+    """An unreachable ray_kwargs.ray_init.address fails on one device too (it used to train in this process)."""
     pytest.importorskip("ray", reason="ray is not installed (pip install 'hybridrl[ray]')")
     from hybridrl.distributed import RayInitError
 
     with pytest.raises(RayInitError, match="could not connect to the Ray cluster at '127.0.0.1:1'.*ray start --head"):
-        PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, str(tmp_path), ranks=2, steps=1,
-                                         extra=["trainer.launcher=ray", "+ray_kwargs.ray_init.address=127.0.0.1:1"])))
+        PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, str(tmp_path), ranks=ranks, steps=1,
+                                         extra=launcher + ["+ray_kwargs.ray_init.address=127.0.0.1:1"])))
+
+
+def test_more_cpu_ranks_than_the_ray_it_starts_has_cpus_names_ray_init_num_cpus(tmp_path, arith_model_dir,
+                                                                                arithmetic_files):
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'hybridrl[ray]')")
+    import ray
+
+    from hybridrl.distributed import PlacementError
+
+    if ray.is_initialized():
+        ray.shutdown()
+    with pytest.raises(PlacementError, match=r"needs 4 CPU \(4 ranks\) but the Ray cluster has 2; .*"
+                                             r"ray_kwargs.ray_init.num_cpus=4 .*, or run fewer ranks"):
+        PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, str(tmp_path), ranks=4, steps=1, extra=[
+            "trainer.launcher=ray", "ray_kwargs.ray_init.num_cpus=2", "+ray_kwargs.ray_init.include_dashboard=false"])))
+    assert not ray.is_initialized()  # the failed start stopped the Ray instance it started
 
 
 def test_lora_on_two_ranks_gives_the_metrics_adapter_and_resume_of_one_process(tmp_path, arith_model_dir,
