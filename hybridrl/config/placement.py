@@ -1,7 +1,8 @@
 """validate_placement: which devices each role's `*.device_ids` names, and the rules a layout keeps.
 
 A run has N devices: GPUs on CUDA, gloo ranks (processes) on CPU, N = trainer.nnodes x trainer.n_gpus_per_node.
-A role's list names some of them (null = all N). Roles with the same list share one group of ranks, one process
+A role's list names some of them. Null: the actor's list for the rollout, reference and critic (they share the
+actor's devices, as in the default hybrid placement), all N for the actor. Roles with the same list share one group of ranks, one process
 per device, taking turns as the hybrid engine does; roles with another list get a group of their own
 (trainer/group_roles.plan_groups). So two lists are identical or disjoint, and every device is in some list:
 then the run starts exactly N processes, one per device, and the batch rules divide by what really runs.
@@ -27,16 +28,29 @@ class RoleDevices:
     key: str
     given: list[int] | None
     devices: list[int]
+    default: str = "every device"  # what a null list meant
 
     def describe(self) -> str:
         if self.given is None:
-            return f"{self.key}=null (defaulted to every device: {self.devices})"
+            return f"{self.key}=null (defaulted to {self.default}: {self.devices})"
         return f"{self.key}={self.given}"
 
 
+def _remote(type_name: str | None, path: str) -> bool:
+    """A model behind an HTTP pooling endpoint takes no device (workers.reward.is_remote's rule)."""
+    return type_name == "vllm_api" or str(path).startswith(("http://", "https://"))
+
+
 def remote_critic(cfg: HybridRLConfig) -> bool:
-    """A critic behind an HTTP pooling endpoint takes no device (workers.reward.is_remote's rule)."""
-    return cfg.critic.type == "vllm_api" or str(cfg.critic.model.path).startswith(("http://", "https://"))
+    return _remote(cfg.critic.type, cfg.critic.model.path)
+
+
+def reward_model_ids(cfg: HybridRLConfig) -> list[int]:
+    """The devices an in-process reward model runs on (in the controller's process, between generation and the
+    updates: it may share devices with any role), when its list is given."""
+    rm = cfg.reward_model
+    placed = rm.enable and rm.device_ids is not None and not _remote(rm.type, rm.model.path)
+    return list(rm.device_ids) if placed else []
 
 
 def role_device_ids(cfg: HybridRLConfig) -> dict[str, tuple[str, list[int] | None, bool]]:
@@ -51,10 +65,19 @@ def role_device_ids(cfg: HybridRLConfig) -> dict[str, tuple[str, list[int] | Non
 
 
 def placed_roles(cfg: HybridRLConfig, num_devices: int) -> list[RoleDevices]:
-    """The roles that start ranks, each with its devices (null = every device)."""
-    every = list(range(num_devices))
-    return [RoleDevices(role, key, ids, every if ids is None else list(ids))
+    """The roles that start ranks, each with its devices: a null list is the actor's devices (every device for
+    the actor's own), so `actor.device_ids=[0,1] rollout.device_ids=[2,3]` keeps the reference with the actor."""
+    actor = cfg.actor_rollout_ref.actor.device_ids
+    default = list(range(num_devices)) if actor is None else list(actor)
+    meaning = "every device" if actor is None else "the actor's devices"
+    return [RoleDevices(role, key, ids, (list(range(num_devices)) if role == "actor" else default)
+                        if ids is None else list(ids), "every device" if role == "actor" else meaning)
             for role, (key, ids, placed) in role_device_ids(cfg).items() if placed]
+
+
+def device_lists(cfg: HybridRLConfig, num_devices: int) -> dict[str, tuple[int, ...]]:
+    """role -> its devices, sorted, for the roles that start ranks: what trainer/group_roles groups them by."""
+    return {role.role: tuple(sorted(role.devices)) for role in placed_roles(cfg, num_devices)}
 
 
 def run_size_origin(cfg: HybridRLConfig, device_type: str, num_devices: int) -> str:
@@ -109,13 +132,15 @@ def _list_problems(cfg: HybridRLConfig, key: str, ids: list[int], device_type: s
 def _shape_problems(cfg: HybridRLConfig, device_type: str, num_devices: int, num_visible: int | None) -> list[str]:
     """Each given list: not empty, in range, no repeats, and only for a role this config runs."""
     lists = role_device_ids(cfg)
-    lists["reward_model"] = ("reward_model.device_ids", cfg.reward_model.device_ids, cfg.reward_model.enable)
+    rm = cfg.reward_model
+    lists["reward_model"] = ("reward_model.device_ids", rm.device_ids, rm.enable and not _remote(rm.type, rm.model.path))
     problems = []
     for role, (key, ids, used) in lists.items():
         if ids is None:
             continue
         if not used:
-            why = "is a remote endpoint" if role == "critic" and critic_enabled(cfg) else "is not used by this config"
+            remote = (role == "critic" and critic_enabled(cfg)) or (role == "reward_model" and rm.enable)
+            why = "is a remote endpoint" if remote else "is not used by this config"
             problems.append(f"{key}={ids} is set but the {role} role {why}; remove it")
         problems += _list_problems(cfg, key, list(ids), device_type, num_devices, num_visible)
     return problems
@@ -137,11 +162,12 @@ def _overlap_problem(first: RoleDevices, second: RoleDevices, num_devices: int) 
 
 def _unused_device_problems(cfg: HybridRLConfig, roles: list[RoleDevices], device_type: str,
                             num_devices: int) -> list[str]:
-    used = sorted({d for role in roles for d in role.devices})
+    used = sorted({d for role in roles for d in role.devices} | set(reward_model_ids(cfg)))
     idle = sorted(set(range(num_devices)) - set(used))
     if not idle:
         return []
-    lists = ", ".join(role.describe() for role in roles)
+    lists = ", ".join([role.describe() for role in roles]
+                      + ([f"reward_model.device_ids={cfg.reward_model.device_ids}"] if reward_model_ids(cfg) else []))
     renumber = "" if used == list(range(len(used))) else f" and renumber the lists to 0..{len(used) - 1}"
     lower = f"set trainer.n_gpus_per_node={len(used)}{renumber}" if cfg.trainer.nnodes == 1 else \
         f"lower trainer.nnodes x trainer.n_gpus_per_node to {len(used)}"

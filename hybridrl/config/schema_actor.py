@@ -13,7 +13,7 @@ from hybridrl.config.schema_model import (
     forward_only_fsdp,
 )
 
-DEVICE_IDS_DOC = "hybridrl: devices (global indices) this role runs on; null = share every device."
+DEVICE_IDS_DOC = ("hybridrl: devices (global indices) this role runs on; null = the actor's devices (the actor's null: every device; the reward model's: the controller's GPU).")
 
 
 @dataclass

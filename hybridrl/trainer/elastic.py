@@ -53,20 +53,19 @@ class ElasticPlacement:
 
 
 def placement_of(cfg, device: torch.device, num_ranks: int) -> ElasticPlacement:
-    from hybridrl.distributed import choose_launcher, num_visible_devices
+    from hybridrl.config.placement import device_lists
+    from hybridrl.distributed import num_visible_devices
+    from hybridrl.trainer.group_roles import group_launcher
 
     visible = num_visible_devices(device.type)
+    refusal = None
+    if group_launcher(cfg) != "local":  # also a one-rank Ray run: its replicas would start on this node
+        refusal = "growing the rollout needs the local launcher (one node); this run uses Ray"
     if num_ranks == 1:  # one process: every role on this process's device
         own = (device.index or 0,) if device.type == "cuda" else (0,)
-        return ElasticPlacement(device.type, max(visible, 1), own, own, ())
-    arr, every = cfg.actor_rollout_ref, tuple(range(num_ranks))
-    rollout = tuple(arr.rollout.device_ids) if arr.rollout.device_ids is not None else every
-    actor = tuple(arr.actor.device_ids) if arr.actor.device_ids is not None else every
-    critic = tuple(cfg.critic.device_ids) if cfg.critic.device_ids is not None else every
-    refusal = None
-    ray_address = (cfg.ray_kwargs.ray_init or {}).get("address")
-    if choose_launcher(cfg.trainer.launcher, cfg.trainer.nnodes, ray_address) != "local":
-        refusal = "growing the rollout needs the local launcher (one node); this run uses Ray"
+        return ElasticPlacement(device.type, max(visible, 1), own, own, (), refusal)
+    lists = device_lists(cfg, num_ranks)  # a null list is the actor's
+    rollout, actor, critic = lists["rollout"], lists["actor"], lists.get("critic", ())
     return ElasticPlacement(device.type, max(visible, num_ranks) if device.type == "cpu" else visible, rollout,
                             actor, tuple(d for d in critic if d not in actor and d not in rollout), refusal)
 

@@ -14,6 +14,8 @@ the same ranks syncs there; a rollout on other ranks gets them through a `weight
 
 from __future__ import annotations
 
+import os
+
 from dataclasses import dataclass, replace
 
 import torch
@@ -40,18 +42,16 @@ class GroupPlan:
 
 
 def plan_groups(cfg, num_ranks: int, roles: tuple[str, ...]) -> list[GroupPlan]:
-    """One group per distinct device list; roles with the same list share its ranks (null = every device).
-
-    The default (no lists) is one group hosting every role: the hybrid engine.
+    """One group per distinct device list; roles with the same list share its ranks (a null list is the actor's,
+    `config.placement.device_lists`). The default (no lists) is one group hosting every role: the hybrid engine.
     """
-    arr = cfg.actor_rollout_ref
-    lists = {"actor": arr.actor.device_ids, "rollout": arr.rollout.device_ids, "reference": arr.ref.device_ids,
-             "critic": cfg.critic.device_ids}
+    from hybridrl.config.placement import device_lists
+
+    lists = device_lists(cfg, num_ranks)
     by_devices: dict[tuple[int, ...], list[str]] = {}
     for role in ROLES:
         if role in roles:
-            ids = lists[role]
-            by_devices.setdefault(tuple(sorted(ids)) if ids is not None else tuple(range(num_ranks)), []).append(role)
+            by_devices.setdefault(lists.get(role, lists["actor"]), []).append(role)
     return [GroupPlan(_group_name(hosted), ids, tuple(hosted)) for ids, hosted in by_devices.items()]
 
 
@@ -114,11 +114,12 @@ def fastest_rank_times(per_rank: list[dict[str, float]]) -> dict[str, float]:
 
 
 def group_launcher(cfg) -> str:
-    """"local" or "ray" (`choose_launcher`): Ray for trainer.launcher=ray, trainer.nnodes > 1 or a
-    ray_kwargs.ray_init.address, whatever the number of ranks."""
+    """"local" or "ray" (`choose_launcher`): Ray for trainer.launcher=ray, trainer.nnodes > 1 or a Ray address
+    (ray_kwargs.ray_init.address, else RAY_ADDRESS, which `ray job submit` sets), whatever the number of ranks."""
     from hybridrl.distributed import choose_launcher
 
-    return choose_launcher(cfg.trainer.launcher, cfg.trainer.nnodes, (cfg.ray_kwargs.ray_init or {}).get("address"))
+    address = (cfg.ray_kwargs.ray_init or {}).get("address") or os.environ.get("RAY_ADDRESS")
+    return choose_launcher(cfg.trainer.launcher, cfg.trainer.nnodes, address)
 
 
 def launch_groups(cfg, plans: list[GroupPlan], device_type: str, *, total_steps: int) -> RankGroups:

@@ -90,7 +90,7 @@ def build_roles(cfg, needs, tokenizer, device: torch.device, total_steps: int, w
     critic = build_critic(cfg, sizes, device, total_steps) if needs.critic else None
     # for rollout replicas borrowed later (elastic): local processes, so shared memory reaches them
     handoff = WeightHandoff("shared_memory", rollout_weights_dtype(cfg, device.type))
-    return Roles(actor=actor, rollout=rollout, reward=RewardWorker(cfg, tokenizer), reference=reference,
+    return Roles(actor=actor, rollout=rollout, reward=RewardWorker(cfg, tokenizer, device), reference=reference,
                  critic=critic, handoff=handoff)
 
 
@@ -110,7 +110,7 @@ def build_group_roles(cfg, needs, tokenizer, device: torch.device, total_steps: 
             critic = build_critic(cfg, None, device, total_steps) if remote_critic else gr.GroupCritic(on["critic"])
         tp = cfg.actor_rollout_ref.rollout.tensor_model_parallel_size
         return Roles(actor=gr.GroupActor(on["actor"]), rollout=gr.GroupRollout(on["rollout"], handoff, tp),
-                     reward=RewardWorker(cfg, tokenizer), critic=critic, group=running, handoff=handoff,
+                     reward=RewardWorker(cfg, tokenizer, device), critic=critic, group=running, handoff=handoff,
                      reference=gr.GroupReference(on["reference"]) if needs.reference else None)
     except BaseException:
         running.shutdown()

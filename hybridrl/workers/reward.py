@@ -34,8 +34,18 @@ def is_remote(model_cfg_path: str, type_name: str | None) -> bool:
     return type_name == "vllm_api" or str(model_cfg_path).startswith(("http://", "https://"))
 
 
-def build_reward_model(cfg, tokenizer):
-    """verl's `reward_model.enable`: an HF token-classification RM in process, or a remote pooling endpoint."""
+def reward_model_devices(cfg, device: torch.device) -> list[torch.device]:
+    """Where an in-process RM runs (the controller's process): on CUDA one replica per GPU of
+    `reward_model.device_ids` (this node's indices), else on the controller's GPU; on CPU the CPU."""
+    if device.type != "cuda":
+        return [device]
+    ids = cfg.reward_model.device_ids
+    return [torch.device("cuda", device.index or 0)] if ids is None else [torch.device("cuda", i) for i in ids]
+
+
+def build_reward_model(cfg, tokenizer, device: torch.device = torch.device("cpu")):
+    """verl's `reward_model.enable`: an HF token-classification RM in process (on `reward_model_devices`), or a
+    remote pooling endpoint."""
     from hybridrl.models.hf import import_external_lib, load_tokenizer
     from hybridrl.workers.reward_model import RewardModelWorker
 
@@ -48,17 +58,20 @@ def build_reward_model(cfg, tokenizer):
                                                            trust_remote_code=trust)
     return RewardModelWorker(rm.model.path, tokenizer=rm_tokenizer, input_tokenizer=None if remote else tokenizer,
                              micro_batch_size=rm.micro_batch_size_per_gpu or 8, remote=remote,
+                             devices=[] if remote else reward_model_devices(cfg, device),
                              max_length=rm.max_length, trust_remote_code=trust)
 
 
 class RewardWorker:
-    def __init__(self, cfg, tokenizer):
+    def __init__(self, cfg, tokenizer, device: torch.device = torch.device("cpu")):
+        """`device`: the controller's, where an in-process reward model runs unless reward_model.device_ids
+        names GPUs for it."""
         self.tokenizer = tokenizer
         self.reward_fn_key = cfg.data.reward_fn_key
         self.on_error = cfg.reward_model.on_error
         spec = score_fn_spec(cfg)
         self.compute_score = spec.load()  # loaded here too with workers: a bad file fails at start-up
-        self.reward_model = build_reward_model(cfg, tokenizer) if cfg.reward_model.enable else None
+        self.reward_model = build_reward_model(cfg, tokenizer, device) if cfg.reward_model.enable else None
         workers = cfg.reward_model.num_workers
         self.pool = ScoringPool(spec, workers, self.on_error) if workers > 1 else None
 

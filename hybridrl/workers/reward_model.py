@@ -6,6 +6,9 @@ token (verl's `RewardModelWorker.compute_rm_score`); `combine_scores` is verl's 
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -49,8 +52,10 @@ class RewardModelWorker:
     """`tokenizer` is the RM's; `input_tokenizer` (the actor's) triggers re-rendering when it differs."""
 
     def __init__(self, model_path_or_url: str, *, tokenizer: Any, input_tokenizer: Any = None,
-                 micro_batch_size: int = 8, device: str | torch.device = "cpu", remote: bool = False,
+                 micro_batch_size: int = 8, devices: Sequence[str | torch.device] = ("cpu",), remote: bool = False,
                  client_kwargs: dict | None = None, max_length: int | None = None, trust_remote_code: bool = False):
+        """`devices`: one replica of a local RM per device (reward_model.device_ids); micro-batches are dealt
+        to them in turn and scored side by side."""
         if micro_batch_size < 1:
             raise ValueError(f"reward_model.micro_batch_size_per_gpu must be >= 1, got {micro_batch_size}")
         if client_kwargs and not remote:
@@ -58,14 +63,15 @@ class RewardModelWorker:
         self.tokenizer = tokenizer
         self.input_tokenizer = input_tokenizer
         self.switch_template = input_tokenizer is not None and tokenizers_differ(input_tokenizer, tokenizer)
-        self.micro_batch_size, self.device, self.max_length = micro_batch_size, device, max_length
+        self.micro_batch_size, self.max_length = micro_batch_size, max_length
         self.client = PoolingClient(model_path_or_url, **(client_kwargs or {})) if remote else None
-        self.model = None if remote else load_value_model(
-            model_path_or_url, key="reward_model.model.path", trust_remote_code=trust_remote_code).to(device).eval()
+        self.replicas = [] if remote else _replicas(load_value_model(
+            model_path_or_url, key="reward_model.model.path", trust_remote_code=trust_remote_code).eval(), devices)
         self.source = redact_url(model_path_or_url) if remote else model_path_or_url
 
     def describe(self) -> str:
-        where = f"remote at {self.source}" if self.client else f"in process from {self.source}"
+        devices = ", ".join(str(_device_of(model)) for model in self.replicas)
+        where = f"remote at {self.source}" if self.client else f"in process from {self.source} on {devices}"
         return f"reward model: {where}" + (" (re-rendered with the RM's chat template)" if self.switch_template else "")
 
     def compute_rm_score(self, batch: Batch) -> Batch:
@@ -92,18 +98,21 @@ class RewardModelWorker:
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         return self._local_scores(*pad_right(rows, pad_id))
 
-    @torch.no_grad()
     def _local_scores(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                       position_ids: torch.Tensor) -> torch.Tensor:
-        """(B,) RM outputs at each row's last valid token, `micro_batch_size` rows per forward."""
-        scores = []
-        for start in range(0, input_ids.shape[0], self.micro_batch_size):
-            part = slice(start, start + self.micro_batch_size)
-            mask = attention_mask[part]
-            outputs = token_scalar_outputs(self.model, input_ids[part].to(self.device), mask.to(self.device),
-                                           position_ids[part].to(self.device)).cpu()
-            scores.append(outputs[torch.arange(outputs.shape[0]), last_valid_index(mask)])
-        return torch.cat(scores)
+        """(B,) RM outputs at each row's last valid token, `micro_batch_size` rows per forward; micro-batch i
+        runs on replica i mod len(replicas), one thread per replica when there are several."""
+        parts = [slice(start, start + self.micro_batch_size) for start in range(0, input_ids.shape[0],
+                                                                                self.micro_batch_size)]
+        shares = [parts[i::len(self.replicas)] for i in range(len(self.replicas))]
+        jobs = [(model, share, input_ids, attention_mask, position_ids) for model, share in zip(self.replicas, shares)]
+        if len(jobs) == 1:
+            results = [_score_parts(*jobs[0])]
+        else:
+            with ThreadPoolExecutor(len(jobs), thread_name_prefix="reward-model") as pool:
+                results = list(pool.map(lambda job: _score_parts(*job), jobs))
+        by_part = {part.start: scores for result in results for part, scores in result}
+        return torch.cat([by_part[part.start] for part in parts])
 
     def _rerender(self, batch: Batch) -> list[list[int]]:
         """verl's `_switch_chat_template`: actor ids → text → the RM's chat template → RM ids (unpadded)."""
@@ -132,3 +141,28 @@ class RewardModelWorker:
             raise ValueError(f"row {row} is {len(ids)} RM tokens after re-rendering, over reward_model.max_length="
                              f"{self.max_length}; raise reward_model.max_length (truncating would score a cut text)")
         return ids
+
+
+def _replicas(model: torch.nn.Module, devices: Sequence[str | torch.device]) -> list[torch.nn.Module]:
+    """The model on each device: moved to the first, copies on the others."""
+    if not devices:
+        raise ValueError("a local reward model needs at least one device (reward_model.device_ids)")
+    first = model.to(devices[0])
+    return [first] + [copy.deepcopy(first).to(device) for device in devices[1:]]
+
+
+def _device_of(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+@torch.no_grad()
+def _score_parts(model: torch.nn.Module, parts: list[slice], input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                 position_ids: torch.Tensor) -> list[tuple[slice, torch.Tensor]]:
+    """Each part's RM output at its rows' last valid token, on `model`'s device, back on the CPU."""
+    device, out = _device_of(model), []
+    for part in parts:
+        mask = attention_mask[part]
+        outputs = token_scalar_outputs(model, input_ids[part].to(device), mask.to(device),
+                                       position_ids[part].to(device)).cpu()
+        out.append((part, outputs[torch.arange(outputs.shape[0]), last_valid_index(mask)]))
+    return out

@@ -1,4 +1,5 @@
-"""validate_placement: device lists per role (null = every device of the run) and device counts."""
+"""validate_placement: device lists per role (null = the actor's list; the actor's null = every device of the
+run) and device counts."""
 
 from __future__ import annotations
 
@@ -27,6 +28,12 @@ def placement_error(overrides: list[str], num_devices: int, **kwargs) -> str:
     (GRPO + ["actor_rollout_ref.actor.use_kl_loss=true", f"{ACTOR}=[0]", f"{ROLLOUT}=[0]", f"{REF}=[1]"], 2),
     (GAE + [f"{ACTOR}=[0]", f"{ROLLOUT}=[1]", "critic.device_ids=[1]"], 2),  # rollout and critic take turns
     (GAE + [f"{ACTOR}=[0,1]", f"{ROLLOUT}=[0,1]", "critic.device_ids=[0,1]"], 2),  # explicit, like the default
+    # the issue's example, with a reference: its null list keeps it with the actor
+    (GAE + ["actor_rollout_ref.actor.use_kl_loss=true", f"{ACTOR}=[0,1,2,3]", "critic.device_ids=[4,5]",
+            f"{ROLLOUT}=[6,7]"], 8),
+    # an in-process reward model on a GPU of its own (it lives in the controller: it may also share)
+    (GRPO + [f"{ACTOR}=[0]", "reward_model.enable=true", "reward_model.model.path=/rm", "reward_model.device_ids=[1]"],
+     2),
 ])
 def test_supported_layouts(layout, num_devices):
     validate_placement(load_config(layout), num_devices)
@@ -55,23 +62,20 @@ def test_ids_are_checked_against_the_runs_devices_not_the_visible_ones():
     assert "keep the ids in 0..1 (only 2 GPU(s) are visible)" in message
 
 
-def test_a_defaulted_list_means_every_device():
-    """gae, 2 devices, only the actor's list: the critic (and rollout) would share device 0 with the actor
-    through their null lists, as an explicit critic.device_ids=[0] would."""
+def test_null_lists_follow_the_actor_so_a_device_left_over_is_named():
+    """gae, 2 devices, only the actor's list: the critic and rollout share the actor's device 0 through their
+    null lists, and device 1 would idle."""
     message = placement_error(GAE + ["trainer.n_gpus_per_node=2", f"{ACTOR}=[0]"], 2)
-    assert (f"{ACTOR}=[0] and critic.device_ids=null (defaulted to every device: [0, 1]) share device(s) [0]; the "
-            "actor and critic need separate devices or the same ones") in message
-    assert "set critic.device_ids=[1] or [0]" in message
-    assert f"set {ROLLOUT}=[1] or [0]" in message
-
-
-def test_a_null_list_beside_a_given_one_starts_no_extra_processes():
-    """actor [0] with the rollout list unset would start 3 processes on 2 devices (a rollout group on both)."""
-    message = placement_error(GRPO + ["trainer.n_gpus_per_node=2", f"{ACTOR}=[0]"], 2)
     assert "1 placement problem(s)" in message
-    assert (f"{ACTOR}=[0] and {ROLLOUT}=null (defaulted to every device: [0, 1]) share device(s) [0]; the actor and "
-            "rollout need separate devices or the same ones (the same: one group of ranks hosts both; a partial "
-            f"overlap would start two processes on [0]): set {ROLLOUT}=[1] or [0]") in message
+    assert "device 1 of the run's 2 is used by no role" in message
+    assert "critic.device_ids=null (defaulted to the actor's devices: [0])" in message
+    assert "name it in a role's device_ids, or set trainer.n_gpus_per_node=1" in message
+
+
+def test_a_null_actor_list_is_every_device_and_the_others_follow_it():
+    """The actor's null list means every device, so a rollout on some of them overlaps it partially."""
+    message = placement_error(GRPO + ["trainer.n_gpus_per_node=2", f"{ROLLOUT}=[1]"], 2)
+    assert (f"{ACTOR}=null (defaulted to every device: [0, 1]) and {ROLLOUT}=[1] share device(s) [1]") in message
 
 
 def test_partial_overlap_is_refused():
@@ -153,3 +157,9 @@ def test_fsdp_size_divides_a_roles_ranks():
     message = placement_error(["trainer.n_gpus_per_node=4", "actor_rollout_ref.ref.fsdp_config.fsdp_size=3"], 4)
     assert ("actor_rollout_ref.ref.fsdp_config.fsdp_size=3 must be -1 (shard over all of the role's 4 rank(s)) or "
             "divide 4: 1, 2, 4") in message
+
+
+def test_a_reward_model_list_must_be_for_an_in_process_model():
+    message = placement_error(GRPO + ["reward_model.enable=true", "reward_model.model.path=http://rm:8000",
+                                      "reward_model.device_ids=[0]"], 1)
+    assert "reward_model.device_ids=[0] is set but the reward_model role is a remote endpoint; remove it" in message

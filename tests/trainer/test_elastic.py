@@ -31,7 +31,7 @@ from hybridrl.trainer.control import (
     main_control,
     write_request,
 )
-from hybridrl.trainer.elastic import ElasticPlacement, ElasticRollout, grow_devices
+from hybridrl.trainer.elastic import ElasticPlacement, ElasticRollout, grow_devices, placement_of
 from hybridrl.trainer.ppo_trainer import PPOTrainer
 from hybridrl.utils.batch import Batch
 from hybridrl.workers.colocated import ROLLOUT_METRICS_META, ROW_INDEX_KEY
@@ -283,6 +283,18 @@ SPLIT = ElasticPlacement("cuda", 4, rollout=(1,), actor=(0,), critic_only=(2,))
 def test_grow_devices(placement, borrowed, wanted, expected):
     got = grow_devices(placement, borrowed, wanted)
     assert got == expected if isinstance(expected, list) else expected in got
+
+
+@pytest.mark.parametrize("overrides, ranks, rollout, refusal", [
+    ([], 1, (0,), None),
+    (["trainer.launcher=ray"], 1, (0,), "needs the local launcher"),  # a one-rank Ray group: replicas elsewhere
+    (["actor_rollout_ref.actor.device_ids=[0,1]", "actor_rollout_ref.rollout.device_ids=[2]"], 3, (2,), None),
+    (["actor_rollout_ref.actor.device_ids=[1]"], 2, (1,), None),  # a null rollout list is the actor's
+])
+def test_placement_of_reads_the_lists_and_the_launcher(overrides, ranks, rollout, refusal):
+    placement = placement_of(load_config(overrides), torch.device("cpu"), ranks)
+    assert placement.rollout == rollout
+    assert placement.refusal is None if refusal is None else refusal in placement.refusal
 
 
 class FakeRollout:

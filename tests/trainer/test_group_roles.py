@@ -57,3 +57,32 @@ def test_replicas_sample_what_one_process_would_whether_or_not_the_prompts_divid
         assert list(batch["uid"]) == [f"p{p}" for p in range(6) for _ in range(4)]
         assert [rank.received for rank in group.ranks] == [received] * world_size
         assert ROW_INDEX_KEY not in batch and metrics["rollout/rows"] == returned
+
+
+def test_groups_follow_the_device_lists_and_null_lists_join_the_actors_group():
+    """The issue's layout with a KL loss: the reference's null list keeps it with the actor, so four groups
+    of ranks are not started for three lists. No lists at all: one group hosting every role."""
+    from hybridrl.config import load_config
+    from hybridrl.trainer.group_roles import GroupPlan, plan_groups
+
+    roles = ("actor", "rollout", "reference", "critic")
+    cfg = load_config(["algorithm.adv_estimator=gae", "actor_rollout_ref.actor.use_kl_loss=true",
+                       "actor_rollout_ref.actor.device_ids=[0,1,2,3]", "critic.device_ids=[4,5]",
+                       "actor_rollout_ref.rollout.device_ids=[6,7]"])
+    assert plan_groups(cfg, 8, roles) == [GroupPlan("actor_ref", (0, 1, 2, 3), ("actor", "reference")),
+                                          GroupPlan("rollout", (6, 7), ("rollout",)),
+                                          GroupPlan("critic", (4, 5), ("critic",))]
+    assert plan_groups(load_config(["algorithm.adv_estimator=gae"]), 2, roles) == [
+        GroupPlan("actor_rollout_ref", (0, 1), roles)]
+
+
+def test_ray_is_chosen_by_key_or_by_the_address_ray_job_submit_sets(monkeypatch):
+    from hybridrl.config import load_config
+    from hybridrl.trainer.group_roles import group_launcher
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert group_launcher(load_config([])) == "local"
+    assert group_launcher(load_config(["trainer.launcher=ray"])) == "ray"
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    assert group_launcher(load_config([])) == "ray"
+    assert group_launcher(load_config(["trainer.launcher=local"])) == "local"  # the key wins

@@ -40,10 +40,10 @@ def test_ranks_beyond_the_visible_cores_are_fine_on_cpu():
                                   "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4"]))
 
 
-def test_a_defaulted_rollout_list_is_every_rank():
+def test_a_defaulted_rollout_list_follows_the_actor_and_the_idle_rank_is_named():
     message = preflight_error(["trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.device_ids=[0]"])
-    assert ("actor_rollout_ref.rollout.device_ids=null (defaulted to every device: [0, 1]) share device(s) [0]"
-            in message)
+    assert "rank 1 of the run's 2 is used by no role" in message
+    assert "actor_rollout_ref.rollout.device_ids=null (defaulted to the actor's devices: [0])" in message
 
 
 @pytest.mark.parametrize("override, wanted", [

@@ -90,3 +90,40 @@ def test_combine_scores_prefers_rm_scores_like_verl_naive_manager():
 def test_client_kwargs_only_for_remote(rm_dir):
     with pytest.raises(ValueError, match="remote=True"):
         RewardModelWorker(rm_dir, tokenizer=load_tokenizer(rm_dir), client_kwargs={"timeout_s": 1.0})
+
+
+def test_replicas_on_several_devices_score_their_micro_batches_in_the_batchs_order(rm_dir):
+    """reward_model.device_ids with several devices: one replica each, micro-batches dealt in turn (here two
+    CPU replicas: the same split and ordering as two GPUs)."""
+    batch = verl_batch(PROMPTS * 3, RESPONSES * 3)
+    tokenizer = load_tokenizer(rm_dir)
+    one = RewardModelWorker(rm_dir, tokenizer=tokenizer, micro_batch_size=2)
+    two = RewardModelWorker(rm_dir, tokenizer=tokenizer, micro_batch_size=2, devices=["cpu", "cpu"])
+    assert len(two.replicas) == 2 and two.replicas[0] is not two.replicas[1]
+    # the same rows in the same micro-batches: equal up to CPU kernels' thread-dependent summation order
+    torch.testing.assert_close(two.compute_rm_score(batch)["rm_scores"], one.compute_rm_score(batch)["rm_scores"],
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_the_reward_model_runs_on_its_listed_gpus_else_on_the_controllers():
+    from hybridrl.config import load_config
+    from hybridrl.workers.reward import reward_model_devices
+
+    cuda = torch.device("cuda")
+    assert reward_model_devices(load_config([]), cuda) == [torch.device("cuda", 0)]
+    assert reward_model_devices(load_config(["reward_model.device_ids=[2,3]"]), cuda) == [
+        torch.device("cuda", 2), torch.device("cuda", 3)]
+    assert reward_model_devices(load_config(["reward_model.device_ids=[2]"]), torch.device("cpu")) == [
+        torch.device("cpu")]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_a_reward_model_on_a_gpu_scores_like_the_cpu_one(rm_dir):
+    batch = verl_batch(PROMPTS, RESPONSES)
+    tokenizer = load_tokenizer(rm_dir)
+    gpu = RewardModelWorker(rm_dir, tokenizer=tokenizer, devices=[torch.device("cuda", 0)])
+    assert next(gpu.replicas[0].parameters()).is_cuda and "on cuda:0" in gpu.describe()
+    cpu = RewardModelWorker(rm_dir, tokenizer=tokenizer)
+    torch.testing.assert_close(gpu.compute_rm_score(batch)["rm_scores"], cpu.compute_rm_score(batch)["rm_scores"],
+                               atol=1e-4, rtol=1e-4)
