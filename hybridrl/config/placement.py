@@ -36,20 +36,21 @@ class RoleDevices:
         return f"{self.key}={self.given}"
 
 
-def _remote(type_name: str | None, path: str) -> bool:
-    """A model behind an HTTP pooling endpoint takes no device (workers.reward.is_remote's rule)."""
+def is_remote(type_name: str | None, path: str) -> bool:
+    """`type=vllm_api` or an http(s) URL as the model path: a model behind an HTTP pooling endpoint, which takes
+    no device."""
     return type_name == "vllm_api" or str(path).startswith(("http://", "https://"))
 
 
 def remote_critic(cfg: HybridRLConfig) -> bool:
-    return _remote(cfg.critic.type, cfg.critic.model.path)
+    return is_remote(cfg.critic.type, cfg.critic.model.path)
 
 
 def reward_model_ids(cfg: HybridRLConfig) -> list[int]:
     """The devices an in-process reward model runs on (in the controller's process, between generation and the
     updates: it may share devices with any role), when its list is given."""
     rm = cfg.reward_model
-    placed = rm.enable and rm.device_ids is not None and not _remote(rm.type, rm.model.path)
+    placed = rm.enable and rm.device_ids is not None and not is_remote(rm.type, rm.model.path)
     return list(rm.device_ids) if placed else []
 
 
@@ -133,7 +134,7 @@ def _shape_problems(cfg: HybridRLConfig, device_type: str, num_devices: int, num
     """Each given list: not empty, in range, no repeats, and only for a role this config runs."""
     lists = role_device_ids(cfg)
     rm = cfg.reward_model
-    lists["reward_model"] = ("reward_model.device_ids", rm.device_ids, rm.enable and not _remote(rm.type, rm.model.path))
+    lists["reward_model"] = ("reward_model.device_ids", rm.device_ids, rm.enable and not is_remote(rm.type, rm.model.path))
     problems = []
     for role, (key, ids, used) in lists.items():
         if ids is None:

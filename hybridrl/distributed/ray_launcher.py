@@ -56,6 +56,13 @@ def choose_launcher(trainer_launcher: str, nnodes: int, ray_address: str | None)
     return "local"
 
 
+def configured_launcher(cfg) -> str:
+    """`choose_launcher` for a run's config: Ray for trainer.launcher=ray, trainer.nnodes > 1 or a Ray address
+    (ray_kwargs.ray_init.address, else RAY_ADDRESS, which `ray job submit` sets), whatever the number of ranks."""
+    address = (cfg.ray_kwargs.ray_init or {}).get("address") or os.environ.get("RAY_ADDRESS")
+    return choose_launcher(cfg.trainer.launcher, cfg.trainer.nnodes, address)
+
+
 # ---------------------------------------------------------------- ray.init with hints
 def _ray_cluster_file() -> str:
     return os.path.join(os.environ.get("RAY_TMPDIR", "/tmp"), "ray", "ray_current_cluster")

@@ -55,11 +55,11 @@ class ElasticPlacement:
 def placement_of(cfg, device: torch.device, num_ranks: int) -> ElasticPlacement:
     from hybridrl.config.placement import device_lists
     from hybridrl.distributed import num_visible_devices
-    from hybridrl.trainer.group_roles import group_launcher
+    from hybridrl.distributed.ray_launcher import configured_launcher
 
     visible = num_visible_devices(device.type)
     refusal = None
-    if group_launcher(cfg) != "local":  # also a one-rank Ray run: its replicas would start on this node
+    if configured_launcher(cfg) != "local":  # also a one-rank Ray run: its replicas would start on this node
         refusal = "growing the rollout needs the local launcher (one node); this run uses Ray"
     if num_ranks == 1:  # one process: every role on this process's device
         own = (device.index or 0,) if device.type == "cuda" else (0,)

@@ -1,6 +1,6 @@
 """Roles backed by a worker group: the trainer calls the same methods; the work runs on N ranks.
 
-World size > 1, or any run that asks for Ray (`group_launcher`), starts groups of `ColocatedWorker` ranks,
+World size > 1, or any run that asks for Ray (`configured_launcher`), starts groups of `ColocatedWorker` ranks,
 by default ONE hosting every role (the hybrid placement: actor, rollout, reference and critic share every
 device and take turns); per-role `*.device_ids` lists give roles their own groups (`plan_groups`).
 Launchers: local (spawned processes, one node) or Ray (`trainer.launcher`, `choose_launcher`). Each adapter
@@ -13,8 +13,6 @@ the same ranks syncs there; a rollout on other ranks gets them through a `weight
 """
 
 from __future__ import annotations
-
-import os
 
 from dataclasses import dataclass, replace
 
@@ -113,21 +111,13 @@ def fastest_rank_times(per_rank: list[dict[str, float]]) -> dict[str, float]:
     return {f"{key}_min": min(values) for key, values in times.items() if len(values) > 1}
 
 
-def group_launcher(cfg) -> str:
-    """"local" or "ray" (`choose_launcher`): Ray for trainer.launcher=ray, trainer.nnodes > 1 or a Ray address
-    (ray_kwargs.ray_init.address, else RAY_ADDRESS, which `ray job submit` sets), whatever the number of ranks."""
-    from hybridrl.distributed import choose_launcher
-
-    address = (cfg.ray_kwargs.ray_init or {}).get("address") or os.environ.get("RAY_ADDRESS")
-    return choose_launcher(cfg.trainer.launcher, cfg.trainer.nnodes, address)
-
-
 def launch_groups(cfg, plans: list[GroupPlan], device_type: str, *, total_steps: int) -> RankGroups:
     """Start every planned group (local processes or Ray actors); on a failure stop the ones started."""
     from hybridrl.distributed import ResourcePoolManager, init_ray
+    from hybridrl.distributed.ray_launcher import configured_launcher
 
     ray_init = dict(cfg.ray_kwargs.ray_init or {})
-    launcher = group_launcher(cfg)
+    launcher = configured_launcher(cfg)
     running = RankGroups({}, {}, launcher)
     if launcher == "ray":
         from hybridrl.distributed.ray_launcher import import_ray, starts_local_ray

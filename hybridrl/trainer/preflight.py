@@ -27,18 +27,47 @@ def preflight(cfg, num_devices: int | None = None) -> RunShape:
     """Validate `cfg` (device counts, batch sizes against the actor's ranks, device lists, tensor parallelism,
     launcher, loggers) for this machine; raises ConfigError naming the keys to change. `num_devices` overrides
     nnodes x n_gpus_per_node."""
-    device = resolve_device(cfg.trainer.device)
+    from hybridrl.distributed.ray_launcher import configured_launcher
+
+    try:
+        on_ray = configured_launcher(cfg) == "ray"
+    except ValueError:  # trainer.launcher=local on several nodes: validate_run names the keys
+        on_ray = False
+    device = resolve_device(cfg.trainer.device, on_ray)
+    if on_ray and device.type == "cuda" and not torch.cuda.is_available():
+        check_driver_without_gpu(cfg)
     num_devices = num_devices or world_size(cfg, device.type)
-    validate_run(cfg, device.type, num_devices, visible_gpus(cfg, device.type))
+    validate_run(cfg, device.type, num_devices, None if on_ray else visible_gpus(cfg, device.type))
     return RunShape(device, num_devices, actor_world_size(cfg, num_devices))
 
 
-def resolve_device(name: str) -> torch.device:
+def resolve_device(name: str, on_ray: bool = False) -> torch.device:
+    """The ranks' device type. With Ray the driver may have no GPU: Ray places the ranks on GPU nodes."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("trainer.device=cuda but no CUDA device is visible; set trainer.device=cpu (or auto)")
+    if name == "cuda" and not torch.cuda.is_available() and not on_ray:
+        raise ConfigError("trainer.device=cuda but no CUDA device is visible; set trainer.device=cpu (or auto), or "
+                          "start the ranks on a cluster's GPU nodes with Ray (trainer.launcher=ray)")
     return torch.device(name)
+
+
+def check_driver_without_gpu(cfg) -> None:
+    """A Ray driver without a GPU (e.g. a CPU head node): the ranks get GPUs, the controller's own process none."""
+    from hybridrl.config.placement import is_remote, reward_model_ids
+
+    problems = []
+    if cfg.trainer.n_gpus_per_node is None:
+        problems.append("trainer.n_gpus_per_node is null (= the GPUs this node sees) but this driver sees none; set "
+                        "it to the GPUs per node the ranks get")
+    rm = cfg.reward_model
+    if rm.enable and not is_remote(rm.type, rm.model.path):
+        listed = f" (reward_model.device_ids={reward_model_ids(cfg)})" if rm.device_ids is not None else ""
+        problems.append(f"the in-process reward model runs in the driver's process{listed}, which sees no GPU: start "
+                        "the driver on a GPU node, or serve the reward model (hybridrl serve) and point "
+                        "reward_model.model.path at its URL")
+    if problems:
+        raise ConfigError("trainer.device=cuda with Ray on a driver without a GPU:\n" + "\n".join(
+            f"  - {p}" for p in problems))
 
 
 def world_size(cfg, device_type: str) -> int:

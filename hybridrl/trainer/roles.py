@@ -72,9 +72,9 @@ def runs_on_ranks(cfg, world_size: int) -> bool:
     """Whether the roles run on worker ranks rather than in this process: several ranks, or Ray asked for
     (trainer.launcher=ray, trainer.nnodes > 1 or ray_kwargs.ray_init.address) even for one rank, e.g. a
     driver on a CPU head node sending a one-GPU job to a cluster: a one-rank Ray group runs the roles there."""
-    from hybridrl.trainer.group_roles import group_launcher
+    from hybridrl.distributed.ray_launcher import configured_launcher
 
-    return world_size > 1 or group_launcher(cfg) == "ray"
+    return world_size > 1 or configured_launcher(cfg) == "ray"
 
 
 def build_roles(cfg, needs, tokenizer, device: torch.device, total_steps: int, world_size: int = 1) -> Roles:

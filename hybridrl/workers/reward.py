@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from hybridrl.config.placement import is_remote as is_remote_endpoint
 from hybridrl.models.hf import batch_decode
 from hybridrl.rewards.manager import place_scores, score_batch
 from hybridrl.rewards.pool import ScoreFnSpec, ScoringPool
@@ -31,7 +32,7 @@ def decode_responses(tokenizer, batch: Batch) -> list[str]:
 
 def is_remote(model_cfg_path: str, type_name: str | None) -> bool:
     """`type=vllm_api` or an http(s) URL as the model path: score through an HTTP pooling endpoint."""
-    return type_name == "vllm_api" or str(model_cfg_path).startswith(("http://", "https://"))
+    return is_remote_endpoint(type_name, model_cfg_path)
 
 
 def reward_model_devices(cfg, device: torch.device) -> list[torch.device]:

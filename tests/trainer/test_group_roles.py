@@ -78,11 +78,11 @@ def test_groups_follow_the_device_lists_and_null_lists_join_the_actors_group():
 
 def test_ray_is_chosen_by_key_or_by_the_address_ray_job_submit_sets(monkeypatch):
     from hybridrl.config import load_config
-    from hybridrl.trainer.group_roles import group_launcher
+    from hybridrl.distributed.ray_launcher import configured_launcher
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    assert group_launcher(load_config([])) == "local"
-    assert group_launcher(load_config(["trainer.launcher=ray"])) == "ray"
+    assert configured_launcher(load_config([])) == "local"
+    assert configured_launcher(load_config(["trainer.launcher=ray"])) == "ray"
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
-    assert group_launcher(load_config([])) == "ray"
-    assert group_launcher(load_config(["trainer.launcher=local"])) == "local"  # the key wins
+    assert configured_launcher(load_config([])) == "ray"
+    assert configured_launcher(load_config(["trainer.launcher=local"])) == "local"  # the key wins

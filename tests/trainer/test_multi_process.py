@@ -310,6 +310,24 @@ def test_more_cpu_ranks_than_the_ray_it_starts_has_cpus_names_ray_init_num_cpus(
     assert not ray.is_initialized()  # the failed start stopped the Ray instance it started
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the driver here must see no GPU")
+def test_a_driver_without_a_gpu_asks_ray_for_gpu_ranks(tmp_path, arith_model_dir, arithmetic_files):
+    """trainer.device=cuda from a CPU-only driver (a head node): the ranks are placed by Ray on GPU nodes; this
+    box's Ray has none, so placement (not a 'no CUDA device' refusal in the driver) is what stops it."""
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'hybridrl[ray]')")
+    import ray
+
+    from hybridrl.distributed import PlacementError
+
+    if ray.is_initialized():
+        ray.shutdown()
+    with pytest.raises(PlacementError, match=r"needs 1 GPU \(1 ranks\) but the Ray cluster has 0"):
+        PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, str(tmp_path), ranks=1, steps=1, extra=[
+            "trainer.device=cuda", "trainer.launcher=ray", "ray_kwargs.ray_init.num_cpus=2",
+            "+ray_kwargs.ray_init.include_dashboard=false"])))
+    assert not ray.is_initialized()
+
+
 def test_lora_on_two_ranks_gives_the_metrics_adapter_and_resume_of_one_process(tmp_path, arith_model_dir,
                                                                                  arithmetic_files):
     """LoRA with FSDP2: only the adapter trains on both ranks, the reference is the base with the adapter off,

@@ -67,3 +67,21 @@ def test_the_local_launcher_on_several_nodes_is_refused_before_loading():
     message = preflight_error(["trainer.launcher=local", "trainer.nnodes=2", "trainer.n_gpus_per_node=1"])
     assert ("trainer.launcher=local runs on one node but trainer.nnodes=2; set trainer.launcher=ray (or auto) for "
             "several nodes, or trainer.nnodes=1") in message
+
+
+GPU_RANKS_ON_RAY = ["trainer.device=cuda", "trainer.launcher=ray", "actor_rollout_ref.rollout.name=hybrid"]
+no_local_gpu = pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the driver here must see no GPU")
+
+
+@no_local_gpu
+def test_a_driver_without_a_gpu_may_send_gpu_ranks_to_ray():
+    """A CPU head node (this machine): the ranks get the cluster's GPUs, so no local GPU is required, but
+    the GPUs per node must be given, and nothing may need a GPU in the driver's own process."""
+    shape = preflight(load_config(BASE + GPU_RANKS_ON_RAY + ["trainer.n_gpus_per_node=2"]))
+    assert (shape.device.type, shape.num_devices) == ("cuda", 2)
+    assert "trainer.n_gpus_per_node is null (= the GPUs this node sees) but this driver sees none" in \
+        preflight_error(GPU_RANKS_ON_RAY)
+    assert "the in-process reward model runs in the driver's process, which sees no GPU" in preflight_error(
+        GPU_RANKS_ON_RAY + ["trainer.n_gpus_per_node=2", "reward_model.enable=true", "reward_model.model.path=/rm"])
+    assert "or start the ranks on a cluster's GPU nodes with Ray (trainer.launcher=ray)" in preflight_error(
+        ["trainer.device=cuda"])  # without Ray it still needs a GPU here
