@@ -115,7 +115,8 @@ def _range_fix(cfg: HybridRLConfig, ids: list[int], total: int, num_visible: int
 def _list_problems(cfg: HybridRLConfig, key: str, ids: list[int], device_type: str, num_devices: int,
                    num_visible: int | None) -> list[str]:
     if not ids:
-        return [f"{key}=[] is empty; give at least one device index, or null (= every device)"]
+        return [f"{key}=[] is empty; give at least one device index, or null (= the actor's devices; for the actor "
+                "every device)"]
     problems = []
     unit = _unit(device_type)
     outside = [i for i in ids if not 0 <= i < num_devices]

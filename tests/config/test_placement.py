@@ -131,7 +131,7 @@ def test_a_remote_critic_takes_no_device():
 
 def test_empty_list():
     message = placement_error([f"{ACTOR}=[]"], 1)
-    assert f"{ACTOR}=[] is empty; give at least one device index, or null (= every device)" in message
+    assert f"{ACTOR}=[] is empty; give at least one device index, or null (= the actor's devices; for the actor every device)" in message
 
 
 TP = "actor_rollout_ref.rollout.tensor_model_parallel_size"

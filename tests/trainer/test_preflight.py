@@ -60,7 +60,7 @@ def test_counts_below_one_name_the_key(override, wanted):
 def test_an_empty_actor_list_is_named_once():
     message = preflight_error(["actor_rollout_ref.actor.device_ids=[]"])
     assert message == ("1 placement problem(s):\n  - actor_rollout_ref.actor.device_ids=[] is empty; give at least "
-                       "one device index, or null (= every device)")
+                       "one device index, or null (= the actor's devices; for the actor every device)")
 
 
 def test_the_local_launcher_on_several_nodes_is_refused_before_loading():
