@@ -46,12 +46,12 @@ def remote_critic(cfg: HybridRLConfig) -> bool:
     return is_remote(cfg.critic.type, cfg.critic.model.path)
 
 
-def reward_model_ids(cfg: HybridRLConfig) -> list[int]:
-    """The devices an in-process reward model runs on (in the controller's process, between generation and the
-    updates: it may share devices with any role), when its list is given."""
+def reward_model_ids(cfg: HybridRLConfig, device_type: str = "cuda") -> list[int]:
+    """The GPUs an in-process reward model runs on (in the controller's process, between generation and the
+    updates: it may share devices with any role), when its list is given; none on CPU, where it runs on the CPU."""
     rm = cfg.reward_model
     placed = rm.enable and rm.device_ids is not None and not is_remote(rm.type, rm.model.path)
-    return list(rm.device_ids) if placed else []
+    return list(rm.device_ids) if placed and device_type == "cuda" else []
 
 
 def role_device_ids(cfg: HybridRLConfig) -> dict[str, tuple[str, list[int] | None, bool]]:
@@ -105,11 +105,14 @@ def _named(unit: str, ids: list[int]) -> str:
 def _range_fix(cfg: HybridRLConfig, ids: list[int], total: int, num_visible: int | None) -> str:
     """More devices per node when the ids fit this machine, else ids within the run's."""
     keep = f"keep the ids in 0..{total - 1}"
-    needed = max(ids) + 1
-    per_node = -(-needed // cfg.trainer.nnodes)
+    needed, nnodes = max(ids) + 1, cfg.trainer.nnodes
+    per_node = -(-needed // nnodes)
     if min(ids) < 0 or (num_visible is not None and per_node > num_visible):
         return keep + (f" (only {num_visible} GPU(s) are visible)" if num_visible is not None else "")
-    return f"set trainer.n_gpus_per_node={per_node} (or {keep})"
+    spare = per_node * nnodes - needed  # devices the new count adds beyond the ids: some list must name them
+    extra = "" if not spare else (f" and name {_named('device', list(range(needed, needed + spare)))} in a list "
+                                  f"too ({nnodes} nodes x {per_node})")
+    return f"set trainer.n_gpus_per_node={per_node}{extra} (or {keep})"
 
 
 def _list_problems(cfg: HybridRLConfig, key: str, ids: list[int], device_type: str, num_devices: int,
@@ -144,38 +147,61 @@ def _shape_problems(cfg: HybridRLConfig, device_type: str, num_devices: int, num
             remote = (role == "critic" and critic_enabled(cfg)) or (role == "reward_model" and rm.enable)
             why = "is a remote endpoint" if remote else "is not used by this config"
             problems.append(f"{key}={ids} is set but the {role} role {why}; remove it")
+        elif role == "reward_model" and device_type == "cpu":
+            problems.append(f"{key}={ids} places the in-process reward model on GPUs; this CPU run scores with it on "
+                            "the CPU, in the controller: remove it")
+            continue
         problems += _list_problems(cfg, key, list(ids), device_type, num_devices, num_visible)
     return problems
 
 
-def _overlap_problem(first: RoleDevices, second: RoleDevices, num_devices: int) -> str | None:
+def partial_overlaps(roles: list[RoleDevices]) -> list[tuple[RoleDevices, RoleDevices]]:
+    """Pairs of roles sharing some devices but not all: two groups' processes would share those devices."""
+    return [(a, b) for a, b in combinations(roles, 2)
+            if set(a.devices) & set(b.devices) and sorted(a.devices) != sorted(b.devices)]
+
+
+def idle_devices(cfg: HybridRLConfig, roles: list[RoleDevices], device_type: str, num_devices: int) -> list[int]:
+    used = {d for role in roles for d in role.devices} | set(reward_model_ids(cfg, device_type))
+    return sorted(set(range(num_devices)) - used)
+
+
+def _overlap_problem(cfg: HybridRLConfig, first: RoleDevices, second: RoleDevices, device_type: str,
+                     num_devices: int) -> str:
     """Identical lists share a group, disjoint ones have their own; a partial overlap would put two processes
     (two groups' ranks) on the shared devices."""
+    from hybridrl.config.placement_fixes import overlap_fix
+
     shared = sorted(set(first.devices) & set(second.devices))
-    if not shared or sorted(first.devices) == sorted(second.devices):
-        return None
-    moved, kept = (first, second) if first.given is None and second.given is not None else (second, first)
-    own = sorted(set(moved.devices) - set(kept.devices)) or sorted(set(range(num_devices)) - set(kept.devices))
-    fix = f"set {moved.key}={own} or {kept.devices}" if own else f"set {moved.key}={kept.devices}"
     return (f"{first.describe()} and {second.describe()} share device(s) {shared}; the {first.role} and "
             f"{second.role} need separate devices or the same ones (the same: one group of ranks hosts both; a "
-            f"partial overlap would start two processes on {shared}): {fix}")
+            f"partial overlap would start two processes on {shared}): "
+            f"{overlap_fix(cfg, first, second, device_type, num_devices)}")
 
 
 def _unused_device_problems(cfg: HybridRLConfig, roles: list[RoleDevices], device_type: str,
                             num_devices: int) -> list[str]:
-    used = sorted({d for role in roles for d in role.devices} | set(reward_model_ids(cfg)))
-    idle = sorted(set(range(num_devices)) - set(used))
+    idle = idle_devices(cfg, roles, device_type, num_devices)
     if not idle:
         return []
-    lists = ", ".join([role.describe() for role in roles]
-                      + ([f"reward_model.device_ids={cfg.reward_model.device_ids}"] if reward_model_ids(cfg) else []))
-    renumber = "" if used == list(range(len(used))) else f" and renumber the lists to 0..{len(used) - 1}"
-    lower = f"set trainer.n_gpus_per_node={len(used)}{renumber}" if cfg.trainer.nnodes == 1 else \
-        f"lower trainer.nnodes x trainer.n_gpus_per_node to {len(used)}"
+    used = num_devices - len(idle)
+    rm_ids = reward_model_ids(cfg, device_type)
+    lists = ", ".join([role.describe() for role in roles] + ([f"reward_model.device_ids={rm_ids}"] if rm_ids else []))
     one = len(idle) == 1
     return [f"{_named(_unit(device_type), idle)} of the run's {num_devices} {'is' if one else 'are'} used by no role "
-            f"({lists}); name {'it' if one else 'them'} in a role's device_ids, or {lower}"]
+            f"({lists}); name {'it' if one else 'them'} in a role's device_ids, or {_fewer_devices_fix(cfg, used, idle)}"]
+
+
+def _fewer_devices_fix(cfg: HybridRLConfig, used: int, idle: list[int]) -> str:
+    """Device counts giving exactly `used` devices (the lists renumbered to 0..used-1 unless the idle ones are last)."""
+    renumber = "" if idle[0] == used else f" and renumber the lists to 0..{used - 1}"
+    nnodes = cfg.trainer.nnodes
+    if nnodes == 1:
+        return f"set trainer.n_gpus_per_node={used}{renumber}"
+    if used % nnodes == 0:
+        return f"set trainer.n_gpus_per_node={used // nnodes}{renumber} (x trainer.nnodes={nnodes})"
+    return (f"set trainer.nnodes=1 trainer.n_gpus_per_node={used}{renumber} ({used} device(s) "
+            f"do not split evenly over trainer.nnodes={nnodes})")
 
 
 def _fsdp_size_problems(cfg: HybridRLConfig, placed: dict[str, RoleDevices], num_devices: int) -> list[str]:
@@ -235,7 +261,7 @@ def validate_placement(cfg: HybridRLConfig, num_devices: int, *, device_type: st
     if well_formed:  # overlaps and sizes are only meaningful for well-formed lists
         roles = placed_roles(cfg, num_devices)
         placed = {role.role: role for role in roles}
-        problems += [p for a, b in combinations(roles, 2) if (p := _overlap_problem(a, b, num_devices))]
+        problems += [_overlap_problem(cfg, a, b, device_type, num_devices) for a, b in partial_overlaps(roles)]
         problems += _unused_device_problems(cfg, roles, device_type, num_devices)
         problems += _tensor_parallel_problems(cfg, len(placed["rollout"].devices))
         problems += _fsdp_size_problems(cfg, placed, num_devices)

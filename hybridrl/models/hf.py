@@ -163,14 +163,18 @@ def _transformers_verbosity(level: int):
 
 
 def _report_value_head(info: dict, path: str, key: str) -> None:
-    """A fresh score head is expected (a critic started from a causal LM): one info line. Any other missing
-    or unexpected weight is a warning naming them."""
+    """A fresh score head is expected for a critic started from a causal LM (one info line) and wrong for a reward
+    model (a warning naming its key). Any other missing or unexpected weight is a warning naming them."""
     missing = sorted(info.get("missing_keys", ()))
     head = [k for k in missing if k.split(".")[0] == "score"]
     others, unexpected = [k for k in missing if k not in head], sorted(info.get("unexpected_keys", ()))
     if not is_rank0():  # every rank of a group loads the same checkpoint
         return
-    if head:
+    if head and key.startswith("reward_model."):  # a reward model must come trained: these rewards are noise
+        log.warning("%s=%s has no trained score head (%s starts freshly initialised): its rewards are random; point "
+                    "%s at a trained reward model (a token-classification checkpoint with one label)", key, path,
+                    ", ".join(head), key)
+    elif head:
         log.info("value model from %s: its score head (%s) starts freshly initialised, as a critic started from a "
                  "causal LM does", path, ", ".join(head))
     if others or unexpected:

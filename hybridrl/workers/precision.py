@@ -55,9 +55,11 @@ class Precision:
             return contextlib.nullcontext()
         return torch.autocast(self.device_type, dtype=self.compute)
 
-    def describe(self) -> str:
-        return (f"master weights {_name(self.master)}, compute {_name(self.compute)} ({self.why}), "
-                f"gradient reduce {_name(self.reduce)}")
+    def describe(self, trains: bool = True) -> str:
+        """`trains`: the role has gradients (the reference does not: no reduce dtype to report)."""
+        weights = f"{'master ' if trains else ''}weights {_name(self.master)}"
+        reduce = f", gradient reduce {_name(self.reduce)}" if trains else ""
+        return f"{weights}, compute {_name(self.compute)} ({self.why}){reduce}"
 
 
 def _name(dtype: torch.dtype) -> str:
@@ -95,7 +97,7 @@ def resolve_precision(fsdp_cfg, device: torch.device | str, prefix: str) -> Prec
     return Precision(master, compute, reduce, device_type, why)
 
 
-def log_precision(role: str, precision: Precision) -> None:
+def log_precision(role: str, precision: Precision, trains: bool = True) -> None:
     """Every rank of a role resolves the same precision: rank 0 logs it."""
     if is_rank0():
-        log.info("%s: %s", role, precision.describe())
+        log.info("%s: %s", role, precision.describe(trains))

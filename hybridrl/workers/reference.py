@@ -19,7 +19,7 @@ class ReferenceWorker:
         model_cfg = cfg.actor_rollout_ref.model
         ref_cfg = cfg.actor_rollout_ref.ref
         self.precision = resolve_precision(ref_cfg.fsdp_config, device, "actor_rollout_ref.ref.fsdp_config")
-        log_precision("reference", self.precision)
+        log_precision("reference", self.precision, trains=False)
         path = getattr(getattr(ref_cfg, "model", None), "path", None) or model_cfg.path
         self.model = load_causal_lm(path, dtype=self.precision.master,
                                     override_config=model_cfg.override_config,

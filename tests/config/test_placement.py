@@ -81,7 +81,7 @@ def test_a_null_actor_list_is_every_device_and_the_others_follow_it():
 def test_partial_overlap_is_refused():
     message = placement_error(GRPO + ["trainer.n_gpus_per_node=3", f"{ACTOR}=[0,1]", f"{ROLLOUT}=[1,2]"], 3)
     assert f"{ACTOR}=[0, 1] and {ROLLOUT}=[1, 2] share device(s) [1]" in message
-    assert f"set {ROLLOUT}=[2] or [0, 1]" in message
+    assert f"set {ACTOR}=[0] or {ROLLOUT}=[2]" in message  # not {ROLLOUT}=[0, 1]: device 2 would idle
 
 
 def test_a_reference_on_some_of_the_actors_devices_is_refused():
@@ -89,13 +89,13 @@ def test_a_reference_on_some_of_the_actors_devices_is_refused():
     message = placement_error(GAE + ["actor_rollout_ref.actor.use_kl_loss=true", f"{ACTOR}=[0,1]", f"{ROLLOUT}=[0,1]",
                                      f"{REF}=[1]", "critic.device_ids=[2,3]"], 4)
     assert f"{ACTOR}=[0, 1] and {REF}=[1] share device(s) [1]" in message
-    assert f"set {REF}=[2, 3] or [0, 1]" in message  # [2, 3]: with the critic, which may share them whole
+    assert f"set {REF}=[0, 1]" in message  # [2, 3] (with the critic) would leave the rollout overlapping it
 
 
 def test_exclusive_pairs_overlap():
     message = placement_error(GAE + [f"{ACTOR}=[0]", f"{ROLLOUT}=[1,2]", "critic.device_ids=[2]"], 3)
     assert f"{ROLLOUT}=[1, 2] and critic.device_ids=[2] share device(s) [2]; the rollout and critic" in message
-    assert "set critic.device_ids=[0] or [1, 2]" in message  # [0]: with the actor, which may share it whole
+    assert f"set {ROLLOUT}=[1] or critic.device_ids=[1, 2]" in message
     message = placement_error(GAE + [f"{ACTOR}=[0]", f"{ROLLOUT}=[0]", "critic.device_ids=[0,1]"], 2)
     assert "the actor and critic need separate devices" in message
 
@@ -114,7 +114,7 @@ def test_role_list_without_actor_list():
     message = placement_error(GAE + ["trainer.n_gpus_per_node=2", "critic.device_ids=[1]"], 2)
     assert (f"{ACTOR}=null (defaulted to every device: [0, 1]) and critic.device_ids=[1] share device(s) [1]" in
             message)
-    assert f"set {ACTOR}=[0] or [1]" in message
+    assert f"set {ACTOR}=[0] or critic.device_ids=[0, 1]" in message  # not {ACTOR}=[1]: device 0 would idle
 
 
 def test_list_for_unused_role():
@@ -163,3 +163,41 @@ def test_a_reward_model_list_must_be_for_an_in_process_model():
     message = placement_error(GRPO + ["reward_model.enable=true", "reward_model.model.path=http://rm:8000",
                                       "reward_model.device_ids=[0]"], 1)
     assert "reward_model.device_ids=[0] is set but the reward_model role is a remote endpoint; remove it" in message
+
+
+@pytest.mark.parametrize("layout, num_devices", [
+    (GRPO + ["trainer.n_gpus_per_node=2", f"{ROLLOUT}=[1]"], 2),
+    (GRPO + ["trainer.n_gpus_per_node=3", f"{ACTOR}=[0,1]", f"{ROLLOUT}=[1,2]"], 3),
+    (GAE + ["trainer.n_gpus_per_node=3", f"{ACTOR}=[0,1]", f"{ROLLOUT}=[2]", "critic.device_ids=[1,2]"], 3),
+    (GAE + ["actor_rollout_ref.actor.use_kl_loss=true", "trainer.n_gpus_per_node=2", f"{REF}=[1]"], 2),
+    (GAE + [f"{ACTOR}=[0]", f"{ROLLOUT}=[1,2]", "critic.device_ids=[2]"], 3),
+])
+def test_every_suggested_fix_passes_when_applied(layout, num_devices):
+    """Each overlap error's `set KEY=[...]` alternatives, applied alone, give a layout the rules accept (the
+    first audit found fixes that traded one error for another)."""
+    import re
+
+    message = placement_error(layout, num_devices)
+    suggestions = set(re.findall(r"(?:set | or )([\w.]+\.device_ids=\[[\d, ]*\])", message))
+    assert suggestions, message
+    for suggestion in suggestions:
+        validate_placement(load_config(layout + [suggestion.replace(" ", "")]), num_devices)
+
+
+def test_device_count_fixes_on_several_nodes_give_counts_that_add_up():
+    message = placement_error(GRPO + ["trainer.nnodes=2", f"{ACTOR}=[0,1,2]", f"{ROLLOUT}=[0,1,2]"], 2,
+                              device_type="cpu")
+    assert "set trainer.n_gpus_per_node=2 and name device 3 in a list too (2 nodes x 2)" in message
+    message = placement_error(GRPO + ["trainer.nnodes=2", "trainer.n_gpus_per_node=2", f"{ACTOR}=[0,1]",
+                                      f"{ROLLOUT}=[0,1]"], 4)
+    assert "set trainer.n_gpus_per_node=1 (x trainer.nnodes=2)" in message
+    message = placement_error(GRPO + ["trainer.nnodes=2", f"{ACTOR}=[0]", f"{ROLLOUT}=[0]"], 2, device_type="cpu")
+    assert "set trainer.nnodes=1 trainer.n_gpus_per_node=1 (1 device(s) do not split evenly over trainer.nnodes=2)" \
+        in message
+
+
+def test_a_reward_model_list_places_nothing_on_cpu():
+    message = placement_error(GRPO + ["trainer.n_gpus_per_node=2", "reward_model.enable=true",
+                                      "reward_model.model.path=/rm", f"{ACTOR}=[0]", "reward_model.device_ids=[1]"],
+                              2, device_type="cpu")
+    assert "reward_model.device_ids=[1] places the in-process reward model on GPUs; this CPU run scores" in message

@@ -119,3 +119,12 @@ def test_a_critic_from_a_causal_lm_reports_its_fresh_head_in_one_line(tiny_model
     assert "LOAD REPORT" not in capfd.readouterr().err
     assert any("score head (score.bias, score.weight) starts freshly initialised" in r.getMessage()
                for r in caplog.records)
+
+
+def test_a_reward_model_without_a_trained_head_is_a_warning_naming_its_key(tiny_model_dir, caplog):
+    from hybridrl.models.hf import load_value_model
+
+    with caplog.at_level("WARNING", logger="hybridrl.models"):
+        load_value_model(tiny_model_dir, key="reward_model.model.path")
+    assert any(r.levelname == "WARNING" and f"reward_model.model.path={tiny_model_dir} has no trained score head"
+               in r.getMessage() and "its rewards are random" in r.getMessage() for r in caplog.records)

@@ -94,3 +94,11 @@ def test_log_probs_come_out_fp32_under_bf16_compute(tiny_model_dir):
     actor = build_actor(tiny_model_dir, [f"{ACTOR}.mixed_precision.param_dtype=bf16"])
     out = actor.compute_log_prob(ragged_batch(num_rows=4, seed=2))
     assert out["old_log_probs"].dtype == torch.float32 and out["entropys"].dtype == torch.float32
+
+
+def test_a_role_without_gradients_reports_no_gradient_reduce():
+    precision = resolve_precision(load_config([]).actor_rollout_ref.ref.fsdp_config, "cpu",
+                                  "actor_rollout_ref.ref.fsdp_config")
+    assert "gradient reduce" in precision.describe() and "master weights" in precision.describe()
+    assert "gradient reduce" not in precision.describe(trains=False)
+    assert precision.describe(trains=False).startswith("weights float32")
