@@ -27,10 +27,16 @@ class WorkerError(RuntimeError):
 
     def __init__(self, role: str, rank: int, method: str, worker_traceback: str, note: str = "") -> None:
         self.role, self.rank, self.method, self.worker_traceback = role, rank, method, worker_traceback
+        self.note = note
         message = f"{role} worker rank {rank} failed in {method}(): {final_exception(worker_traceback)}"
         if note:
             message += f"\n({note})"
         super().__init__(f"{message}\nthe worker's traceback:\n{worker_traceback.rstrip()}")
+
+    def with_note(self, extra: str) -> WorkerError:
+        """The same error with `extra` added to its note (e.g. where the group's rank logs are kept)."""
+        note = f"{self.note}; {extra}" if self.note else extra
+        return WorkerError(self.role, self.rank, self.method, self.worker_traceback, note=note)
 
 
 class WorkerDiedError(RuntimeError):

@@ -187,6 +187,9 @@ class LocalWorkerGroup(RankCalls):
         try:
             self._spawn(worker_factory, init_kwargs, devices, env or {})
             self.pids: list[int] = self._collect("__init__", list(range(world_size)))
+        except WorkerError as err:  # a rank that died names its log already (WorkerDiedError's "full log: ...")
+            self._abort("start-up failed")
+            raise err.with_note(f"rank logs kept in {self.log_dir}") from None
         except BaseException:
             self._abort("start-up failed")
             raise

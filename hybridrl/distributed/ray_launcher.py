@@ -9,6 +9,7 @@ ranks pickled through Ray's object store (`trainer/weight_sync.py`, `HANDOFF_BY_
 from __future__ import annotations
 
 import os
+import re
 import socket
 import time
 from collections.abc import Callable
@@ -41,15 +42,14 @@ def import_ray() -> Any:
 
 
 def choose_launcher(trainer_launcher: str, nnodes: int, ray_address: str | None) -> str:
-    """"local" or "ray": trainer.launcher=local|ray wins; auto → ray for several nodes or a Ray address."""
+    """"local" or "ray": trainer.launcher=local|ray wins; auto → ray for several nodes or a Ray address. Pure:
+    `configured_launcher` warns about Ray settings a local run leaves unused."""
     if trainer_launcher not in LAUNCHERS:
         raise ValueError(f"trainer.launcher={trainer_launcher!r} is not one of {LAUNCHERS}")
     if trainer_launcher == "local":
         if nnodes > 1:
             raise ValueError(f"trainer.launcher=local runs on one node but trainer.nnodes={nnodes}; use "
                              f"trainer.launcher=ray (or auto) for several nodes")
-        if ray_address:
-            logger.warning("trainer.launcher=local: ray_kwargs.ray_init.address=%s is not used", ray_address)
         return "local"
     if trainer_launcher == "ray" or nnodes > 1 or ray_address:
         return "ray"
@@ -58,9 +58,49 @@ def choose_launcher(trainer_launcher: str, nnodes: int, ray_address: str | None)
 
 def configured_launcher(cfg) -> str:
     """`choose_launcher` for a run's config: Ray for trainer.launcher=ray, trainer.nnodes > 1 or a Ray address
-    (ray_kwargs.ray_init.address, else RAY_ADDRESS, which `ray job submit` sets), whatever the number of ranks."""
-    address = (cfg.ray_kwargs.ray_init or {}).get("address") or os.environ.get("RAY_ADDRESS")
-    return choose_launcher(cfg.trainer.launcher, cfg.trainer.nnodes, address)
+    (ray_kwargs.ray_init.address, else RAY_ADDRESS, which `ray job submit` sets), whatever the number of ranks.
+    Called several times per run (preflight, roles, ...); each warning about unused Ray settings is given once."""
+    address, address_source = _ray_address_and_source(cfg)
+    launcher = choose_launcher(cfg.trainer.launcher, cfg.trainer.nnodes, address)
+    if launcher == "local":
+        if address_source:  # only trainer.launcher=local keeps a run with an address off Ray
+            _warn_once(f"trainer.launcher=local: {address_source} is not used (the run stays on this node); "
+                       f"set trainer.launcher=ray (or auto) to join that Ray cluster")
+        _warn_if_ray_init_is_set(cfg)
+    return launcher
+
+
+def _ray_address_and_source(cfg) -> tuple[str | None, str]:
+    """The Ray address a run asks for and where it came from, worded for a message ("" without one)."""
+    configured = (cfg.ray_kwargs.ray_init or {}).get("address")
+    if configured:
+        return configured, f"ray_kwargs.ray_init.address={configured}"
+    from_environment = os.environ.get("RAY_ADDRESS")
+    if from_environment:
+        return from_environment, f"the RAY_ADDRESS environment variable ({from_environment})"
+    return None, ""
+
+
+def _warn_if_ray_init_is_set(cfg) -> None:
+    from hybridrl.config.schema_trainer import RayKwargsConfig
+
+    defaults = RayKwargsConfig().ray_init
+    ray_init = cfg.ray_kwargs.ray_init or {}
+    settings = [f"{key}={value}" for key, value in ray_init.items()
+                if key != "address" and (key not in defaults or value != defaults[key])]  # address: warned above
+    if settings:
+        _warn_once(f"ray_kwargs.ray_init ({', '.join(settings)}) applies to Ray runs only and is not used by this "
+                   f"run's local launcher (trainer.launcher={cfg.trainer.launcher}); set trainer.launcher=ray to "
+                   f"run on Ray, or drop these keys")
+
+
+_WARNINGS_GIVEN: set[str] = set()  # by configured_launcher in this process
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNINGS_GIVEN:
+        _WARNINGS_GIVEN.add(message)
+        logger.warning(message)
 
 
 # ---------------------------------------------------------------- ray.init with hints
@@ -69,18 +109,56 @@ def _ray_cluster_file() -> str:
 
 
 def init_failure_hint(address: str | None, error: BaseException, local_cluster_running: bool) -> str:
-    """The message for a failed ray.init: what was tried, and the likely fix."""
+    """The message for a failed ray.init: what was tried, the root cause (Ray wraps it) and the likely fix."""
+    reason = _with_root_cause(error)
+    if _is_authentication_failure(error):
+        cluster = f"the Ray cluster at {address!r}" if address not in (None, "", "auto", "local") else "the Ray cluster"
+        return f"could not connect to {cluster}: {reason}. {_AUTHENTICATION_FIX}"
     if address and address not in ("auto", "local"):
         return (f"could not connect to the Ray cluster at {address!r} (ray_kwargs.ray_init.address or RAY_ADDRESS): "
-                f"{error}. Start the head node there with `ray start --head`, or check the address (the head's "
+                f"{reason}. Start the head node there with `ray start --head`, or check the address (the head's "
                 f"host:port, printed by `ray start --head` and `ray status`); unset it to start a local Ray instance")
     if address == "auto":
-        return (f"ray_kwargs.ray_init.address=auto but no running Ray cluster was found ({error}); start one with "
+        return (f"ray_kwargs.ray_init.address=auto but no running Ray cluster was found ({reason}); start one with "
                 f"`ray start --head`, or unset the address to start a local Ray instance")
     if local_cluster_running:
-        return (f"ray.init failed ({error}); a Ray cluster seems to be running already: try `ray stop`, or set "
+        return (f"ray.init failed ({reason}); a Ray cluster seems to be running already: try `ray stop`, or set "
                 f"ray_kwargs.ray_init.address=auto to join it")
-    return f"ray.init failed: {error}"
+    return f"ray.init failed: {reason}"
+
+
+_AUTHENTICATION_FIX = ("The cluster requires authentication: set the same token and auth mode as the cluster in this "
+                       "environment (e.g. RAY_AUTH_MODE=token and the cluster's token in RAY_AUTH_TOKEN or "
+                       "~/.ray/auth_token)")
+_AUTH_TOKEN_MENTION = re.compile(r"auth(?:entication)?[ _-]?token|RAY_AUTH_MODE", re.IGNORECASE)
+
+
+def _exception_chain(error: BaseException) -> list[BaseException]:
+    """`error`, then what caused it, innermost last: `__cause__`, else `__context__` unless hidden (`from None`)."""
+    chain = [error]
+    while True:
+        link = chain[-1]
+        inner = link.__cause__ if link.__cause__ is not None else (
+            None if link.__suppress_context__ else link.__context__)
+        if inner is None or any(inner is seen for seen in chain):
+            return chain
+        chain.append(inner)
+
+
+def _is_authentication_failure(error: BaseException) -> bool:
+    return any("Authentication" in type(link).__name__ or _AUTH_TOKEN_MENTION.search(str(link))
+               for link in _exception_chain(error))
+
+
+def _with_root_cause(error: BaseException) -> str:
+    """`error`'s message, followed by its innermost cause (type and first line) when that is another exception:
+    ray.init reports "Failed to connect to Ray cluster" while the reason (e.g. an AuthenticationError) is inside."""
+    root = _exception_chain(error)[-1]
+    lines = str(root).strip().splitlines()
+    cause = f"{type(root).__name__}: {lines[0]}" if lines else type(root).__name__
+    if root is error or cause in str(error):
+        return str(error)
+    return f"{error} (root cause: {cause})"
 
 
 def _check_reachable(address: str, timeout_s: float = 3.0) -> None:

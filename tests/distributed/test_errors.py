@@ -47,3 +47,11 @@ def test_a_rank_that_died_of_an_exception_leads_with_it():
     assert "Common causes" not in message and message.endswith(tail.rstrip())
     killed = str(WorkerDiedError("critic", 1, "sleep", "killed by SIGKILL", "rank 1 about to sleep 60s"))
     assert "killed by SIGKILL. Common causes: out of host memory" in killed
+
+
+def test_a_note_added_later_keeps_the_first_one_and_the_traceback():
+    error = WorkerError("critic", 1, "__init__", model_load_traceback(), note="ranks [0] did not answer")
+    noted = error.with_note("rank logs kept in /tmp/hybridrl-critic-x")
+    assert (noted.role, noted.rank, noted.method) == ("critic", 1, "__init__")
+    assert "\n(ranks [0] did not answer; rank logs kept in /tmp/hybridrl-critic-x)\n" in str(noted)
+    assert str(noted).endswith(error.worker_traceback.rstrip())

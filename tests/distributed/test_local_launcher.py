@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import signal
 import threading
 import time
@@ -13,7 +15,12 @@ import torch
 from hybridrl.distributed.errors import GroupClosedError, WorkerDiedError, WorkerError
 from hybridrl.distributed.local_launcher import LocalWorkerGroup
 from hybridrl.utils.batch import Batch
-from tests.distributed.toy_workers import RoleStartupWorker, ToyWorker, TritonImportingWorker
+from tests.distributed.toy_workers import (
+    Rank1FailsAtStartWorker,
+    RoleStartupWorker,
+    ToyWorker,
+    TritonImportingWorker,
+)
 
 
 @pytest.fixture(scope="module")
@@ -102,6 +109,22 @@ def test_factory_failure_is_reported_at_start_up():
     with pytest.raises(WorkerError, match=r"failed in __init__\(\)") as info:
         LocalWorkerGroup(ToyWorker, {"no_such_arg": 1}, world_size=1, role="reward")
     assert "no_such_arg" in str(info.value)
+
+
+def test_a_failed_start_up_names_the_rank_log_folder_it_keeps():
+    """Regression: the folder was only announced after a successful start, so after a failed one the user had
+    kept logs (/tmp/hybridrl-<role>-xxxx) and no way to find them."""
+    with pytest.raises(WorkerError, match="RuntimeError: rank 1 could not load its model") as info:
+        LocalWorkerGroup(Rank1FailsAtStartWorker, {}, world_size=2, role="critic")
+    found = re.search(r"\(rank logs kept in (\S+)\)", str(info.value))
+    assert found, str(info.value)
+    log_dir = found.group(1)
+    try:
+        assert os.path.basename(log_dir).startswith("hybridrl-critic-")
+        with open(os.path.join(log_dir, "rank1.log")) as log:
+            assert "rank 1 is loading its model" in log.read()
+    finally:
+        shutil.rmtree(log_dir, ignore_errors=True)
 
 
 def test_one_rank_failing_while_the_other_waits_in_a_collective_shuts_the_group_down(group):

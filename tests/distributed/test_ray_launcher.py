@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -17,10 +18,13 @@ from hybridrl.distributed.errors import (
     WorkerDiedError,
     WorkerError,
 )
+from hybridrl.config import load_config
+from hybridrl.distributed import ray_launcher
 from hybridrl.distributed.ray_launcher import (
     RayWorkerGroup,
     ResourcePoolManager,
     choose_launcher,
+    configured_launcher,
     init_failure_hint,
     init_ray,
 )
@@ -41,6 +45,106 @@ def test_choose_launcher_errors():
         choose_launcher("local", 2, None)
     with pytest.raises(ValueError, match="not one of"):
         choose_launcher("slurm", 1, None)
+
+
+def test_choose_launcher_only_chooses(caplog):
+    """Regression: it warned about an unused address on every call (4 per run) and blamed
+    ray_kwargs.ray_init.address even when the address came from RAY_ADDRESS; `configured_launcher` warns now."""
+    assert choose_launcher("local", 1, "10.0.0.1:6379") == "local"
+    assert caplog.records == []
+
+
+@pytest.fixture
+def fresh_launcher_warnings(monkeypatch, caplog):
+    """No RAY_ADDRESS, no warning given yet in this process; yields the warnings configured_launcher logs."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(ray_launcher, "_WARNINGS_GIVEN", set(), raising=False)
+    return lambda: [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+
+def launcher_of_a_run(cfg) -> str:
+    """configured_launcher as a run calls it: from preflight, roles, group_roles and elastic."""
+    return [configured_launcher(cfg) for _ in range(4)][-1]
+
+
+def test_an_unused_ray_address_from_the_environment_is_named_as_such_once(fresh_launcher_warnings, monkeypatch):
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    assert launcher_of_a_run(load_config(["trainer.launcher=local"])) == "local"
+    [warning] = fresh_launcher_warnings()
+    assert warning.startswith("trainer.launcher=local: the RAY_ADDRESS environment variable (10.0.0.1:6379) is not "
+                              "used") and "trainer.launcher=ray" in warning
+    assert "ray_kwargs.ray_init.address" not in warning
+
+
+def test_an_unused_ray_address_from_the_config_is_named_by_its_key_once(fresh_launcher_warnings, monkeypatch):
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.2:6379")  # the key comes first, as in init_ray
+    cfg = load_config(["trainer.launcher=local", "ray_kwargs.ray_init.address=10.0.0.1:6379"])
+    assert launcher_of_a_run(cfg) == "local"
+    assert fresh_launcher_warnings() == [
+        "trainer.launcher=local: ray_kwargs.ray_init.address=10.0.0.1:6379 is not used (the run stays on this "
+        "node); set trainer.launcher=ray (or auto) to join that Ray cluster"]
+
+
+def test_ray_init_settings_of_a_local_run_are_named_once(fresh_launcher_warnings):
+    assert launcher_of_a_run(load_config(["ray_kwargs.ray_init.num_cpus=4"])) == "local"
+    [warning] = fresh_launcher_warnings()
+    assert warning.startswith("ray_kwargs.ray_init (num_cpus=4) applies to Ray runs only") and \
+        "set trainer.launcher=ray to run on Ray" in warning
+
+
+def test_a_ray_run_or_default_ray_init_warns_about_nothing(fresh_launcher_warnings):
+    assert launcher_of_a_run(load_config(["trainer.launcher=ray", "ray_kwargs.ray_init.num_cpus=4"])) == "ray"
+    assert launcher_of_a_run(load_config([])) == "local"  # ray_init is {"num_cpus": None}, the default
+    assert fresh_launcher_warnings() == []
+
+
+class AuthenticationError(Exception):
+    """Named as Ray's (ray.exceptions.AuthenticationError), without needing Ray."""
+
+
+def failed_ray_init(inner: Exception) -> ConnectionError:
+    """The chain ray.init raises: its generic ConnectionError, from the real cause."""
+    try:
+        try:
+            raise inner
+        except Exception as err:
+            raise ConnectionError("Failed to connect to Ray cluster at 127.0.0.1:6390") from err
+    except ConnectionError as outer:
+        return outer
+
+
+def test_a_connection_error_names_its_root_cause_and_an_auth_failure_says_to_set_the_token():
+    """Regression: the hint showed only "Failed to connect ..." and advised `ray start --head`, while the cause,
+    an invalid auth token, was only deep in the traceback."""
+    error = failed_ray_init(AuthenticationError("InvalidAuthToken: the token does not match the cluster's\n"
+                                                "more detail"))
+    hint = init_failure_hint("127.0.0.1:6390", error, local_cluster_running=False)
+    assert hint.startswith("could not connect to the Ray cluster at '127.0.0.1:6390': Failed to connect to Ray "
+                           "cluster at 127.0.0.1:6390 (root cause: AuthenticationError: InvalidAuthToken: the token "
+                           "does not match the cluster's)")
+    assert "requires authentication" in hint and "RAY_AUTH_MODE=token" in hint
+    assert "ray start --head" not in hint and "more detail" not in hint
+
+
+def test_ray_s_own_authentication_error_is_recognised():
+    ray_exceptions = pytest.importorskip("ray.exceptions", reason="ray is not installed (pip install 'hybridrl[ray]')")
+    error = failed_ray_init(ray_exceptions.AuthenticationError("InvalidAuthToken: token mismatch"))
+    hint = init_failure_hint("127.0.0.1:6390", error, local_cluster_running=False)
+    assert "(root cause: AuthenticationError: InvalidAuthToken: token mismatch" in hint
+    assert "requires authentication" in hint and "ray start --head" not in hint
+
+
+def test_a_root_cause_that_mentions_the_auth_token_is_an_auth_failure_too():
+    error = failed_ray_init(RuntimeError("RPC rejected: missing auth token"))
+    assert "RAY_AUTH_MODE=token" in init_failure_hint("auto", error, local_cluster_running=False)
+
+
+def test_a_connection_error_of_another_cause_keeps_the_start_the_head_advice():
+    error = failed_ray_init(TimeoutError("GCS did not answer within 60s"))
+    hint = init_failure_hint("127.0.0.1:6390", error, local_cluster_running=False)
+    assert "(root cause: TimeoutError: GCS did not answer within 60s)" in hint and "ray start --head" in hint
+    assert "authentication" not in hint
+    assert "root cause" not in init_failure_hint(None, ConnectionError("port taken"), local_cluster_running=False)
 
 
 def test_hint_for_an_already_running_local_cluster():

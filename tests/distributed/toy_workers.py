@@ -77,6 +77,16 @@ class TritonImportingWorker(ToyWorker):
         super().__init__()
 
 
+class Rank1FailsAtStartWorker(ToyWorker):
+    """Rank 1 writes a line to its stderr (its rank log), then raises in __init__; rank 0 starts fine."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        if self.rank == 1:
+            print("rank 1 is loading its model", file=sys.stderr, flush=True)
+            raise RuntimeError("rank 1 could not load its model")
+
+
 class RoleStartupWorker(ToyWorker):
     """Logs what a role's start-up logs about the role as a whole: its precision and whether it compiles."""
 
