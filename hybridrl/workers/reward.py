@@ -48,10 +48,14 @@ def build_reward_model(cfg, tokenizer, device: torch.device = torch.device("cpu"
     """verl's `reward_model.enable`: an HF token-classification RM in process (on `reward_model_devices`), or a
     remote pooling endpoint."""
     from hybridrl.models.hf import import_external_lib, load_tokenizer
+    from hybridrl.workers.precision import resolve_precision
     from hybridrl.workers.reward_model import RewardModelWorker
 
     rm = cfg.reward_model
     remote = is_remote(rm.model.path, rm.type)
+    devices = reward_model_devices(cfg, device)
+    # frozen: loaded in its compute dtype (verl loads the RM in bf16), bf16 on GPU by default, fp32 on CPU
+    dtype = resolve_precision(rm.model.fsdp_config, devices[0], "reward_model.model.fsdp_config").compute
     if not remote:
         import_external_lib(rm.model.external_lib, "reward_model.model.external_lib")
     trust = rm.model.trust_remote_code
@@ -59,7 +63,7 @@ def build_reward_model(cfg, tokenizer, device: torch.device = torch.device("cpu"
                                                            trust_remote_code=trust)
     return RewardModelWorker(rm.model.path, tokenizer=rm_tokenizer, input_tokenizer=None if remote else tokenizer,
                              micro_batch_size=rm.micro_batch_size_per_gpu or 8, remote=remote,
-                             devices=[] if remote else reward_model_devices(cfg, device),
+                             devices=[] if remote else devices, dtype=dtype,
                              max_length=rm.max_length, trust_remote_code=trust)
 
 

@@ -53,9 +53,10 @@ class RewardModelWorker:
 
     def __init__(self, model_path_or_url: str, *, tokenizer: Any, input_tokenizer: Any = None,
                  micro_batch_size: int = 8, devices: Sequence[str | torch.device] = ("cpu",), remote: bool = False,
-                 client_kwargs: dict | None = None, max_length: int | None = None, trust_remote_code: bool = False):
+                 client_kwargs: dict | None = None, max_length: int | None = None, trust_remote_code: bool = False,
+                 dtype: torch.dtype = torch.float32):
         """`devices`: one replica of a local RM per device (reward_model.device_ids); micro-batches are dealt
-        to them in turn and scored side by side."""
+        to them in turn and scored side by side. `dtype`: the frozen weights' (the compute dtype: no master copy)."""
         if micro_batch_size < 1:
             raise ValueError(f"reward_model.micro_batch_size_per_gpu must be >= 1, got {micro_batch_size}")
         if client_kwargs and not remote:
@@ -66,12 +67,14 @@ class RewardModelWorker:
         self.micro_batch_size, self.max_length = micro_batch_size, max_length
         self.client = PoolingClient(model_path_or_url, **(client_kwargs or {})) if remote else None
         self.replicas = [] if remote else _replicas(load_value_model(
-            model_path_or_url, key="reward_model.model.path", trust_remote_code=trust_remote_code).eval(), devices)
+            model_path_or_url, dtype=dtype, key="reward_model.model.path", trust_remote_code=trust_remote_code).eval(),
+            devices)
         self.source = redact_url(model_path_or_url) if remote else model_path_or_url
 
     def describe(self) -> str:
         devices = ", ".join(str(_device_of(model)) for model in self.replicas)
-        where = f"remote at {self.source}" if self.client else f"in process from {self.source} on {devices}"
+        dtype = str(next(self.replicas[0].parameters()).dtype).removeprefix("torch.") if self.replicas else ""
+        where = f"remote at {self.source}" if self.client else f"in process from {self.source} on {devices} ({dtype})"
         return f"reward model: {where}" + (" (re-rendered with the RM's chat template)" if self.switch_template else "")
 
     def compute_rm_score(self, batch: Batch) -> Batch:
