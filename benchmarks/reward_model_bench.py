@@ -7,7 +7,8 @@
 The reward model is Qwen2.5-0.5B-shaped with one label (random weights: the time does not depend on them),
 loaded from disk by `RewardModelWorker` as the trainer loads it. Rows are the rl_step workload's: GSM8K
 prompts (~110 stand-in tokens) + `--response-tokens` response tokens. The CPU scores `--cpu-rows` rows (it is
-slow), the GPU the whole `--rows`; both report rows per second, and the GPU's speedup is on that rate.
+slow), the GPU the whole `--rows`, with `--micro-batch` rows per forward and again with `--max-tokens` of padded
+width per forward (reward_model.use_dynamic_bsz); each reports rows per second, and the speedups are on that rate.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--cpu-rows", type=int, default=None, help="rows the CPU scores, default 16 (quick: 8)")
     parser.add_argument("--response-tokens", type=int, default=None, help="default 256 (quick: 16)")
     parser.add_argument("--micro-batch", type=int, default=8, help="reward_model.micro_batch_size_per_gpu")
+    parser.add_argument("--max-tokens", type=int, default=32768,
+                        help="the GPU's second run: use_dynamic_bsz with this forward_max_token_len_per_gpu")
     parser.add_argument("--repeats", type=int, default=3, help="timed scorings per device (the median is kept)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
@@ -71,6 +74,12 @@ def step_rows(vocab_size: int, rows: int, response_tokens: int) -> Batch:
                   "position_ids": (mask.cumsum(-1) - 1).clamp(min=0)})
 
 
+def runs(devices: list[torch.device], max_tokens: int) -> list[tuple[str, torch.device, int | None]]:
+    """(report key, device, token budget): each device with micro_batch rows; a GPU also with the budget."""
+    out = [(device.type, device, None) for device in devices]
+    return out + [("cuda_token_budget", device, max_tokens) for device in devices if device.type == "cuda"]
+
+
 def time_scoring(worker: RewardModelWorker, batch: Batch, device: torch.device, repeats: int) -> dict[str, float]:
     worker.compute_rm_score(batch.index(slice(0, 8)))  # warm-up: kernels, allocator
     times = []
@@ -95,15 +104,17 @@ def main(argv: list[str] | None = None) -> dict:
                            "dtype": {"cpu": "float32", "cuda": "bfloat16"}}}
     with tempfile.TemporaryDirectory() as directory:
         vocab_size = save_reward_model(args.quick, directory)
-        for device in devices:
+        for name, device, max_tokens in runs(devices, args.max_tokens):
             rows = args.cpu_rows if device.type == "cpu" else args.rows
             worker = RewardModelWorker(directory, tokenizer=None, micro_batch_size=args.micro_batch,
-                                       devices=[device], dtype=DTYPES[device.type])
+                                       devices=[device], dtype=DTYPES[device.type], max_tokens=max_tokens)
             batch = step_rows(vocab_size, rows, args.response_tokens)
-            result[device.type] = time_scoring(worker, batch, device, args.repeats)
+            result[name] = time_scoring(worker, batch, device, args.repeats)
+            result[name]["rows_per_forward"] = worker.rows_per_forward(batch["input_ids"].shape[1])
             del worker
-    if "cuda" in result:
-        result["gpu_speedup_rows_per_s"] = result["cuda"]["rows_per_s"] / result["cpu"]["rows_per_s"]
+    for name in ("cuda", "cuda_token_budget"):
+        if name in result:
+            result[f"{name}_speedup_rows_per_s"] = result[name]["rows_per_s"] / result["cpu"]["rows_per_s"]
     emit(result, args.out)
     return result
 

@@ -121,10 +121,12 @@ class RewardModelConfig:
     micro_batch_size_per_gpu: int | None = setting(None, "Rows per reward forward on each device.")
     max_length: int | None = setting(None, "Maximum reward model input length.")
     use_dynamic_bsz: bool = setting(
-        False, "Accepted; the reward model uses micro_batch_size_per_gpu rows.", ref="${critic.use_dynamic_bsz}"
+        False, "Token-budget micro batches for the reward model (forward_max_token_len_per_gpu) instead of "
+        "micro_batch_size_per_gpu rows (null: 8).", ref="${critic.use_dynamic_bsz}"
     )
     forward_max_token_len_per_gpu: int = setting(
-        32768, "Accepted; no effect on the reward model.", ref="${critic.forward_max_token_len_per_gpu}"
+        32768, "Token budget per reward model forward with use_dynamic_bsz (rows x padded length).",
+        ref="${critic.forward_max_token_len_per_gpu}"
     )
     reward_manager: str = setting("naive", "Deprecated spelling of reward_manager.name.")
     reward_loop_source: str = setting("register", "Where the reward loop class comes from; no effect (custom loops are refused: see reward_loop_module_path).")

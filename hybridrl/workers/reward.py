@@ -63,6 +63,7 @@ def build_reward_model(cfg, tokenizer, device: torch.device = torch.device("cpu"
                                                            trust_remote_code=trust)
     return RewardModelWorker(rm.model.path, tokenizer=rm_tokenizer, input_tokenizer=None if remote else tokenizer,
                              micro_batch_size=rm.micro_batch_size_per_gpu or 8, remote=remote,
+                             max_tokens=rm.forward_max_token_len_per_gpu if rm.use_dynamic_bsz else None,
                              devices=[] if remote else devices, dtype=dtype,
                              max_length=rm.max_length, trust_remote_code=trust)
 

@@ -54,17 +54,21 @@ class RewardModelWorker:
     def __init__(self, model_path_or_url: str, *, tokenizer: Any, input_tokenizer: Any = None,
                  micro_batch_size: int = 8, devices: Sequence[str | torch.device] = ("cpu",), remote: bool = False,
                  client_kwargs: dict | None = None, max_length: int | None = None, trust_remote_code: bool = False,
-                 dtype: torch.dtype = torch.float32):
+                 dtype: torch.dtype = torch.float32, max_tokens: int | None = None):
         """`devices`: one replica of a local RM per device (reward_model.device_ids); micro-batches are dealt
-        to them in turn and scored side by side. `dtype`: the frozen weights' (the compute dtype: no master copy)."""
+        to them in turn and scored side by side. `dtype`: the frozen weights' (the compute dtype: no master copy).
+        `max_tokens` (reward_model.use_dynamic_bsz): micro-batches of as many rows as fit this many tokens of the
+        padded width, instead of `micro_batch_size` rows."""
         if micro_batch_size < 1:
             raise ValueError(f"reward_model.micro_batch_size_per_gpu must be >= 1, got {micro_batch_size}")
+        if max_tokens is not None and max_tokens < 1:
+            raise ValueError(f"reward_model.forward_max_token_len_per_gpu must be >= 1, got {max_tokens}")
         if client_kwargs and not remote:
             raise ValueError("client_kwargs are for a remote reward model (remote=True); the local one has no client")
         self.tokenizer = tokenizer
         self.input_tokenizer = input_tokenizer
         self.switch_template = input_tokenizer is not None and tokenizers_differ(input_tokenizer, tokenizer)
-        self.micro_batch_size, self.max_length = micro_batch_size, max_length
+        self.micro_batch_size, self.max_tokens, self.max_length = micro_batch_size, max_tokens, max_length
         self.client = PoolingClient(model_path_or_url, **(client_kwargs or {})) if remote else None
         self.replicas = [] if remote else _replicas(load_value_model(
             model_path_or_url, dtype=dtype, key="reward_model.model.path", trust_remote_code=trust_remote_code).eval(),
@@ -103,10 +107,10 @@ class RewardModelWorker:
 
     def _local_scores(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                       position_ids: torch.Tensor) -> torch.Tensor:
-        """(B,) RM outputs at each row's last valid token, `micro_batch_size` rows per forward; micro-batch i
+        """(B,) RM outputs at each row's last valid token, `rows_per_forward` rows per forward; micro-batch i
         runs on replica i mod len(replicas), one thread per replica when there are several."""
-        parts = [slice(start, start + self.micro_batch_size) for start in range(0, input_ids.shape[0],
-                                                                                self.micro_batch_size)]
+        rows = self.rows_per_forward(input_ids.shape[1])
+        parts = [slice(start, start + rows) for start in range(0, input_ids.shape[0], rows)]
         shares = [parts[i::len(self.replicas)] for i in range(len(self.replicas))]
         jobs = [(model, share, input_ids, attention_mask, position_ids) for model, share in zip(self.replicas, shares)]
         if len(jobs) == 1:
@@ -116,6 +120,10 @@ class RewardModelWorker:
                 results = list(pool.map(lambda job: _score_parts(*job), jobs))
         by_part = {part.start: scores for result in results for part, scores in result}
         return torch.cat([by_part[part.start] for part in parts])
+
+    def rows_per_forward(self, width: int) -> int:
+        """`micro_batch_size`, or with a token budget as many rows of `width` tokens as it holds (at least one)."""
+        return self.micro_batch_size if self.max_tokens is None else max(1, self.max_tokens // width)
 
     def _rerender(self, batch: Batch) -> list[list[int]]:
         """verl's `_switch_chat_template`: actor ids → text → the RM's chat template → RM ids (unpadded)."""

@@ -148,3 +148,20 @@ def test_a_reward_model_on_a_gpu_runs_in_bf16_and_scores_like_the_cpu_one(rm_dir
     cpu = RewardModelWorker(rm_dir, tokenizer=tokenizer)
     torch.testing.assert_close(gpu.compute_rm_score(batch)["rm_scores"], cpu.compute_rm_score(batch)["rm_scores"],
                                atol=2e-2, rtol=5e-2)
+
+
+def test_a_token_budget_sets_the_rows_per_forward_and_scores_the_same(rm_dir):
+    """reward_model.use_dynamic_bsz: forward_max_token_len_per_gpu tokens of the padded width per forward."""
+    from hybridrl.config import load_config
+    from hybridrl.workers.reward import build_reward_model
+
+    batch = verl_batch(PROMPTS * 4, RESPONSES * 4)  # 12 rows, padded width 9
+    tokenizer = load_tokenizer(rm_dir)
+    keys = ["reward_model.enable=true", f"reward_model.model.path={rm_dir}", "reward_model.use_dynamic_bsz=true",
+            "reward_model.forward_max_token_len_per_gpu=40"]
+    budget = build_reward_model(load_config(keys), tokenizer)
+    width = batch["input_ids"].shape[1]
+    assert budget.rows_per_forward(width) == 40 // width and budget.rows_per_forward(10_000) == 1
+    fixed = RewardModelWorker(rm_dir, tokenizer=tokenizer, micro_batch_size=2)
+    torch.testing.assert_close(budget.compute_rm_score(batch)["rm_scores"], fixed.compute_rm_score(batch)["rm_scores"],
+                               rtol=1e-5, atol=1e-6)
