@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib
 import os
-from contextlib import contextmanager
 
 import torch
 from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer,
@@ -13,6 +12,7 @@ from transformers.utils import logging as hf_logging
 
 from hybridrl.logging.log import get_logger
 from hybridrl.utils.collectives import is_rank0
+from hybridrl.utils.scoped import temporarily
 
 DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
           "fp16": torch.float16, "float16": torch.float16}
@@ -142,7 +142,8 @@ def load_value_model(path: str, *, dtype: torch.dtype = torch.float32, override_
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code, **(override_config or {}))
         config.num_labels = 1
         config.classifier_dropout = 0.0
-        with _transformers_verbosity(hf_logging.ERROR):  # its load report would call the fresh head MISSING
+        # transformers' load report would call the fresh head MISSING: _report_value_head says what it means
+        with temporarily(hf_logging.get_verbosity, hf_logging.set_verbosity, hf_logging.ERROR):
             model, info = AutoModelForTokenClassification.from_pretrained(
                 path, config=config, dtype=dtype, trust_remote_code=trust_remote_code, attn_implementation="sdpa",
                 output_loading_info=True)
@@ -150,16 +151,6 @@ def load_value_model(path: str, *, dtype: torch.dtype = torch.float32, override_
         raise _load_error("value model", path, key, err) from err
     _report_value_head(info, path, key)
     return model
-
-
-@contextmanager
-def _transformers_verbosity(level: int):
-    previous = hf_logging.get_verbosity()
-    hf_logging.set_verbosity(level)
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(previous)
 
 
 def _report_value_head(info: dict, path: str, key: str) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import glob
 import os
 from typing import Iterator
@@ -11,17 +10,12 @@ import torch
 
 from hybridrl.rollout.engine.models import build_model, load_weights
 from hybridrl.rollout.engine.parallel import SINGLE, TensorParallel
+from hybridrl.utils.scoped import temporarily
 
 
-@contextlib.contextmanager
-def default_dtype(dtype: torch.dtype) -> Iterator[None]:
+def default_dtype(dtype: torch.dtype):
     """Create parameters directly in `dtype` (no full-precision copy of a large model on the way)."""
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(old)
+    return temporarily(torch.get_default_dtype, torch.set_default_dtype, dtype)
 
 
 def iter_safetensors(path: str) -> Iterator[tuple[str, torch.Tensor]]:
