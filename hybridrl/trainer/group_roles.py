@@ -54,8 +54,11 @@ def plan_groups(cfg, num_ranks: int, roles: tuple[str, ...]) -> list[GroupPlan]:
 
 
 def _group_name(roles: list[str]) -> str:
+    """verl's names (actor_rollout_ref: the actor's group, which also hosts a colocated critic, as by default);
+    a critic beside other roles but not the actor is named too, so its log lines say whose they are."""
     short = {"actor": "actor", "rollout": "rollout", "reference": "ref"}
-    return "_".join(short[r] for r in roles if r in short) or "critic"
+    named = [short[r] for r in roles if r in short] + (["critic"] if "critic" in roles and "actor" not in roles else [])
+    return "_".join(named)
 
 
 @dataclass

@@ -86,3 +86,12 @@ def test_ray_is_chosen_by_key_or_by_the_address_ray_job_submit_sets(monkeypatch)
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
     assert configured_launcher(load_config([])) == "ray"
     assert configured_launcher(load_config(["trainer.launcher=local"])) == "local"  # the key wins
+
+
+def test_a_critic_sharing_the_rollouts_ranks_is_in_its_group_name():
+    from hybridrl.config import load_config
+    from hybridrl.trainer.group_roles import plan_groups
+
+    cfg = load_config(["algorithm.adv_estimator=gae", "actor_rollout_ref.actor.device_ids=[0]",
+                       "actor_rollout_ref.rollout.device_ids=[1]", "critic.device_ids=[1]"])
+    assert [plan.name for plan in plan_groups(cfg, 2, ("actor", "rollout", "critic"))] == ["actor", "rollout_critic"]
