@@ -66,3 +66,29 @@ def test_two_gpu_ranks_sync_weights_per_unit_and_report_rank_memory(tmp_path, ar
         assert record["perf/max_memory_allocated_gb"] > 0
         for phase in ("gen", "ref", "update_actor", "update_weights"):
             assert record[f"perf/max_memory_allocated_gb/{phase}"] > 0, phase
+
+
+def test_a_model_reward_runs_on_the_controllers_gpu_in_bf16_beside_the_engine(tmp_path, arith_model_dir,
+                                                                             arithmetic_files):
+    """reward_model.enable with the defaults: the reward model on the controller's GPU in bf16 (it ran on the
+    CPU in fp32 before session 14), scoring between the engine's generation and the update."""
+    from hybridrl.models.hf import load_tokenizer, load_value_model
+
+    rm_dir = str(tmp_path / "rm")
+    torch.manual_seed(3)
+    load_value_model(arith_model_dir).save_pretrained(rm_dir)
+    load_tokenizer(arith_model_dir).save_pretrained(rm_dir)
+    out = str(tmp_path / "run")
+    overrides = tiny_run_overrides(arith_model_dir, arithmetic_files, out, extra=[
+        "trainer.device=cuda", "trainer.n_gpus_per_node=1", "actor_rollout_ref.rollout.name=auto",
+        "actor_rollout_ref.rollout.gpu_memory_utilization=0.05", "reward_model.enable=true",
+        f"reward_model.model.path={rm_dir}", "reward_model.micro_batch_size_per_gpu=8"])
+    overrides = [o for o in overrides if not o.startswith(("trainer.device=cpu", "actor_rollout_ref.rollout.name=hf"))]
+    trainer = PPOTrainer(load_config(overrides))
+    weights = next(trainer.roles.reward.reward_model.replicas[0].parameters())
+    assert weights.device == torch.device("cuda", 0) and weights.dtype == torch.bfloat16
+    trainer.fit()
+    records = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+    assert [r["step"] for r in records] == [1, 2]
+    assert all(math.isfinite(r["critic/score/mean"]) and r["critic/score/max"] != r["critic/score/min"]
+               for r in records)  # scores from the model, varying by row
