@@ -43,6 +43,7 @@ def is_remote(type_name: str | None, path: str) -> bool:
 
 
 def remote_critic(cfg: HybridRLConfig) -> bool:
+    """A frozen critic behind an HTTP endpoint (critic.type=vllm_api): it takes no device and does not train."""
     return is_remote(cfg.critic.type, cfg.critic.model.path)
 
 

@@ -51,10 +51,8 @@ def validate_run(cfg: HybridRLConfig, device_type: str, num_devices: int, num_vi
     counts = device_count_problems(cfg)
     if counts:  # the other rules divide by these counts
         raise ConfigError(f"{len(counts)} config problem(s):\n" + "\n".join(f"  - {p}" for p in counts))
-    actor_ids = cfg.actor_rollout_ref.actor.device_ids
-    actor_ranks = len(actor_ids) if actor_ids else num_devices  # an empty list is validate_placement's to report
     problems = []  # every check's, so one run names everything to change
-    for check in (lambda: validate_config(cfg, world_size=actor_ranks),
+    for check in (lambda: validate_config(cfg, world_size=actor_ranks(cfg, num_devices)),
                   lambda: validate_placement(cfg, num_devices, device_type=device_type, num_visible=num_visible)):
         try:
             check()
@@ -63,6 +61,13 @@ def validate_run(cfg: HybridRLConfig, device_type: str, num_devices: int, num_vi
     if problems:
         raise ConfigError("\n".join(problems))
     check_trackers_available(cfg.trainer.logger)
+
+
+def actor_ranks(cfg: HybridRLConfig, num_devices: int) -> int:
+    """Ranks training the actor (what the batch-size rules divide by): its device list, else every device (an
+    empty list counts as every device here: validate_placement reports it)."""
+    ids = cfg.actor_rollout_ref.actor.device_ids
+    return len(ids) if ids else num_devices
 
 
 def _choice_problems(cfg: HybridRLConfig) -> list[str]:

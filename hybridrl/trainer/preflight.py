@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from hybridrl.config import ConfigError
-from hybridrl.config.validate import validate_run
+from hybridrl.config.validate import actor_ranks, validate_run
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ def preflight(cfg, num_devices: int | None = None) -> RunShape:
         check_driver_without_gpu(cfg)
     num_devices = num_devices or world_size(cfg, device.type)
     validate_run(cfg, device.type, num_devices, None if on_ray else visible_gpus(cfg, device.type))
-    return RunShape(device, num_devices, actor_world_size(cfg, num_devices))
+    return RunShape(device, num_devices, actor_ranks(cfg, num_devices))
 
 
 def resolve_device(name: str, on_ray: bool = False) -> torch.device:
@@ -76,12 +76,6 @@ def world_size(cfg, device_type: str) -> int:
     if per_node is None:
         per_node = max(torch.cuda.device_count(), 1) if device_type == "cuda" else 1
     return cfg.trainer.nnodes * per_node
-
-
-def actor_world_size(cfg, num_ranks: int) -> int:
-    """Ranks training the actor (what the batch-size rules divide by): its device list, else every rank."""
-    ids = cfg.actor_rollout_ref.actor.device_ids
-    return len(ids) if ids is not None else num_ranks
 
 
 def visible_gpus(cfg, device_type: str) -> int | None:

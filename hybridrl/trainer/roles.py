@@ -47,9 +47,9 @@ class Roles:
 
 def build_critic(cfg, sizes: BatchSizes, device: torch.device, total_steps: int):
     """A trainable critic, or a frozen remote value model (`critic.type=vllm_api`, path = its URL)."""
-    from hybridrl.workers.reward import is_remote
+    from hybridrl.config.placement import remote_critic
 
-    if is_remote(cfg.critic.model.path, cfg.critic.type):
+    if remote_critic(cfg):
         from hybridrl.workers.remote_critic import RemoteCriticWorker
 
         critic = RemoteCriticWorker(cfg.critic.model.path)
@@ -96,18 +96,17 @@ def build_roles(cfg, needs, tokenizer, device: torch.device, total_steps: int, w
 
 def build_group_roles(cfg, needs, tokenizer, device: torch.device, total_steps: int, world_size: int) -> Roles:
     from hybridrl.trainer import group_roles as gr
-    from hybridrl.workers.reward import is_remote
+    from hybridrl.config.placement import remote_critic
 
-    remote_critic = needs.critic and is_remote(cfg.critic.model.path, cfg.critic.type)
     wanted = ("actor", "rollout") + (("reference",) if needs.reference else ()) + \
-        (("critic",) if needs.critic and not remote_critic else ())
+        (("critic",) if needs.critic and not remote_critic(cfg) else ())
     running = gr.launch_groups(cfg, gr.plan_groups(cfg, world_size, wanted), device.type, total_steps=total_steps)
     try:
         handoff = WeightHandoff(HANDOFF_BY_LAUNCHER[running.launcher], rollout_weights_dtype(cfg, device.type))
         on = running.role_group
         critic = None
         if needs.critic:
-            critic = build_critic(cfg, None, device, total_steps) if remote_critic else gr.GroupCritic(on["critic"])
+            critic = build_critic(cfg, None, device, total_steps) if remote_critic(cfg) else gr.GroupCritic(on["critic"])
         tp = cfg.actor_rollout_ref.rollout.tensor_model_parallel_size
         return Roles(actor=gr.GroupActor(on["actor"]), rollout=gr.GroupRollout(on["rollout"], handoff, tp),
                      reward=RewardWorker(cfg, tokenizer, device), critic=critic, group=running, handoff=handoff,

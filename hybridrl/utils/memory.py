@@ -57,7 +57,6 @@ def reset_peak(device: torch.device) -> None:
     entry[1] = entry[0]
 
 
-
 class PhaseMemory:
     """Usage: `with tracker.phase("gen"): ...` per phase, then `tracker.pop_metrics()` once per step."""
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from hybridrl.config.placement import is_remote as is_remote_endpoint
+from hybridrl.config.placement import is_remote
 from hybridrl.models.hf import batch_decode
 from hybridrl.rewards.manager import place_scores, score_batch
 from hybridrl.rewards.pool import ScoreFnSpec, ScoringPool
@@ -30,11 +30,6 @@ def decode_responses(tokenizer, batch: Batch) -> list[str]:
     return batch_decode(tokenizer, unpadded_rows(batch["responses"], batch["response_mask"]), skip_special_tokens=True)
 
 
-def is_remote(model_cfg_path: str, type_name: str | None) -> bool:
-    """`type=vllm_api` or an http(s) URL as the model path: score through an HTTP pooling endpoint."""
-    return is_remote_endpoint(type_name, model_cfg_path)
-
-
 def reward_model_devices(cfg, device: torch.device) -> list[torch.device]:
     """Where an in-process RM runs (the controller's process): on CUDA one replica per GPU of
     `reward_model.device_ids` (this node's indices), else on the controller's GPU; on CPU the CPU."""
@@ -52,7 +47,7 @@ def build_reward_model(cfg, tokenizer, device: torch.device = torch.device("cpu"
     from hybridrl.workers.reward_model import RewardModelWorker
 
     rm = cfg.reward_model
-    remote = is_remote(rm.model.path, rm.type)
+    remote = is_remote(rm.type, rm.model.path)
     devices = reward_model_devices(cfg, device)
     # frozen: loaded in its compute dtype (verl loads the RM in bf16), bf16 on GPU by default, fp32 on CPU
     dtype = resolve_precision(rm.model.fsdp_config, devices[0], "reward_model.model.fsdp_config").compute

@@ -161,11 +161,10 @@ class LLMEngine:
         scheduler = Scheduler(self.block_manager, self.max_num_seqs, self.max_num_batched_tokens)
         for seq in seqs:
             scheduler.add(seq)
-        graphs = getattr(self.runner, "graph_runner", None)
-        captured_before = graphs.capture_time_s if graphs is not None else 0.0
+        captured_before = self.runner.graph_runner.capture_time_s
         metrics = self._run(scheduler, params)
         # Decode graphs are captured lazily per batch size; again after a wake-up only when the KV cache moved.
-        metrics["rollout/graph_capture_s"] = (graphs.capture_time_s - captured_before) if graphs is not None else 0.0
+        metrics["rollout/graph_capture_s"] = self.runner.graph_runner.capture_time_s - captured_before
         return RolloutOutput([s.completion_token_ids for s in seqs], [s.output_logprobs for s in seqs], metrics)
 
     def _make_sequences(self, prompts: list[list[int]], params: SamplingParams) -> list[Sequence]:
