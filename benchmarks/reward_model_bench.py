@@ -14,16 +14,16 @@ width per forward (reward_model.use_dynamic_bsz); each reports rows per second, 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
-from benchmarks.common import emit, environment, gsm8k_prompts, qwen2_config  # noqa: E402
+from benchmarks.common import emit, environment, fill_defaults, gsm8k_prompts, qwen2_config, timed  # noqa: E402
 from hybridrl.utils.batch import Batch  # noqa: E402
 from hybridrl.workers.reward_model import RewardModelWorker  # noqa: E402
 
@@ -42,9 +42,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3, help="timed scorings per device (the median is kept)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
-    args.rows = args.rows or (8 if args.quick else 512)
-    args.cpu_rows = args.cpu_rows or (8 if args.quick else 16)
-    args.response_tokens = args.response_tokens or (16 if args.quick else 256)
+    fill_defaults(args, {"rows": 8, "cpu_rows": 8, "response_tokens": 16},
+                  {"rows": 512, "cpu_rows": 16, "response_tokens": 256})
     return args
 
 
@@ -81,17 +80,15 @@ def runs(devices: list[torch.device], max_tokens: int) -> list[tuple[str, torch.
 
 
 def time_scoring(worker: RewardModelWorker, batch: Batch, device: torch.device, repeats: int) -> dict[str, float]:
-    worker.compute_rm_score(batch.index(slice(0, 8)))  # warm-up: kernels, allocator
-    times = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        worker.compute_rm_score(batch)
-        times.append(time.perf_counter() - start)
-    seconds = sorted(times)[len(times) // 2]
+    width = batch["input_ids"].shape[1]
+    worker.compute_rm_score(batch.index(slice(0, worker.rows_per_forward(width))))  # warm-up: kernels, allocator
+    times: dict[int, float] = {}
+    for repeat in range(repeats):
+        with timed(device, times, repeat):
+            worker.compute_rm_score(batch)
+    seconds = statistics.median(times.values())
     return {"rows": len(batch), "score_s_median": seconds, "rows_per_s": len(batch) / seconds,
-            "score_s_all": times}
+            "score_s_all": list(times.values())}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -101,7 +98,7 @@ def main(argv: list[str] | None = None) -> dict:
     result = {"benchmark": "reward_model_bench", "environment": environment(str(devices[-1])),
               "workload": {"response_tokens": args.response_tokens, "micro_batch": args.micro_batch,
                            "shape": "quick" if args.quick else "Qwen2.5-0.5B, one label",
-                           "dtype": {"cpu": "float32", "cuda": "bfloat16"}}}
+                           "dtype": {kind: str(dtype).removeprefix("torch.") for kind, dtype in DTYPES.items()}}}
     with tempfile.TemporaryDirectory() as directory:
         vocab_size = save_reward_model(args.quick, directory)
         for name, device, max_tokens in runs(devices, args.max_tokens):

@@ -123,12 +123,11 @@ def summarize(steps: list[dict[str, float]], warmup: int) -> dict[str, Any]:
     out: dict[str, Any] = {k: sum(s[k] for s in steady) / len(steady) for k in keys if k in steady[-1]}
     tokens = sum(s["perf/total_num_tokens"] for s in steady)
     seconds = sum(s["timing_s/step"] for s in steady)
-    step_s = sorted(s["timing_s/step"] for s in steady)
+    median = statistics.median(s["timing_s/step"] for s in steady)
     out.update({"steady_steps": [warmup + 1 + i for i in range(len(steady))], "step_s": seconds / len(steady),
                 "tokens_per_step": tokens / len(steady), "tokens_per_s": tokens / seconds,
                 # the median resists a one-off slow step (a recompile, a GC pause) that moves a short run's mean
-                "step_s_median": statistics.median(step_s),
-                "tokens_per_s_median": tokens / len(steady) / statistics.median(step_s),
+                "step_s_median": median, "tokens_per_s_median": tokens / len(steady) / median,
                 "step_s_all": [s["timing_s/step"] for s in steps]})
     memory = {k: max(s[k] for s in steady if k in s) for k in steady[-1] if k.startswith("perf/max_memory")}
     out["peak_memory_gb"] = memory

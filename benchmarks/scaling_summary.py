@@ -45,7 +45,7 @@ def compare(base: dict[str, Any], run: dict[str, Any], gpus: int, target: float)
     speedup = run["tokens_per_s_median"] / base["tokens_per_s_median"]
     phases = {name: {"run": seconds, "base": base["phases_s"].get(name)} for name, seconds in run["phases_s"].items()}
     return {**{k: run[k] for k in ("path", "tokens_per_s_median", "step_s_median", "steady_steps")},
-            "speedup": speedup, "scaling_efficiency": speedup / gpus, f"reaches_{target}x": speedup >= target,
+            "speedup": speedup, "scaling_efficiency": speedup / gpus, "reaches_target": speedup >= target,
             "phases_s": phases}
 
 

@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import sys
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))  # `benchmarks` is a directory of scripts, not an installed package
+from tests.benchmarks.quick_run import quick_report  # puts the repository on sys.path for `benchmarks`
 
 from benchmarks import graph_reuse_bench  # noqa: E402
 
 
 def test_quick_run_reports_both_modes_per_workload(tmp_path, capsys):
-    out = tmp_path / "graph_reuse.json"
-    report = graph_reuse_bench.main(["--quick", "--device", "cpu", "--rounds", "2", "--out", str(out)])
-    assert json.loads(out.read_text()) == json.loads(capsys.readouterr().out)
+    report = quick_report(graph_reuse_bench.main, tmp_path / "graph_reuse.json", capsys, "--device", "cpu",
+                          "--rounds", "2")
     for workload in ("forced_length", "varied_length"):
         modes = report[workload]
         assert modes["same_tokens"]

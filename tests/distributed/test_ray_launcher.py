@@ -58,13 +58,23 @@ def test_choose_launcher_only_chooses(caplog):
 def fresh_launcher_warnings(monkeypatch, caplog):
     """No RAY_ADDRESS, no warning given yet in this process; yields the warnings configured_launcher logs."""
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    monkeypatch.setattr(ray_launcher, "_WARNINGS_GIVEN", set(), raising=False)
+    monkeypatch.setattr(ray_launcher, "_WARNINGS_GIVEN", set())
     return lambda: [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
 
 
 def launcher_of_a_run(cfg) -> str:
     """configured_launcher as a run calls it: from preflight, roles, group_roles and elastic."""
-    return [configured_launcher(cfg) for _ in range(4)][-1]
+    for _ in range(3):
+        configured_launcher(cfg)
+    return configured_launcher(cfg)
+
+
+def test_ray_is_chosen_by_key_or_by_the_address_ray_job_submit_sets(fresh_launcher_warnings, monkeypatch):
+    assert configured_launcher(load_config([])) == "local"
+    assert configured_launcher(load_config(["trainer.launcher=ray"])) == "ray"
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    assert configured_launcher(load_config([])) == "ray"
+    assert configured_launcher(load_config(["trainer.launcher=local"])) == "local"  # the key wins
 
 
 def test_an_unused_ray_address_from_the_environment_is_named_as_such_once(fresh_launcher_warnings, monkeypatch):

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from hybridrl.config import load_config
-from hybridrl.models.hf import ModelLoadError, import_external_lib
+from hybridrl.models.hf import ModelLoadError, import_external_lib, load_value_model
 from hybridrl.trainer.setup import build_tokenizer
 
 TEMPLATE = "{% for m in messages %}<<{{ m['content'] }}>>{% endfor %}"
@@ -111,8 +111,6 @@ def test_a_tokenizer_that_cannot_load_names_the_key_the_user_set(tiny_model_dir,
 
 def test_a_critic_from_a_causal_lm_reports_its_fresh_head_in_one_line(tiny_model_dir, capfd, caplog):
     """transformers' load report would print the new score head as MISSING (in colour, once per rank)."""
-    from hybridrl.models.hf import load_value_model
-
     with caplog.at_level("INFO", logger="hybridrl.models"):
         model = load_value_model(tiny_model_dir)
     assert model.score.out_features == 1
@@ -122,8 +120,6 @@ def test_a_critic_from_a_causal_lm_reports_its_fresh_head_in_one_line(tiny_model
 
 
 def test_a_reward_model_without_a_trained_head_is_a_warning_naming_its_key(tiny_model_dir, caplog):
-    from hybridrl.models.hf import load_value_model
-
     with caplog.at_level("WARNING", logger="hybridrl.models"):
         load_value_model(tiny_model_dir, key="reward_model.model.path")
     assert any(r.levelname == "WARNING" and f"reward_model.model.path={tiny_model_dir} has no trained score head"

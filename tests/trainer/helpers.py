@@ -22,3 +22,9 @@ def tiny_run_overrides(model_dir: str, files: tuple[str, str], out_dir: str, *, 
         "critic.optim.lr=1e-3", "critic.ppo_micro_batch_size_per_gpu=8",
         "critic.model.enable_gradient_checkpointing=false",
     ] + list(extra or [])
+
+
+def gpu_run_overrides(model_dir: str, files: tuple[str, str], out_dir: str, extra: list[str]) -> list[str]:
+    """`tiny_run_overrides` without its CPU device and hf rollout, for runs whose `extra` places them on CUDA."""
+    return [o for o in tiny_run_overrides(model_dir, files, out_dir, extra=extra)
+            if not o.startswith(("trainer.device=cpu", "actor_rollout_ref.rollout.name=hf"))]

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import math
-import os
 
 import pytest
 import torch
@@ -12,23 +10,23 @@ import torch
 from hybridrl.config import load_config
 from hybridrl.trainer.ppo_trainer import PPOTrainer
 from tests.trainer.engine_sync import assert_engine_matches_actor
-from tests.trainer.helpers import tiny_run_overrides
+from tests.trainer.helpers import gpu_run_overrides
+from tests.trainer.test_ppo_trainer import read_metrics
 
 pytestmark = pytest.mark.gpu
 
 
 def test_two_step_grpo_with_hybrid_engine_and_weight_sync(tmp_path, arith_model_dir, arithmetic_files):
-    overrides = tiny_run_overrides(arith_model_dir, arithmetic_files, str(tmp_path), extra=[
+    overrides = gpu_run_overrides(arith_model_dir, arithmetic_files, str(tmp_path), extra=[
         "trainer.device=cuda", "trainer.n_gpus_per_node=1",  # one process, even where more GPUs are visible
         "actor_rollout_ref.rollout.name=auto", "actor_rollout_ref.rollout.dtype=float32",
         "actor_rollout_ref.rollout.gpu_memory_utilization=0.05",
         "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32"])  # fp32 actor forward too (GPU: bf16)
-    overrides = [o for o in overrides if not o.startswith(("trainer.device=cpu", "actor_rollout_ref.rollout.name=hf"))]
     trainer = PPOTrainer(load_config(overrides))
     engine = trainer.roles.rollout.backend
     assert type(engine).__name__ == "LLMEngine"
     trainer.fit()
-    records = [json.loads(line) for line in open(os.path.join(str(tmp_path), "metrics.jsonl"))]
+    records = read_metrics(str(tmp_path))
     assert [r["step"] for r in records] == [1, 2]
     for record in records:
         assert math.isfinite(record["actor/pg_loss"]) and math.isfinite(record["actor/grad_norm"])
@@ -46,18 +44,17 @@ def test_two_gpu_ranks_sync_weights_per_unit_and_report_rank_memory(tmp_path, ar
     from the ranks (the controller holds nothing on the GPUs). tensor_parallel=2: one engine replica split
     over both GPUs, its NCCL all-reduces captured in the decode CUDA graphs like every other kernel.
     fsdp_size=1: whole replicas of the actor and reference, gradients averaged over NCCL."""
-    overrides = tiny_run_overrides(arith_model_dir, arithmetic_files, str(tmp_path), extra=[
+    overrides = gpu_run_overrides(arith_model_dir, arithmetic_files, str(tmp_path), extra=[
         "trainer.device=cuda", "trainer.n_gpus_per_node=2", "actor_rollout_ref.rollout.name=hybrid",
         "actor_rollout_ref.rollout.dtype=float32", "actor_rollout_ref.rollout.gpu_memory_utilization=0.05",
         "actor_rollout_ref.actor.ppo_mini_batch_size=8", "actor_rollout_ref.actor.use_kl_loss=true",
         "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32",
         f"actor_rollout_ref.rollout.tensor_model_parallel_size={tensor_parallel}",
         f"actor_rollout_ref.actor.fsdp_config.fsdp_size={fsdp_size}", f"actor_rollout_ref.ref.fsdp_config.fsdp_size={fsdp_size}"])
-    overrides = [o for o in overrides if not o.startswith(("trainer.device=cpu", "actor_rollout_ref.rollout.name=hf"))]
     trainer = PPOTrainer(load_config(overrides))
     assert trainer.roles.group is not None and not trainer.memory.enabled
     trainer.fit()
-    records = [json.loads(line) for line in open(os.path.join(str(tmp_path), "metrics.jsonl"))]
+    records = read_metrics(str(tmp_path))
     assert [r["step"] for r in records] == [1, 2]
     assert records[0]["actor/grad_norm"] > 0
     assert records[1]["training/rollout_probs_diff_mean"] < 5e-3  # TF32 noise only: the synced weights are current
@@ -79,16 +76,15 @@ def test_a_model_reward_runs_on_the_controllers_gpu_in_bf16_beside_the_engine(tm
     load_value_model(arith_model_dir).save_pretrained(rm_dir)
     load_tokenizer(arith_model_dir).save_pretrained(rm_dir)
     out = str(tmp_path / "run")
-    overrides = tiny_run_overrides(arith_model_dir, arithmetic_files, out, extra=[
+    overrides = gpu_run_overrides(arith_model_dir, arithmetic_files, out, extra=[
         "trainer.device=cuda", "trainer.n_gpus_per_node=1", "actor_rollout_ref.rollout.name=auto",
         "actor_rollout_ref.rollout.gpu_memory_utilization=0.05", "reward_model.enable=true",
         f"reward_model.model.path={rm_dir}", "reward_model.micro_batch_size_per_gpu=8"])
-    overrides = [o for o in overrides if not o.startswith(("trainer.device=cpu", "actor_rollout_ref.rollout.name=hf"))]
     trainer = PPOTrainer(load_config(overrides))
     weights = next(trainer.roles.reward.reward_model.replicas[0].parameters())
     assert weights.device == torch.device("cuda", 0) and weights.dtype == torch.bfloat16
     trainer.fit()
-    records = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+    records = read_metrics(out)
     assert [r["step"] for r in records] == [1, 2]
     assert all(math.isfinite(r["critic/score/mean"]) and r["critic/score/max"] != r["critic/score/min"]
                for r in records)  # scores from the model, varying by row

@@ -76,18 +76,6 @@ def test_groups_follow_the_device_lists_and_null_lists_join_the_actors_group():
         GroupPlan("actor_rollout_ref", (0, 1), roles)]
 
 
-def test_ray_is_chosen_by_key_or_by_the_address_ray_job_submit_sets(monkeypatch):
-    from hybridrl.config import load_config
-    from hybridrl.distributed.ray_launcher import configured_launcher
-
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    assert configured_launcher(load_config([])) == "local"
-    assert configured_launcher(load_config(["trainer.launcher=ray"])) == "ray"
-    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
-    assert configured_launcher(load_config([])) == "ray"
-    assert configured_launcher(load_config(["trainer.launcher=local"])) == "local"  # the key wins
-
-
 def test_a_critic_sharing_the_rollouts_ranks_is_in_its_group_name():
     from hybridrl.config import load_config
     from hybridrl.trainer.group_roles import plan_groups

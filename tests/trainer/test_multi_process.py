@@ -216,17 +216,25 @@ def test_killed_rank_stops_the_run_and_checkpoints_resume_across_world_sizes(tmp
     assert_same_metrics(records[1], expected[2])  # step 3 in 1 process, resumed from 2 ranks' checkpoint
 
 
-def test_ray_launcher_runs_two_workers(tmp_path, arith_model_dir, arithmetic_files, one_process_run):
-    pytest.importorskip("ray", reason="ray is not installed (pip install 'hybridrl[ray]')")
-    import ray
+# A Ray instance the trainer starts itself on this box (and stops at the end).
+LOCAL_RAY = ["trainer.launcher=ray", "ray_kwargs.ray_init.num_cpus=2", "+ray_kwargs.ray_init.include_dashboard=false"]
 
+
+@pytest.fixture
+def ray_stopped():
+    """Ray imported (the test is skipped without it) and not initialised in this process."""
+    ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'hybridrl[ray]')")
     if ray.is_initialized():
         ray.shutdown()
+    return ray
+
+
+def test_ray_launcher_runs_two_workers(tmp_path, arith_model_dir, arithmetic_files, one_process_run, ray_stopped):
+    ray = ray_stopped
     out = str(tmp_path)
     timeline = os.path.join(out, "timeline.json")
     PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, out, ranks=2, steps=2, extra=[
-        "trainer.launcher=ray", "ray_kwargs.ray_init.num_cpus=2", "+ray_kwargs.ray_init.include_dashboard=false",
-        f"ray_kwargs.timeline_json_file={timeline}", "trainer.ray_wait_register_center_timeout=60",
+        *LOCAL_RAY, f"ray_kwargs.timeline_json_file={timeline}", "trainer.ray_wait_register_center_timeout=60",
     ]))).fit()
     assert not ray.is_initialized()  # the trainer started Ray, so it stopped it
     with open(timeline) as f:  # ray_kwargs.timeline_json_file: Chrome-trace events of the run's Ray tasks
@@ -255,20 +263,15 @@ def test_placement_errors_come_before_any_worker_starts(tmp_path, arithmetic_fil
                                          extra=extra)))
 
 
-def test_one_rank_asked_to_use_ray_runs_its_roles_in_a_ray_actor(tmp_path, arith_model_dir, arithmetic_files):
+def test_one_rank_asked_to_use_ray_runs_its_roles_in_a_ray_actor(tmp_path, arith_model_dir, arithmetic_files,
+                                                                 ray_stopped):
     """trainer.launcher=ray (like trainer.nnodes > 1 or ray_kwargs.ray_init.address) on one device: a one-rank Ray
     group, e.g. a driver on a CPU head node sending a one-GPU job to a cluster, not a silent one-process run."""
-    pytest.importorskip("ray", reason="ray is not installed (pip install 'hybridrl[ray]')")
-    import ray
-
     from hybridrl.distributed import RayWorkerGroup
 
-    if ray.is_initialized():
-        ray.shutdown()
     out = str(tmp_path)
     trainer = PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, out, ranks=1, steps=1, extra=[
-        "trainer.launcher=ray", "ray_kwargs.ray_init.num_cpus=2", "+ray_kwargs.ray_init.include_dashboard=false",
-        "trainer.ray_wait_register_center_timeout=60"])))
+        *LOCAL_RAY, "trainer.ray_wait_register_center_timeout=60"])))
     try:
         group = trainer.roles.group.groups["actor_rollout_ref"]
         assert isinstance(group, RayWorkerGroup) and group.world_size == 1 and group.pids[0] != os.getpid()
@@ -277,7 +280,7 @@ def test_one_rank_asked_to_use_ray_runs_its_roles_in_a_ray_actor(tmp_path, arith
         trainer.roles.shutdown()  # the actor and the Ray instance the trainer started
         raise
     trainer.fit()
-    assert not ray.is_initialized()  # the trainer started Ray, so it stopped it
+    assert not ray_stopped.is_initialized()  # the trainer started Ray, so it stopped it
     records = read_metrics(out)
     assert [r["step"] for r in records] == [1]
     assert math.isfinite(records[0]["actor/pg_loss"]) and math.isfinite(records[0]["critic/vf_loss"])
@@ -295,37 +298,26 @@ def test_ray_start_failure_carries_init_ray_hint(tmp_path, arith_model_dir, arit
 
 
 def test_more_cpu_ranks_than_the_ray_it_starts_has_cpus_names_ray_init_num_cpus(tmp_path, arith_model_dir,
-                                                                                arithmetic_files):
-    pytest.importorskip("ray", reason="ray is not installed (pip install 'hybridrl[ray]')")
-    import ray
-
+                                                                                arithmetic_files, ray_stopped):
     from hybridrl.distributed import PlacementError
 
-    if ray.is_initialized():
-        ray.shutdown()
     with pytest.raises(PlacementError, match=r"needs 4 CPU \(4 ranks\) but the Ray cluster has 2; .*"
                                              r"ray_kwargs.ray_init.num_cpus=4 .*, or run fewer ranks"):
-        PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, str(tmp_path), ranks=4, steps=1, extra=[
-            "trainer.launcher=ray", "ray_kwargs.ray_init.num_cpus=2", "+ray_kwargs.ray_init.include_dashboard=false"])))
-    assert not ray.is_initialized()  # the failed start stopped the Ray instance it started
+        PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, str(tmp_path), ranks=4, steps=1,
+                                         extra=LOCAL_RAY)))
+    assert not ray_stopped.is_initialized()  # the failed start stopped the Ray instance it started
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the driver here must see no GPU")
-def test_a_driver_without_a_gpu_asks_ray_for_gpu_ranks(tmp_path, arith_model_dir, arithmetic_files):
+def test_a_driver_without_a_gpu_asks_ray_for_gpu_ranks(tmp_path, arith_model_dir, arithmetic_files, ray_stopped):
     """trainer.device=cuda from a CPU-only driver (a head node): the ranks are placed by Ray on GPU nodes; this
     box's Ray has none, so placement (not a 'no CUDA device' refusal in the driver) is what stops it."""
-    pytest.importorskip("ray", reason="ray is not installed (pip install 'hybridrl[ray]')")
-    import ray
-
     from hybridrl.distributed import PlacementError
 
-    if ray.is_initialized():
-        ray.shutdown()
     with pytest.raises(PlacementError, match=r"needs 1 GPU \(1 ranks\) but the Ray cluster has 0"):
         PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, str(tmp_path), ranks=1, steps=1, extra=[
-            "trainer.device=cuda", "trainer.launcher=ray", "ray_kwargs.ray_init.num_cpus=2",
-            "+ray_kwargs.ray_init.include_dashboard=false"])))
-    assert not ray.is_initialized()
+            "trainer.device=cuda", *LOCAL_RAY])))
+    assert not ray_stopped.is_initialized()
 
 
 def test_lora_on_two_ranks_gives_the_metrics_adapter_and_resume_of_one_process(tmp_path, arith_model_dir,

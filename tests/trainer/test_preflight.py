@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from hybridrl.config import ConfigError, load_config
 from hybridrl.trainer.preflight import preflight
@@ -70,7 +71,7 @@ def test_the_local_launcher_on_several_nodes_is_refused_before_loading():
 
 
 GPU_RANKS_ON_RAY = ["trainer.device=cuda", "trainer.launcher=ray", "actor_rollout_ref.rollout.name=hybrid"]
-no_local_gpu = pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the driver here must see no GPU")
+no_local_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="the driver here must see no GPU")
 
 
 @no_local_gpu

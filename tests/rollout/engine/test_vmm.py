@@ -31,13 +31,8 @@ def test_without_a_driver_the_cache_falls_back_to_pytorch_and_says_why(caplog):
     from hybridrl.rollout.engine import vmm
 
     vmm.unavailable_reason.cache_clear()
-    logger = logging.getLogger("hybridrl")
-    logger.addHandler(caplog.handler)  # the hybridrl logger does not propagate to root
-    try:
-        with caplog.at_level(logging.INFO, logger="hybridrl"):
-            cache = PagedKVCache((2, 3, 4, 2, 8), torch.bfloat16, torch.device("cuda", 0))
-    finally:
-        logger.removeHandler(caplog.handler)
+    with caplog.at_level(logging.INFO, logger="hybridrl"):  # conftest hands caplog's handler to hybridrl's logger
+        cache = PagedKVCache((2, 3, 4, 2, 8), torch.bfloat16, torch.device("cuda", 0))
     reason = vmm.unavailable_reason(0)  # e.g. "OSError: libcuda.so.1: cannot open shared object file ..."
     assert not cache.stable_address and reason
     told = [r.getMessage() for r in caplog.records if "no fixed-address device memory" in r.getMessage()]
@@ -121,15 +116,10 @@ def test_engine_keeps_its_graphs_across_sleep_while_the_memory_is_used_by_others
     address, graphs = engine.runner.kv_cache.data_ptr(), engine.runner.graph_runner
     captured, capture_s = graphs.captured_sizes, graphs.capture_time_s
     assert captured and graphs.held_bytes > 0
-    logger = logging.getLogger("hybridrl")
-    logger.addHandler(caplog.handler)  # the hybridrl logger does not propagate to root
-    try:
-        with caplog.at_level(logging.INFO, logger="hybridrl"):
-            engine.sleep()
-            engine.wake_up()
-            engine.sleep()
-    finally:
-        logger.removeHandler(caplog.handler)
+    with caplog.at_level(logging.INFO, logger="hybridrl"):
+        engine.sleep()
+        engine.wake_up()
+        engine.sleep()
     told = [r.getMessage() for r in caplog.records if "graphs are kept" in r.getMessage()]
     assert len(told) == 1 and "GiB held" in told[0] and "keep_decode_graphs=false" in told[0]
     trainer = torch.full((engine.kv_cache_bytes // 4,), float("nan"), device="cuda")
