@@ -29,6 +29,9 @@ class SamplingParams:
     # Index of this call's first output row in the whole step's batch: a data-parallel replica generating
     # one shard keys its per-row sampling noise by global rows, so the shard samples as it would in one call.
     row_offset: int = 0
+    # Request-level generation (agent loops, async training): tokens that end a request besides EOS, e.g. a
+    # tool parser's `</tool_call>`; like EOS, the stop token is kept in the output.
+    stop_token_ids: tuple[int, ...] = ()
 
     @property
     def greedy(self) -> bool:
@@ -47,6 +50,37 @@ class RolloutOutput:
     token_ids: list[list[int]]
     log_probs: list[list[float]]
     metrics: dict[str, float] = field(default_factory=dict)
+
+
+STOP_REASONS = ("stop", "length", "abort")
+
+
+@dataclass
+class TokenOutput:
+    """One request's result (token-in / token-out): the sampled ids (the stop token included when one ended it),
+    their log-probs under the sampling distribution, and why it ended: `stop` (EOS or a stop token), `length`
+    (its max_new_tokens or the model's length) or `abort` (aborted; what was generated so far).
+    `prefix_cache_hit_tokens`: prompt tokens whose KV came from the prefix cache instead of a prefill."""
+
+    token_ids: list[int]
+    log_probs: list[float]
+    stop_reason: str
+    num_preempted: int = 0
+    prefix_cache_hit_tokens: int = 0
+
+
+class RequestEngine(Protocol):
+    """The asyncio front end of a backend's request API: many requests in flight, each with its own sampling
+    parameters (`n` must be 1: a request is one sequence), batched continuously by one engine loop."""
+
+    async def generate(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> TokenOutput:
+        """Generate one continuation of `prompt_ids`; returns when it stops, hits its length or is aborted."""
+        ...
+
+    async def abort(self, request_id: str) -> TokenOutput | None:
+        """Stop a running request; its `generate` returns what it generated so far (stop_reason `abort`).
+        None when no such request is running."""
+        ...
 
 
 class RolloutBackend(Protocol):
