@@ -1,13 +1,16 @@
-"""Rollout backends behind one interface (`rollout.name`): `hf` (reference) and `hybrid` (our engine)."""
+"""Rollout backends behind one interface (`rollout.name`): `hf` (reference) and `hybrid` (our engine).
+
+Each serves the batch call (`generate`) and the request API (`request_engine()`, a `RequestEngine`)."""
 
 from __future__ import annotations
 
-from hybridrl.rollout.base import RolloutBackend, RolloutOutput, SamplingParams
+from hybridrl.rollout.base import (RequestEngine, RolloutBackend, RolloutOutput, SamplingParams, TokenOutput,
+                                   resume_request)
 
 BACKEND_NAMES = ("hf", "hybrid")
 
-__all__ = ["BACKEND_NAMES", "RolloutBackend", "RolloutOutput", "SamplingParams", "build_rollout_backend",
-           "resolve_backend_name"]
+__all__ = ["BACKEND_NAMES", "RequestEngine", "RolloutBackend", "RolloutOutput", "SamplingParams", "TokenOutput",
+           "build_rollout_backend", "resolve_backend_name", "resume_request"]
 
 
 def resolve_backend_name(name: str, device_type: str) -> str:

@@ -3,11 +3,14 @@
 A backend takes token-id prompts and sampling parameters and returns, per generated sequence, the
 token ids and the per-token log-probs under the distribution they were sampled from (temperature
 applied). Backends: `hf` (transformers `generate`, the reference) and `hybrid` (our paged-KV engine).
+Two ways to call one: the batch call (`RolloutBackend.generate`, synchronous RL) and the request API
+(`RolloutBackend.request_engine()`, a `RequestEngine`: one sequence per request, each with its own
+sampling parameters, for agent loops and asynchronous training).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Protocol
 
 import torch
@@ -28,6 +31,10 @@ class SamplingParams:
     seed: int | None = None
     # Index of this call's first output row in the whole step's batch: a data-parallel replica generating
     # one shard keys its per-row sampling noise by global rows, so the shard samples as it would in one call.
+    # For a request (one sequence): its row. With `seed`, the pair keys the request's sampling noise in the
+    # hybrid engine, together with each token's absolute position: a request with (seed, row r) samples
+    # what row r of a batch call with that seed samples, and a resumed request continues exactly
+    # (`resume_request`). Give each trajectory its own row; a follow-up turn may keep its trajectory's.
     row_offset: int = 0
     # Request-level generation (agent loops, async training): tokens that end a request besides EOS, e.g. a
     # tool parser's `</tool_call>`; like EOS, the stop token is kept in the output.
@@ -83,9 +90,30 @@ class RequestEngine(Protocol):
         ...
 
 
+def resume_request(prompt_ids: list[int], params: SamplingParams, partial: TokenOutput
+                   ) -> tuple[list[int], SamplingParams]:
+    """The request that continues an aborted one (asynchronous training: abort, update weights, resume):
+    the original prompt + the tokens it kept, with the budget it has left. Its KV is rebuilt by prefill.
+    With the same weights it continues as if never interrupted: exactly for greedy decoding, and for
+    seeded sampling in the hybrid engine (noise keyed by seed, row and absolute position). The caller
+    concatenates `partial` with the resumed request's output (tokens and log-probs)."""
+    if partial.stop_reason != "abort":
+        raise ValueError(f"resume_request: the request ended with stop_reason {partial.stop_reason!r}; only an "
+                         "aborted one (`abort`) has anything left to generate")
+    remaining = params.max_new_tokens - len(partial.token_ids)
+    if remaining < 1:
+        raise ValueError(f"resume_request: the aborted request already generated {len(partial.token_ids)} of its "
+                         f"max_new_tokens={params.max_new_tokens}; nothing is left to resume")
+    return list(prompt_ids) + list(partial.token_ids), replace(params, max_new_tokens=remaining)
+
+
 class RolloutBackend(Protocol):
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> RolloutOutput:
         """Generate `params.n` continuations for every prompt (token ids, no padding)."""
+        ...
+
+    def request_engine(self) -> RequestEngine:
+        """The backend's request API (one front end per backend, created on first use)."""
         ...
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:

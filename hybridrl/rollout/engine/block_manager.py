@@ -135,6 +135,23 @@ class BlockManager:
             prefix = h
             seq.block_table.append(block.block_id)
 
+    def cache_written_blocks(self, seq: Sequence) -> None:
+        """Register `seq`'s full blocks whose KV is written in the prefix cache, so a later request whose
+        prompt extends its tokens (a follow-up turn, a resumed request) reuses them until they are evicted.
+
+        Written: positions 0 .. len - 2 (a sequence's last token is the next decode input; its KV does not
+        exist yet). Blocks filled inside a decode burst carry no hash until now; a block past the written
+        part may still receive a queued burst's junk, so it is left out."""
+        if not self.enable_prefix_caching:
+            return
+        prefix = b""
+        for i in range((len(seq) - 1) // self.block_size):
+            block = self.blocks[seq.block_table[i]]
+            if block.hash is None:
+                tokens = seq.block_tokens(i, self.block_size)
+                self._register(block, tokens, hash_block(tokens, prefix))
+            prefix = block.hash
+
     def deallocate(self, seq: Sequence) -> None:
         for block_id in reversed(seq.block_table):  # tail first: prefix blocks stay cached longest
             block = self.blocks[block_id]

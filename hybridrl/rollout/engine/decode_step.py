@@ -14,8 +14,8 @@ from typing import Any, Callable
 
 import torch
 
-from hybridrl.rollout.base import SamplingParams
 from hybridrl.rollout.engine.sampler import gumbel_argmax, sample
+from hybridrl.rollout.engine.sequence import SamplingSpec
 
 # sampler(logits (B, V), keys (B,), steps (B,)) -> (tokens int64 (B,), log-probs float32 (B,))
 Sampler = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
@@ -74,17 +74,62 @@ def advance_decode_inputs(input_ids: torch.Tensor, positions: torch.Tensor, bloc
     positions.copy_(torch.where(valid, nxt, positions))
 
 
-def make_sampler(params: SamplingParams, device: torch.device, argmax_fn: Callable = gumbel_argmax) -> Sampler:
-    """The fused Triton sampler on CUDA when it applies (no top-k / top-p), else `sampler.sample`."""
-    plain = params.top_k <= 0 and params.top_p >= 1.0  # top_k -1/0: off
-    if device.type == "cuda" and plain:
-        try:
-            from hybridrl.rollout.engine.sampling_kernel import fused_sample
-        except ImportError:  # no Triton: the torch path below
-            pass
-        else:
-            temperature = torch.tensor([params.temperature], dtype=torch.float32, device=device)
-            greedy = torch.tensor([int(params.greedy)], dtype=torch.int32, device=device)
-            return lambda logits, keys, steps: fused_sample(logits, keys, steps, temperature, greedy)
-    return lambda logits, keys, steps: sample(logits, params.temperature, params.top_k, params.top_p,
-                                              params.greedy, keys, steps, argmax_fn)
+def _fused_sampler_fn():
+    """`sampling_kernel.fused_sample`, or None without Triton (the torch path then)."""
+    try:
+        from hybridrl.rollout.engine.sampling_kernel import fused_sample
+    except ImportError:
+        return None
+    return fused_sample
+
+
+def make_sampler(spec: SamplingSpec, device: torch.device, argmax_fn: Callable = gumbel_argmax) -> Sampler:
+    """One setting for every row: the fused Triton sampler on CUDA when it applies (no top-k / top-p),
+    else `sampler.sample`. `spec`: a `SamplingSpec` (or anything with its four fields)."""
+    fused = _fused_sampler_fn() if device.type == "cuda" and not spec.truncates else None
+    if fused is not None:
+        temperature = torch.tensor([spec.temperature], dtype=torch.float32, device=device)
+        greedy = torch.tensor([int(spec.greedy)], dtype=torch.int32, device=device)
+        return lambda logits, keys, steps: fused(logits, keys, steps, temperature, greedy)
+    return lambda logits, keys, steps: sample(logits, spec.temperature, spec.top_k, spec.top_p,
+                                              spec.greedy, keys, steps, argmax_fn)
+
+
+def sampler_for(specs: list[SamplingSpec], device: torch.device, argmax_fn: Callable = gumbel_argmax) -> Sampler:
+    """The sampler of a batch whose row i samples by specs[i]: `make_sampler` when all rows agree (a batch
+    call: one shared spec object), else per-row temperature and greedy flags, with rows grouped by their
+    top-k / top-p truncation (greedy rows ignore it and join the untruncated group)."""
+    first = specs[0]
+    if all(spec is first or spec == first for spec in specs):
+        return make_sampler(first, device, argmax_fn)
+    groups: dict[tuple[int, float], list[int]] = {}
+    for i, spec in enumerate(specs):
+        truncation = (spec.top_k, spec.top_p) if spec.truncates and not spec.greedy else (-1, 1.0)
+        groups.setdefault(truncation, []).append(i)
+    temperature = torch.tensor([s.temperature for s in specs], dtype=torch.float32, device=device)
+    greedy = torch.tensor([s.greedy for s in specs], dtype=torch.bool, device=device)
+    if len(groups) == 1:
+        return _per_row_sampler(temperature, greedy, *next(iter(groups)), device, argmax_fn)
+    parts = []
+    for (top_k, top_p), rows in groups.items():
+        index = torch.tensor(rows, dtype=torch.int64, device=device)
+        parts.append((index, _per_row_sampler(temperature[index], greedy[index], top_k, top_p, device, argmax_fn)))
+
+    def grouped(logits: torch.Tensor, keys: torch.Tensor, steps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        tokens = torch.empty(logits.shape[0], dtype=torch.int64, device=logits.device)
+        logprobs = torch.empty(logits.shape[0], dtype=torch.float32, device=logits.device)
+        for index, group_sampler in parts:
+            tokens[index], logprobs[index] = group_sampler(logits.index_select(0, index), keys[index], steps[index])
+        return tokens, logprobs
+    return grouped
+
+
+def _per_row_sampler(temperature: torch.Tensor, greedy: torch.Tensor, top_k: int, top_p: float,
+                     device: torch.device, argmax_fn: Callable) -> Sampler:
+    """Rows of one truncation with their own temperature (float32 (B,)) and greedy flag (bool (B,))."""
+    untruncated = not (0 < top_k or top_p < 1.0)
+    fused = _fused_sampler_fn() if device.type == "cuda" and untruncated else None
+    if fused is not None:
+        greedy_i32 = greedy.to(torch.int32)
+        return lambda logits, keys, steps: fused(logits, keys, steps, temperature, greedy_i32)
+    return lambda logits, keys, steps: sample(logits, temperature, top_k, top_p, greedy, keys, steps, argmax_fn)

@@ -1,25 +1,30 @@
-"""`LLMEngine`: the `hybrid` rollout backend (paged KV cache, continuous batching, prefix sharing)."""
+"""`LLMEngine`: the `hybrid` rollout backend (paged KV cache, continuous batching, prefix sharing).
+
+Two ways in, one step loop under both (core.py): the batch call `generate(prompts, params)` of synchronous
+RL, and the request API (`add_request`, `abort_request`, `step`; `request_engine()` is its asyncio front
+end) for agent loops and asynchronous training, where requests with their own sampling parameters come
+and go while others decode.
+"""
 
 from __future__ import annotations
 
 import math
-import time
-from dataclasses import dataclass
 from typing import Iterable
 
 import torch
 
 from hybridrl.logging.log import get_logger
-from hybridrl.rollout.base import RolloutOutput, SamplingParams
+from hybridrl.rollout.base import RolloutOutput, SamplingParams, TokenOutput
 from hybridrl.rollout.engine.block_manager import BlockManager
-from hybridrl.rollout.engine.decode_step import DecodeBurst
+from hybridrl.rollout.engine.async_engine import AsyncLLMEngine
+from hybridrl.rollout.engine.core import EngineCore
 from hybridrl.rollout.engine.kv_memory import MARGIN_BYTES, blocks_for_generation, fitting_blocks
 from hybridrl.rollout.engine.loader import build_engine_model
 from hybridrl.rollout.engine.model_runner import ModelRunner
 from hybridrl.rollout.engine.models import load_weights
 from hybridrl.rollout.engine.parallel import SINGLE, TensorParallel
 from hybridrl.rollout.engine.sampler import row_key
-from hybridrl.rollout.engine.scheduler import Scheduler
+from hybridrl.rollout.engine.requests import check_request, sampling_spec, stop_token_set, token_output
 from hybridrl.rollout.engine.sequence import Sequence
 
 CPU_KV_CAP_BYTES = 1 << 30
@@ -66,6 +71,10 @@ class LLMEngine:
         self.num_kv_blocks = self.planned_kv_blocks  # this generation's cache: fewer when memory got short
         self._smallest_warned = self.planned_kv_blocks
         self._told_graphs_kept = False
+        self.core: EngineCore | None = None  # the step loop (core.py), built at the first wake-up
+        self.block_manager: BlockManager | None = None
+        self.requests: dict[str, Sequence] = {}  # request API: request id -> its sequence, while in flight
+        self._async_engine: AsyncLLMEngine | None = None
         self.wake_up()
 
     # --- memory ---------------------------------------------------------------------------------
@@ -108,7 +117,11 @@ class LLMEngine:
 
     def sleep(self) -> None:
         """Free the KV cache; weights stay (`update_weights` works while asleep). The decode CUDA graphs stay
-        too when the cache returns to the same address at wake-up (kv_cache.py) and keep_decode_graphs."""
+        too when the cache returns to the same address at wake-up (kv_cache.py) and keep_decode_graphs.
+        Requests in flight must be aborted first (their KV would be lost)."""
+        self._refuse_with_requests("sleep")
+        if self.core is not None:
+            self.core.drain()  # a queued burst still writes into the cache
         self.runner.free_kv_cache()
         self.block_manager = None
         graphs = self.runner.graph_runner
@@ -119,6 +132,7 @@ class LLMEngine:
                      graphs.held_bytes / 2**30, KEEP_GRAPHS_KEY)
 
     def wake_up(self) -> None:
+        self._refuse_with_requests("wake_up")
         if self.runner.kv_cache is None:
             self.num_kv_blocks = self._blocks_free_now()
             self.runner.allocate_kv_cache(self.num_kv_blocks)
@@ -146,39 +160,131 @@ class LLMEngine:
 
     def _reset_prefix_cache(self) -> None:
         self.block_manager = BlockManager(self.num_kv_blocks, self.block_size, self.enable_prefix_caching)
+        if self.core is None:
+            self.core = EngineCore(self.runner, self.block_manager, self.max_num_seqs, self.max_num_batched_tokens,
+                                   self.max_decode_burst)
+        else:
+            self.core.drain()
+            self.core.reset(self.block_manager)
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Copy HF-named tensors into the engine's parameters in place (dtype cast per tensor)."""
+        """Copy HF-named tensors into the engine's parameters in place (dtype cast per tensor). Requests in
+        flight must be aborted first: their KV came from the old weights (resume them afterwards)."""
+        self._refuse_with_requests("update_weights")
+        if self.core is not None:
+            self.core.drain()  # a queued burst still reads the old weights
         load_weights(self.model, named_tensors)
         if self.block_manager is not None:
             self._reset_prefix_cache()  # cached KV was computed by the old weights
 
-    # --- generation -----------------------------------------------------------------------------
+    def _refuse_with_requests(self, action: str) -> None:
+        if self.requests:
+            raise RuntimeError(
+                f"LLMEngine.{action} with {len(self.requests)} requests in flight; abort them first "
+                "(abort_request, or `await engine.request_engine().abort_all()`), then resume each as a new request "
+                "(rollout.base.resume_request) once the engine is ready again")
+
+    # --- the batch call ---------------------------------------------------------------------------
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> RolloutOutput:
-        if self.block_manager is None:
-            raise RuntimeError("LLMEngine.generate called while asleep; call wake_up() first")
+        """`params.n` samples of every prompt, prompt-major (RolloutOutput): the rows are requests of the core
+        with one shared sampling spec (the sampler's all-same fast path), run until all have finished."""
+        self._check_awake("generate")
+        if self.requests:
+            raise RuntimeError(f"LLMEngine.generate (the batch call) while {len(self.requests)} requests of the "
+                               "request API are in flight; wait for them or abort them first")
         seqs = self._make_sequences(prompts, params)
-        scheduler = Scheduler(self.block_manager, self.max_num_seqs, self.max_num_batched_tokens)
+        self.core.drain()
+        request_stats = self.core.take_stats()  # the request API's numbers stay apart from this call's
         for seq in seqs:
-            scheduler.add(seq)
+            self.core.add(seq)
         captured_before = self.runner.graph_runner.capture_time_s
-        metrics = self._run(scheduler, params)
+        try:
+            while self.core.has_work:
+                self.core.step()
+        finally:
+            stats = self.core.take_stats()
+            self.core.restore_stats(request_stats)
+        metrics = stats.metrics(self.num_kv_blocks)
         # Decode graphs are captured lazily per batch size; again after a wake-up only when the KV cache moved.
         metrics["rollout/graph_capture_s"] = self.runner.graph_runner.capture_time_s - captured_before
         return RolloutOutput([s.completion_token_ids for s in seqs], [s.output_logprobs for s in seqs], metrics)
+
+    def _check_awake(self, action: str) -> None:
+        if self.block_manager is None:
+            raise RuntimeError(f"LLMEngine.{action} called while asleep; call wake_up() first")
 
     def _make_sequences(self, prompts: list[list[int]], params: SamplingParams) -> list[Sequence]:
         if params.n < 1 or params.max_new_tokens < 1:
             raise ValueError(f"n ({params.n}) and max_new_tokens ({params.max_new_tokens}) must be >= 1")
         longest = max((len(p) for p in prompts), default=0)
         self._check_fits(longest, params.max_new_tokens)
-        seed = params.seed if params.seed is not None else self.seed + self.num_calls
-        self.num_calls += 1
-        stop_ids = frozenset() if params.ignore_eos else self.eos_ids | set(params.eos_token_ids)
+        seed = params.seed if params.seed is not None else self._unseeded_call_seed()
+        stop_ids = stop_token_set(self.eos_ids, params)
+        spec = sampling_spec(params)  # one object for every row: the sampler's all-same fast path
         hashes = [[] for _ in prompts]  # one prefix-hash cache per prompt, shared by its n samples
         samples = ((p, h) for p, h in zip(prompts, hashes) for _ in range(params.n))
-        return [Sequence(row, list(p), params.max_new_tokens, row_key(seed, params.row_offset + row), stop_ids, h)
-                for row, (p, h) in enumerate(samples)]
+        return [Sequence(row, list(p), params.max_new_tokens, row_key(seed, params.row_offset + row), stop_ids, h,
+                         sampling=spec) for row, (p, h) in enumerate(samples)]
+
+    def _unseeded_call_seed(self) -> int:
+        """An unseeded call (or request) samples with the engine's seed plus a count of such calls."""
+        self.num_calls += 1
+        return self.seed + self.num_calls - 1
+
+    # --- the request API ------------------------------------------------------------------------
+    def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> None:
+        """Queue one request (token ids in; `params.n` must be 1). It joins the running batch at the next step.
+
+        Its sampling noise is keyed by (params.seed, params.row_offset) and each token's absolute position:
+        the same pair gives the tokens of that row of a batch call with that seed, and a resumed request
+        (`rollout.base.resume_request`) continues exactly. Give every trajectory its own row_offset (equal
+        keys sample equal tokens). Unseeded requests get a fresh key each (not resumable exactly)."""
+        self._check_awake("add_request")
+        if request_id in self.requests:
+            raise ValueError(f"request {request_id!r} is already in flight; request ids must be unique")
+        seq = self._request_sequence(request_id, prompt_ids, params)
+        self.requests[request_id] = seq
+        self.core.add(seq)
+
+    def _request_sequence(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> Sequence:
+        check_request(params, len(prompt_ids), self.max_model_len, request_id)
+        # A request may ask for more than the model's length: it stops there (stop_reason `length`).
+        max_new_tokens = min(params.max_new_tokens, self.max_model_len - len(prompt_ids))
+        self._check_fits(len(prompt_ids), max_new_tokens)
+        seed, row = (params.seed, params.row_offset) if params.seed is not None else (self._unseeded_call_seed(), 0)
+        return Sequence(row, list(prompt_ids), max_new_tokens, row_key(seed, row), stop_token_set(self.eos_ids, params),
+                        sampling=sampling_spec(params), request_id=request_id, cache_on_finish=True)
+
+    def abort_request(self, request_id: str) -> TokenOutput | None:
+        """Stop a request: what it generated so far (stop_reason `abort`), or None when it is not in flight."""
+        seq = self.requests.pop(request_id, None)
+        if seq is None:
+            return None
+        self.core.abort(seq)
+        return token_output(seq)
+
+    def step(self) -> list[tuple[str, TokenOutput]]:
+        """One engine step (a prefill, or one decode burst read); the requests that finished in it."""
+        self._check_awake("step")
+        finished = self.core.step()
+        return [(seq.request_id, token_output(self.requests.pop(seq.request_id)))
+                for seq in finished if seq.request_id is not None]
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.requests)
+
+    def take_metrics(self) -> dict[str, float]:
+        """The request API's rollout/* metrics since the last take (prefill and decode time, preemptions,
+        `rollout/prefix_cache_hit_tokens`, `rollout/prefill_tokens`, ...); batch calls report their own."""
+        if self.core is None:
+            return {}
+        return self.core.take_stats().metrics(self.num_kv_blocks)
+
+    def request_engine(self) -> AsyncLLMEngine:
+        """The asyncio front end (rollout.base.RequestEngine) over this engine; one per engine."""
+        if self._async_engine is None:
+            self._async_engine = AsyncLLMEngine(self)
+        return self._async_engine
 
     def _check_fits(self, prompt_len: int, response_len: int) -> None:
         total = prompt_len + response_len
@@ -207,78 +313,3 @@ class LLMEngine:
             f"{util} (now {self.gpu_memory_utilization}), or actor_rollout_ref.rollout.max_num_seqs="
             f"{max(1, self.max_num_seqs // 2)} (now {self.max_num_seqs}; fewer concurrent sequences leave "
             "more memory to the KV cache)")
-
-    def _run(self, scheduler: Scheduler, params: SamplingParams) -> dict[str, float]:
-        """Prefill and decode steps until every sequence finished. While a decode burst runs on the device
-        the next one of the same rows is queued behind it when the scheduler allows (`continue_burst`),
-        so the host reads and books a burst's tokens while the device already decodes the next."""
-        stats = RunStats()
-        pending: DecodeBurst | None = None
-        busy_since = 0.0
-        while pending is not None or not scheduler.is_finished():
-            if pending is None:
-                seqs, is_prefill, num_steps = scheduler.schedule(self.max_decode_burst)
-                if not seqs:
-                    raise RuntimeError("the scheduler made no progress (a sequence cannot get KV blocks)")
-                stats.see_blocks(self.block_manager.num_used_blocks)
-                busy_since = time.perf_counter()
-                if is_prefill:
-                    tokens, logprobs = self.runner.run_prefill(seqs, params)
-                    stats.prefill_s += time.perf_counter() - busy_since
-                    scheduler.postprocess(seqs, tokens, logprobs)
-                    continue
-                pending = self.runner.start_decode(seqs, num_steps, params)
-                stats.add_burst(num_steps, chained=False)
-            following = self._continuation(scheduler, pending, stats)
-            tokens, logprobs = pending.results()
-            if following is None:  # the device idles from here until the next launch
-                stats.decode_s += time.perf_counter() - busy_since
-            scheduler.postprocess(pending.seqs, tokens, logprobs)
-            pending = following
-        return stats.metrics(scheduler, self.num_kv_blocks)
-
-    def _continuation(self, scheduler: Scheduler, burst: DecodeBurst, stats: RunStats) -> DecodeBurst | None:
-        num_steps, limits = scheduler.continue_burst(burst.seqs, burst.num_steps, self.max_decode_burst)
-        if not num_steps:
-            return None
-        stats.see_blocks(self.block_manager.num_used_blocks)
-        stats.add_burst(num_steps, chained=True)
-        return self.runner.continue_decode(burst, num_steps, limits)
-
-
-@dataclass
-class RunStats:
-    """What one `generate` reports as rollout/* metrics."""
-
-    prefill_s: float = 0.0
-    decode_s: float = 0.0  # device decoding: from a launch until the device has nothing queued
-    decode_steps: int = 0
-    bursts: int = 0
-    chained: int = 0
-    peak_blocks: int = 0
-
-    def see_blocks(self, used: int) -> None:
-        """After each scheduling decision (its blocks are booked): the peak of blocks held."""
-        self.peak_blocks = max(self.peak_blocks, used)
-
-    def add_burst(self, num_steps: int, chained: bool) -> None:
-        self.decode_steps += num_steps
-        self.bursts += 1
-        self.chained += int(chained)
-
-    def metrics(self, scheduler: Scheduler, num_kv_blocks: int) -> dict[str, float]:
-        return {
-            "rollout/prefill_time_s": self.prefill_s,
-            "rollout/decode_time_s": self.decode_s,
-            "rollout/decode_steps": float(self.decode_steps),
-            "rollout/decode_bursts": float(self.bursts),
-            # bursts queued behind the previous one before its tokens reached the host
-            "rollout/decode_bursts_chained": float(self.chained),
-            "rollout/mean_decode_step_s": self.decode_s / max(self.decode_steps, 1),
-            "rollout/num_preempted": float(scheduler.num_preempted),
-            "rollout/prefix_cache_hit_tokens": float(scheduler.num_cached_tokens),
-            # the most blocks held at once (prompt blocks shared by a prompt's n samples count once), of
-            # the cache's num_kv_blocks: how close this batch came to preempting
-            "rollout/kv_cache_peak_blocks_max": float(self.peak_blocks),
-            "rollout/kv_cache_peak_usage_max": self.peak_blocks / num_kv_blocks,
-        }

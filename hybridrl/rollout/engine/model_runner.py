@@ -9,10 +9,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from hybridrl.rollout.base import SamplingParams
 from hybridrl.rollout.engine.attention import select_backend
 from hybridrl.rollout.engine.cuda_graph import CUDAGraphDecodeRunner, graph_sizes
-from hybridrl.rollout.engine.decode_step import DecodeBurst, advance_decode_inputs, copy_to_host, make_sampler
+from hybridrl.rollout.engine.decode_step import DecodeBurst, advance_decode_inputs, copy_to_host, sampler_for
 from hybridrl.rollout.engine.kv_cache import PagedKVCache
 from hybridrl.rollout.engine.layers import AttentionMetadata
 from hybridrl.rollout.engine.parallel import SINGLE, TensorParallel
@@ -21,7 +20,8 @@ from hybridrl.rollout.engine.sequence import Sequence
 
 
 class HostBlockTables:
-    """Host-side block tables indexed by sequence row: prefill writes whole rows, decode only new blocks.
+    """Host-side block tables indexed by sequence slot (`Sequence.slot`, unique among live sequences): prefill
+    writes whole rows, decode only new blocks.
 
     Columns past a row's blocks hold 0, never an earlier sequence's ids: batched gathers read every column
     of the (B, max blocks) table, and after a wake-up with a smaller cache such ids lie past its end.
@@ -33,23 +33,23 @@ class HostBlockTables:
         self.num_synced = np.zeros(0, dtype=np.int64)
 
     def _write(self, seq: Sequence, start: int) -> None:
-        if seq.row >= len(self.table):
-            rows = max(2 * len(self.table), seq.row + 1)
+        if seq.slot >= len(self.table):
+            rows = max(2 * len(self.table), seq.slot + 1)
             self.table = np.resize(self.table, (rows, self.table.shape[1]))
             self.num_synced = np.resize(self.num_synced, rows)
-        self.table[seq.row, start:len(seq.block_table)] = seq.block_table[start:]
-        if start == 0:  # the row's previous sequence may have held more blocks: no stale ids in its tail
-            self.table[seq.row, len(seq.block_table):] = 0
-        self.num_synced[seq.row] = len(seq.block_table)
+        self.table[seq.slot, start:len(seq.block_table)] = seq.block_table[start:]
+        if start == 0:  # the slot's previous sequence may have held more blocks: no stale ids in its tail
+            self.table[seq.slot, len(seq.block_table):] = 0
+        self.num_synced[seq.slot] = len(seq.block_table)
 
     def gather(self, seqs: list[Sequence], full: bool) -> np.ndarray:
         """(B, max blocks in the batch) int32; `full` rewrites every row (after (re)allocation)."""
         for seq in seqs:
-            if full or seq.row >= len(self.table):
+            if full or seq.slot >= len(self.table):
                 self._write(seq, 0)
-            elif len(seq.block_table) > self.num_synced[seq.row]:
-                self._write(seq, int(self.num_synced[seq.row]))
-        rows = np.fromiter((s.row for s in seqs), dtype=np.int64, count=len(seqs))
+            elif len(seq.block_table) > self.num_synced[seq.slot]:
+                self._write(seq, int(self.num_synced[seq.slot]))
+        rows = np.fromiter((s.slot for s in seqs), dtype=np.int64, count=len(seqs))
         return self.table[rows, :int(self.num_synced[rows].max())]
 
 
@@ -194,16 +194,16 @@ class ModelRunner:
         return self.model.compute_logits(self.model(input_ids, positions, meta))
 
     @torch.inference_mode()
-    def run_prefill(self, seqs: list[Sequence], params: SamplingParams) -> tuple[list[list[int]], list[list[float]]]:
-        """The prompts of `seqs` (after prefix-cache hits) -> each sequence's first token and its log-prob."""
+    def run_prefill(self, seqs: list[Sequence]) -> tuple[list[list[int]], list[list[float]]]:
+        """The prompts of `seqs` (after prefix-cache hits) -> each sequence's first token and its log-prob,
+        sampled by each sequence's own `sampling` spec."""
         input_ids, positions, meta, last = self.prepare_prefill(seqs)
         logits = self.model.compute_logits(self.model(input_ids, positions, meta)[last])
-        tokens, logprobs = make_sampler(params, self.device, self.gumbel_argmax)(
-            logits, self._seeds(seqs), self._steps(seqs))
+        tokens, logprobs = self._sampler(seqs)(logits, self._seeds(seqs), self._positions(seqs))
         return tokens[:, None].tolist(), logprobs[:, None].tolist()
 
     @torch.inference_mode()
-    def start_decode(self, seqs: list[Sequence], num_steps: int, params: SamplingParams) -> DecodeBurst:
+    def start_decode(self, seqs: list[Sequence], num_steps: int) -> DecodeBurst:
         """Launch a burst of `num_steps` decode steps for `seqs` (staged from the host's view of them); its
         `results()` are (B, num_steps) tokens and log-probs, a row's entries past its budget junk to drop.
 
@@ -218,8 +218,8 @@ class ModelRunner:
         positions = self.graph_runner.views(size)[1][:batch]
         budgets = np.fromiter((min(num_steps, s.num_remaining_tokens) for s in seqs), dtype=np.int64, count=batch)
         limits = positions + self._from_numpy(budgets)
-        return self._launch(seqs, num_steps, size, limits, self._seeds(seqs), self._steps(seqs),
-                            make_sampler(params, self.device, self.gumbel_argmax))
+        return self._launch(seqs, num_steps, size, limits, self._seeds(seqs), self._positions(seqs),
+                            self._sampler(seqs))
 
     @torch.inference_mode()
     def continue_decode(self, prev: DecodeBurst, num_steps: int, limits: list[int]) -> DecodeBurst:
@@ -253,5 +253,10 @@ class ModelRunner:
     def _seeds(self, seqs: list[Sequence]) -> torch.Tensor:
         return self._tensor([s.seed for s in seqs], torch.int64)
 
-    def _steps(self, seqs: list[Sequence]) -> torch.Tensor:
-        return self._tensor([s.num_completion_tokens for s in seqs], torch.int64)
+    def _positions(self, seqs: list[Sequence]) -> torch.Tensor:
+        """The absolute position of the token each sequence samples next: with its key, what its noise
+        depends on (sampler.py), so a resumed request continues the noise of the interrupted one."""
+        return self._from_numpy(np.fromiter((s.num_tokens for s in seqs), dtype=np.int64, count=len(seqs)))
+
+    def _sampler(self, seqs: list[Sequence]):
+        return sampler_for([s.sampling for s in seqs], self.device, self.gumbel_argmax)

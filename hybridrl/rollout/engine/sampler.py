@@ -1,8 +1,9 @@
 """Batched sampling with reproducible per-row noise: Gumbel-max over temperature/top-k/top-p logits.
 
-The Gumbel noise of (row key, step, token id) comes from a counter-based integer hash, so a row's
-tokens depend only on its seed key and position, never on the batch it shares or on preemption, and
-no per-sequence torch.Generator is needed. Log-probs are under logits / temperature (temperature 1 for
+The Gumbel noise of (row key, position, token id) comes from a counter-based integer hash, so a row's
+tokens depend only on its seed key and the absolute position of the token sampled, never on the batch it
+shares, on preemption, or on an abort and resume (the resumed request's prompt holds the tokens sampled
+before, so its positions continue), and no per-sequence torch.Generator is needed. Log-probs are under logits / temperature (temperature 1 for
 greedy), before top-k/top-p truncation, as the trainer recomputes them.
 """
 
@@ -56,30 +57,49 @@ def apply_top_p(sorted_logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return sorted_logits.masked_fill(exclusive_cumsum >= top_p, float("-inf"))
 
 
-def sample(logits: torch.Tensor, temperature: float, top_k: int, top_p: float, greedy: bool,
-           keys: torch.Tensor, steps: torch.Tensor, argmax_fn: Callable = gumbel_argmax
+def sample(logits: torch.Tensor, temperature: float | torch.Tensor, top_k: int, top_p: float,
+           greedy: bool | torch.Tensor, keys: torch.Tensor, steps: torch.Tensor, argmax_fn: Callable = gumbel_argmax
            ) -> tuple[torch.Tensor, torch.Tensor]:
     """logits (B, V) -> (token ids int64 (B,), log-probs float32 (B,)), in row chunks of at most
     SAMPLE_CHUNK_ELEMENTS logits.
 
-    keys: per-row noise keys (int64 (B,), from `row_key`); steps: tokens generated so far (int64 (B,)).
+    temperature, greedy: one setting for every row (float, bool) or one per row (float32 (B,), bool (B,)
+    tensors: a batch of requests with their own settings). keys: per-row noise keys (int64 (B,), from
+    `row_key`); steps: the absolute position of the token each row samples (int64 (B,)).
     argmax_fn: `gumbel_argmax` or a compiled version of it.
     """
     rows = max(1, SAMPLE_CHUNK_ELEMENTS // max(logits.shape[-1], 1))
     if logits.shape[0] <= rows:
         return _sample_rows(logits, temperature, top_k, top_p, greedy, keys, steps, argmax_fn)
-    parts = [_sample_rows(logits[i:i + rows], temperature, top_k, top_p, greedy, keys[i:i + rows],
-                          steps[i:i + rows], argmax_fn) for i in range(0, logits.shape[0], rows)]
+    parts = [_sample_rows(logits[i:i + rows], _chunk(temperature, i, rows), top_k, top_p, _chunk(greedy, i, rows),
+                          keys[i:i + rows], steps[i:i + rows], argmax_fn) for i in range(0, logits.shape[0], rows)]
     return torch.cat([tokens for tokens, _ in parts]), torch.cat([logprobs for _, logprobs in parts])
 
 
-def _sample_rows(logits: torch.Tensor, temperature: float, top_k: int, top_p: float, greedy: bool,
-                 keys: torch.Tensor, steps: torch.Tensor, argmax_fn: Callable) -> tuple[torch.Tensor, torch.Tensor]:
+def _chunk(setting, start: int, rows: int):
+    return setting[start:start + rows] if isinstance(setting, torch.Tensor) else setting
+
+
+def _sample_rows(logits: torch.Tensor, temperature: float | torch.Tensor, top_k: int, top_p: float,
+                 greedy: bool | torch.Tensor, keys: torch.Tensor, steps: torch.Tensor, argmax_fn: Callable
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
     logits = logits.float()
+    if isinstance(greedy, torch.Tensor):  # per-row settings: greedy rows at temperature 1, arg-max
+        logits = logits / torch.where(greedy, 1.0, temperature)[:, None]
+        sampled = _gumbel_pick(logits, top_k, top_p, keys, steps, argmax_fn)
+        tokens = torch.where(greedy, logits.argmax(-1), sampled)
+        return tokens, logits.log_softmax(-1).gather(-1, tokens[:, None])[:, 0]
     if greedy:
         tokens = logits.argmax(-1)
         return tokens, logits.log_softmax(-1).gather(-1, tokens[:, None])[:, 0]
     logits = logits / temperature
+    tokens = _gumbel_pick(logits, top_k, top_p, keys, steps, argmax_fn)
+    return tokens, logits.log_softmax(-1).gather(-1, tokens[:, None])[:, 0]
+
+
+def _gumbel_pick(logits: torch.Tensor, top_k: int, top_p: float, keys: torch.Tensor, steps: torch.Tensor,
+                 argmax_fn: Callable) -> torch.Tensor:
+    """Gumbel-max over the top-k / top-p candidates of temperature-scaled logits (B, V) -> token ids (B,)."""
     vocab = logits.shape[-1]
     if 0 < top_k < vocab or top_p < 1.0:
         k = top_k if 0 < top_k < vocab else vocab
@@ -89,5 +109,4 @@ def _sample_rows(logits: torch.Tensor, temperature: float, top_k: int, top_p: fl
     else:
         cand_logits, cand_ids = logits, torch.arange(vocab, device=logits.device)
     choice = argmax_fn(cand_logits, keys, steps, cand_ids)
-    tokens = cand_ids[choice] if cand_ids.dim() == 1 else cand_ids.gather(-1, choice[:, None])[:, 0]
-    return tokens, logits.log_softmax(-1).gather(-1, tokens[:, None])[:, 0]
+    return cand_ids[choice] if cand_ids.dim() == 1 else cand_ids.gather(-1, choice[:, None])[:, 0]

@@ -7,7 +7,7 @@ noise is the same counter-based hash as `sampler.gumbel_noise` (uint32 arithmeti
 the int64 `& 0xFFFFFFFF` there), so it picks the same tokens as the torch path up to float rounding
 (it multiplies by 1 / T where the torch path divides by T). Greedy: arg-max of the logits, log-prob at temperature 1 (as `sample`).
 Temperature and greedy are read from tensors, so a CUDA graph that contains this kernel serves every
-setting without re-capture.
+setting without re-capture: one value for the batch, or one per row (requests with their own settings).
 """
 
 from __future__ import annotations
@@ -60,12 +60,13 @@ def _gumbel(row_hash, ids):
 
 @triton.jit
 def _partial_kernel(logits_ptr, keys_ptr, steps_ptr, temp_ptr, greedy_ptr, part_ptr, vocab, split_len, stride_row,
-                    BLOCK: tl.constexpr, SPLITS: tl.constexpr, MUL_C_: tl.constexpr):
-    """One (row, vocabulary slice): its max and sum of exp (log-sum-exp parts) and its best noisy score."""
+                    setting_stride, BLOCK: tl.constexpr, SPLITS: tl.constexpr, MUL_C_: tl.constexpr):
+    """One (row, vocabulary slice): its max and sum of exp (log-sum-exp parts) and its best noisy score.
+    setting_stride: 0 (one temperature / greedy flag for all rows) or 1 (one per row)."""
     row = tl.program_id(0)
     split = tl.program_id(1)
-    greedy = tl.load(greedy_ptr) != 0
-    inv_temperature = tl.where(greedy, 1.0, 1.0 / tl.load(temp_ptr).to(tl.float32))
+    greedy = tl.load(greedy_ptr + row * setting_stride) != 0
+    inv_temperature = tl.where(greedy, 1.0, 1.0 / tl.load(temp_ptr + row * setting_stride).to(tl.float32))
     key = tl.load(keys_ptr + row).to(tl.uint32)
     step = tl.load(steps_ptr + row).to(tl.uint32)
     row_hash = _mix32(key ^ _mix32(step * MUL_C_ + 0x9E3779B9))
@@ -129,7 +130,8 @@ def fused_sample(logits: torch.Tensor, keys: torch.Tensor, steps: torch.Tensor, 
                  logprobs: torch.Tensor | None = None, *, block_v: int = BLOCK_V, max_splits: int = SPLITS,
                  num_warps: int = NUM_WARPS) -> tuple[torch.Tensor, torch.Tensor]:
     """logits (B, V) float/bf16 -> (tokens int64 (B,), log-probs float32 (B,)), like `sampler.sample`
-    with top_k off and top_p 1. temperature: float32 (1,); greedy: int32 (1,) (0 or 1) device tensors.
+    with top_k off and top_p 1. temperature: float32, greedy: int32 (0 or 1) device tensors, both (1,)
+    (one setting for the batch) or both (B,) (one per row).
     `tokens` / `logprobs`: optional output buffers (CUDA-graph static outputs).
     `block_v` (logits per lane group per loop step), `max_splits` (vocabulary slices per row, a power of
     two), `num_warps`: tuning knobs (benchmarks/sampler_bench.py --sweep).
@@ -142,6 +144,10 @@ def fused_sample(logits: torch.Tensor, keys: torch.Tensor, steps: torch.Tensor, 
         raise ValueError("fused_sample needs logits contiguous in the vocabulary dimension")
     if vocab >= 1 << 24:
         raise ValueError(f"fused_sample carries token ids in float32; vocab {vocab} must be < 2**24")
+    per_row = temperature.numel() != 1 or greedy.numel() != 1
+    if per_row and not temperature.numel() == greedy.numel() == rows:
+        raise ValueError(f"fused_sample: temperature ({temperature.numel()}) and greedy ({greedy.numel()}) "
+                         f"need 1 entry or one per row ({rows})")
     device = logits.device
     tokens = tokens if tokens is not None else torch.empty(rows, dtype=torch.int64, device=device)
     logprobs = logprobs if logprobs is not None else torch.empty(rows, dtype=torch.float32, device=device)
@@ -151,6 +157,6 @@ def fused_sample(logits: torch.Tensor, keys: torch.Tensor, steps: torch.Tensor, 
     split_len = triton.cdiv(triton.cdiv(vocab, splits), block_v) * block_v
     parts = torch.empty(rows, splits, 5, dtype=torch.float32, device=device)
     _partial_kernel[(rows, splits)](logits, keys, steps, temperature, greedy, parts, vocab, split_len,
-                                    logits.stride(0), BLOCK=block_v, SPLITS=splits, MUL_C_=MUL_C, num_warps=num_warps)
+                                    logits.stride(0), int(per_row), BLOCK=block_v, SPLITS=splits, MUL_C_=MUL_C, num_warps=num_warps)
     _combine_kernel[(rows,)](parts, tokens, logprobs, vocab, SPLITS=splits, num_warps=1)
     return tokens, logprobs

@@ -5,6 +5,8 @@ order while the token budget (`max_num_batched_tokens`, counting only tokens not
 and `max_num_seqs` allow. Decode advances every running sequence by one token; when blocks run out,
 the most recently admitted sequence is preempted: its blocks are freed and it returns to the front of
 the waiting queue with its generated tokens, so re-prefilling it continues it exactly.
+Requests come and go between steps (`add`, `abort`); a request's full blocks go into the prefix cache
+when it leaves (`Sequence.cache_on_finish`), so a follow-up turn extending it skips their prefill.
 """
 
 from __future__ import annotations
@@ -35,6 +37,22 @@ class Scheduler:
 
     def is_finished(self) -> bool:
         return not self.waiting and not self.running
+
+    def abort(self, seq: Sequence) -> None:
+        """Take a waiting or running sequence out, keeping its tokens (stop_reason `abort`). A decode burst
+        may still be writing its KV on the device: only into its own blocks past what the host has seen,
+        which a later allocation, queued behind that burst, overwrites before reading."""
+        if seq.status is SequenceStatus.WAITING:
+            self.waiting.remove(seq)
+        elif seq.status is SequenceStatus.RUNNING:
+            self.running.remove(seq)
+            self._release(seq)
+        seq.finish("abort")
+
+    def _release(self, seq: Sequence) -> None:
+        if seq.cache_on_finish:
+            self.block_manager.cache_written_blocks(seq)
+        self.block_manager.deallocate(seq)
 
     def schedule(self, max_steps: int = 1) -> tuple[list[Sequence], bool, int]:
         """Pick the next step's sequences; returns (seqs, is_prefill, num_steps).
@@ -98,6 +116,8 @@ class Scheduler:
             self.block_manager.allocate(seq)
             assert seq.num_cached_tokens == num_cached
             self.num_cached_tokens += num_cached
+            if seq.prefix_cache_hit_tokens is None:  # first admission (a preempted one comes back)
+                seq.prefix_cache_hit_tokens = num_cached
             num_tokens += new_tokens
             seq.status = SequenceStatus.RUNNING
             self.running.append(self.waiting.popleft())
@@ -128,8 +148,9 @@ class Scheduler:
 
     def _preempt(self, seq: Sequence) -> None:
         self.num_preempted += 1
+        seq.num_preempted += 1
         seq.status = SequenceStatus.WAITING
-        self.block_manager.deallocate(seq)
+        self._release(seq)
         self.waiting.appendleft(seq)
 
     def postprocess(self, seqs: list[Sequence], token_ids: list[list[int]], logprobs: list[list[float]]
@@ -142,8 +163,8 @@ class Scheduler:
             if seq.status is not SequenceStatus.RUNNING:  # finished during the burst before (a junk row)
                 continue
             if seq.append_tokens(seq_tokens, seq_logprobs):
-                seq.status = SequenceStatus.FINISHED
-                self.block_manager.deallocate(seq)
+                seq.finish()
+                self._release(seq)
                 finished.append(seq)
         if finished:
             self.running = deque(s for s in self.running if s.status is SequenceStatus.RUNNING)
