@@ -94,3 +94,20 @@ def test_blocks_are_created_on_first_use_and_fresh_ones_go_first():
     assert set(second.block_table).isdisjoint(first.block_table)  # fresh ids first
     assert bm.num_cached_tokens(Sequence(2, list(range(8)), 4, seed=0)) == 8  # first's prefix still cached
     assert len(bm.blocks) == 4 and bm.num_free_blocks == 1_000_000 - 2
+
+
+def test_a_finished_sequences_written_blocks_serve_its_extension():
+    """Blocks filled by a decode burst carry no hash until the sequence leaves; then every full block whose KV
+    is written (all positions but the last token's) is cached, and a prompt extending the sequence hits them."""
+    bm = BlockManager(num_blocks=16, block_size=4)
+    seq = make_seq(list(range(6)))
+    bm.allocate(seq)
+    bm.reserve(seq, 10)  # one burst of 10 decode steps
+    seq.token_ids += list(range(50, 60))  # 16 tokens: position 15 (the last) has no KV yet
+    extension = make_seq(seq.token_ids + [99], row=1)
+    assert bm.num_cached_tokens(extension) == 4  # only the prompt's full block was hashed
+    bm.cache_written_blocks(seq)
+    bm.deallocate(seq)
+    assert bm.num_cached_tokens(extension) == 12  # blocks 0-2; block 3 holds the unwritten position 15
+    bm.allocate(extension)
+    assert extension.num_cached_tokens == 12 and bm.num_free_blocks == 16 - 5

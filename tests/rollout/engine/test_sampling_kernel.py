@@ -74,6 +74,23 @@ def test_fused_sampler_writes_into_given_buffers():
     assert out[0] is tokens and out[1] is logprobs and tokens.ge(0).all()
 
 
+@interpreted
+def test_fused_sampler_takes_one_setting_per_row():
+    """Requests with their own temperature and greedy flag in one batch: each row as the torch sampler
+    samples it with per-row settings (itself checked against one call per row in test_decode_step.py)."""
+    from hybridrl.rollout.engine.sampling_kernel import fused_sample
+
+    logits, keys, steps = random_case(6, 3001, seed=4)
+    temperature = torch.tensor([1.0, 0.6, 1.3, 0.9, 1.0, 0.5])
+    greedy = torch.tensor([0, 1, 0, 0, 1, 0], dtype=torch.int32)
+    tokens, logprobs = fused_sample(logits, keys, steps, temperature, greedy)
+    want_tokens, want_logprobs = sample(logits, temperature, -1, 1.0, greedy.bool(), keys, steps)
+    assert tokens.tolist() == want_tokens.tolist()
+    torch.testing.assert_close(logprobs, want_logprobs, atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="one per row"):
+        fused_sample(logits, keys, steps, temperature[:2], greedy[:2])
+
+
 def test_advance_moves_rows_within_their_limit_and_freezes_the_rest():
     block_size = 4
     tables = torch.tensor([[3, 5, 0], [7, 8, 9]], dtype=torch.int32)

@@ -1,4 +1,4 @@
-"""Engine tests run tiny models: one intra-op thread avoids thread-sync overhead on shared CPUs."""
+"""Rollout tests run tiny models: one intra-op thread avoids thread-sync overhead on shared CPUs."""
 
 import pytest
 import torch
