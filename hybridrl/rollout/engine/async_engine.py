@@ -20,6 +20,10 @@ from hybridrl.rollout.base import SamplingParams, TokenOutput
 if TYPE_CHECKING:
     from hybridrl.rollout.engine.llm_engine import LLMEngine
 
+# Event-loop turns given to callers after a step hands out results (`_let_callers_react`): a trajectory's
+# own code, a tool awaiting one thing (asyncio.sleep(0), a ready future) and its next `generate`.
+REACT_YIELDS = 3
+
 
 @dataclass
 class _Op:
@@ -109,8 +113,11 @@ class AsyncLLMEngine:
                 self._apply_ops()
                 if not self.engine.has_unfinished_requests():
                     return
-                for request_id, output in await self._step():
+                finished = await self._step()
+                for request_id, output in finished:
                     self._resolve(request_id, output)
+                if finished:
+                    await self._let_callers_react()
         except asyncio.CancelledError:  # the event loop is closing (asyncio.run ended with requests in flight)
             self._abandon(asyncio.CancelledError())
             raise
@@ -118,6 +125,15 @@ class AsyncLLMEngine:
             self._abandon(exc)
         finally:
             self._task = None
+
+    @staticmethod
+    async def _let_callers_react() -> None:
+        """Before the next step, let the coroutines just handed a result run: a fast tool call (synchronous, or
+        one await deep) then submits the trajectory's next turn in time to join the next step. Stepping at
+        once instead, the step queues the next decode burst before that turn is seen (continue_burst), and
+        the turn waits a whole burst longer (16 decode steps by default) per tool call."""
+        for _ in range(REACT_YIELDS):
+            await asyncio.sleep(0)
 
     async def _step(self) -> list[tuple[str, TokenOutput]]:
         if not self.step_in_thread:

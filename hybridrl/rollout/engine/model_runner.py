@@ -256,7 +256,7 @@ class ModelRunner:
     def _positions(self, seqs: list[Sequence]) -> torch.Tensor:
         """The absolute position of the token each sequence samples next: with its key, what its noise
         depends on (sampler.py), so a resumed request continues the noise of the interrupted one."""
-        return self._from_numpy(np.fromiter((s.num_tokens for s in seqs), dtype=np.int64, count=len(seqs)))
+        return self._tensor([s.num_tokens for s in seqs], torch.int64)
 
     def _sampler(self, seqs: list[Sequence]):
         return sampler_for([s.sampling for s in seqs], self.device, self.gumbel_argmax)
