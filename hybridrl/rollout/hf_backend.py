@@ -127,7 +127,7 @@ class _Abort(StoppingCriteria):
     def __init__(self, should_abort: Callable[[], bool]) -> None:
         self.should_abort = should_abort
 
-    def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
+    def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:  # type: ignore[override]
         return torch.full((input_ids.shape[0],), self.should_abort(), dtype=torch.bool, device=input_ids.device)
 
 

@@ -166,6 +166,7 @@ class AsyncLLMEngine:
         waiter = self._waiters.get(op.request_id)
         if waiter is None or waiter.done():  # cancelled before it started
             return
+        assert op.prompt_ids is not None and op.params is not None, "an add carries its prompt and parameters"
         try:
             self.engine.add_request(op.request_id, op.prompt_ids, op.params)
         except Exception as exc:  # a bad request fails its own caller only

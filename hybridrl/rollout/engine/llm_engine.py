@@ -188,30 +188,31 @@ class LLMEngine:
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> RolloutOutput:
         """`params.n` samples of every prompt, prompt-major (RolloutOutput): the rows are requests of the core
         with one shared sampling spec (the sampler's all-same fast path), run until all have finished."""
-        self._check_awake("generate")
+        core = self._awake_core("generate")
         if self.requests:
             raise RuntimeError(f"LLMEngine.generate (the batch call) while {len(self.requests)} requests of the "
                                "request API are in flight; wait for them or abort them first")
         seqs = self._make_sequences(prompts, params)
-        self.core.drain()
-        request_stats = self.core.take_stats()  # the request API's numbers stay apart from this call's
+        core.drain()
+        request_stats = core.take_stats()  # the request API's numbers stay apart from this call's
         for seq in seqs:
-            self.core.add(seq)
+            core.add(seq)
         captured_before = self.runner.graph_runner.capture_time_s
         try:
-            while self.core.has_work:
-                self.core.step()
+            while core.has_work:
+                core.step()
         finally:
-            stats = self.core.take_stats()
-            self.core.restore_stats(request_stats)
+            stats = core.take_stats()
+            core.restore_stats(request_stats)
         metrics = stats.metrics(self.num_kv_blocks)
         # Decode graphs are captured lazily per batch size; again after a wake-up only when the KV cache moved.
         metrics["rollout/graph_capture_s"] = self.runner.graph_runner.capture_time_s - captured_before
         return RolloutOutput([s.completion_token_ids for s in seqs], [s.output_logprobs for s in seqs], metrics)
 
-    def _check_awake(self, action: str) -> None:
-        if self.block_manager is None:
+    def _awake_core(self, action: str) -> EngineCore:
+        if self.block_manager is None or self.core is None:
             raise RuntimeError(f"LLMEngine.{action} called while asleep; call wake_up() first")
+        return self.core
 
     def _make_sequences(self, prompts: list[list[int]], params: SamplingParams) -> list[Sequence]:
         if params.n < 1 or params.max_new_tokens < 1:
@@ -221,7 +222,7 @@ class LLMEngine:
         seed = params.seed if params.seed is not None else self._unseeded_call_seed()
         stop_ids = stop_token_set(self.eos_ids, params)
         spec = sampling_spec(params)  # one object for every row: the sampler's all-same fast path
-        hashes = [[] for _ in prompts]  # one prefix-hash cache per prompt, shared by its n samples
+        hashes: list[list[bytes]] = [[] for _ in prompts]  # one prefix-hash cache per prompt, shared by its n samples
         samples = ((p, h) for p, h in zip(prompts, hashes) for _ in range(params.n))
         return [Sequence(row, list(p), params.max_new_tokens, row_key(seed, params.row_offset + row), stop_ids, h,
                          sampling=spec) for row, (p, h) in enumerate(samples)]
@@ -239,12 +240,12 @@ class LLMEngine:
         the same pair gives the tokens of that row of a batch call with that seed, and a resumed request
         (`rollout.base.resume_request`) continues exactly. Give every trajectory its own row_offset (equal
         keys sample equal tokens). Unseeded requests get a fresh key each (not resumable exactly)."""
-        self._check_awake("add_request")
+        core = self._awake_core("add_request")
         if request_id in self.requests:
             raise ValueError(f"request {request_id!r} is already in flight; request ids must be unique")
         seq = self._request_sequence(request_id, prompt_ids, params)
         self.requests[request_id] = seq
-        self.core.add(seq)
+        core.add(seq)
 
     def _request_sequence(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> Sequence:
         check_request(params, len(prompt_ids), self.max_model_len, request_id)
@@ -260,13 +261,13 @@ class LLMEngine:
         seq = self.requests.pop(request_id, None)
         if seq is None:
             return None
+        assert self.core is not None, "a request in flight without the step loop"
         self.core.abort(seq)
         return token_output(seq)
 
     def step(self) -> list[tuple[str, TokenOutput]]:
         """One engine step (a prefill, or one decode burst read); the requests that finished in it."""
-        self._check_awake("step")
-        finished = self.core.step()
+        finished = self._awake_core("step").step()
         return [(seq.request_id, token_output(self.requests.pop(seq.request_id)))
                 for seq in finished if seq.request_id is not None]
 
