@@ -190,7 +190,9 @@ class HFRequestEngine:
 
     async def _work(self) -> None:
         if self._executor is None:
-            self._executor = ThreadPoolExecutor(1, thread_name_prefix="hybridrl-hf-requests")
+            device = next(self.backend.model.parameters()).device
+            bind = (lambda: torch.cuda.set_device(device)) if device.type == "cuda" else None  # per-thread device
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="hybridrl-hf-requests", initializer=bind)
         loop = asyncio.get_running_loop()
         try:
             while self._queue:

@@ -15,6 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from hybridrl.rollout.base import SamplingParams, TokenOutput
 
 if TYPE_CHECKING:
@@ -47,6 +49,10 @@ class AsyncLLMEngine:
         self._waiters: dict[str, asyncio.Future] = {}  # request id -> the future its `generate` awaits
         self._task: asyncio.Task | None = None
         self._executor: ThreadPoolExecutor | None = None
+        device = torch.device(engine.device)
+        if device.type == "cuda" and device.index is None:  # "cuda": the creating thread's current device
+            device = torch.device("cuda", torch.cuda.current_device())
+        self._device = device
 
     @property
     def num_in_flight(self) -> int:
@@ -141,13 +147,19 @@ class AsyncLLMEngine:
             await asyncio.sleep(0)  # let the coroutines waiting on other things (tools) run
             return finished
         if self._executor is None:
-            self._executor = ThreadPoolExecutor(1, thread_name_prefix="hybridrl-engine")
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="hybridrl-engine", initializer=self._bind_device)
         running = self._executor.submit(self.engine.step)
         try:
             return await asyncio.wrap_future(running)
         except asyncio.CancelledError:
             running.result()  # the step must end before anyone touches the engine again
             raise
+
+    def _bind_device(self) -> None:
+        """The worker thread's current CUDA device is the engine's: events, pinned copies and streams taken
+        without a device (decode_step.copy_to_host) are per thread and would otherwise land on device 0."""
+        if self._device.type == "cuda":
+            torch.cuda.set_device(self._device)
 
     def _apply_ops(self) -> None:
         ops, self._ops = self._ops, []
