@@ -150,3 +150,18 @@ def test_the_front_end_serves_successive_event_loops_and_reports_metrics(model):
     metrics = asyncio.run(engine.take_metrics())
     assert metrics["rollout/prefix_cache_hit_tokens"] == 12 and metrics["rollout/decode_steps"] >= 14
     assert engine is engine.engine.request_engine()
+
+
+@pytest.mark.gpu
+def test_on_cuda_concurrent_coroutines_get_the_batch_calls_tokens(model):
+    """Steps on the front end's worker thread (bound to the engine's device) with decode graphs."""
+    from hybridrl.rollout.engine.llm_engine import LLMEngine
+
+    kwargs = dict(device="cuda", block_size=16, max_num_seqs=16, max_model_len=64)
+    want = LLMEngine(model, **kwargs).generate(PROMPTS, SAMPLED).token_ids
+    engine = LLMEngine(model, max_decode_burst=4, **kwargs).request_engine()
+
+    async def main():
+        return await asyncio.gather(*(one_row(engine, "sampled", SAMPLED, row, row % 3) for row in range(6)))
+
+    assert asyncio.run(main()) == want

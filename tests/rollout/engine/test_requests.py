@@ -42,30 +42,56 @@ def run_until_done(engine, outputs: dict[str, TokenOutput] | None = None) -> dic
     return outputs
 
 
-def test_interleaved_requests_with_their_own_params_equal_the_batch_calls(model, batch_outputs):
-    """Rows of three differently-configured batch calls, added while others decode (with an aborted
-    stranger among them), share one running batch and sample exactly what their batch call sampled."""
-    engine = make_engine(model, max_decode_burst=4)
+def interleaved_rows(engine) -> dict[str, TokenOutput]:
+    """Every row of CALLS as a request, added in a mixed order with 0-2 steps between adds, beside a
+    stranger that is aborted half-way; the finished requests' outputs."""
     pending = [row for name in CALLS for row in request_rows(name)]
     order = pending[1::2] + pending[0::2]  # calls and rows mixed
     outputs: dict[str, TokenOutput] = {}
     engine.add_request("stranger", PROMPTS[0], SamplingParams(seed=1, max_new_tokens=30, ignore_eos=True))
     for i, (request_id, prompt, params) in enumerate(order):
         engine.add_request(request_id, prompt, params)
-        for _ in range(i % 3):  # 0-2 steps between adds: some join while others decode
+        for _ in range(i % 3):  # some join while others decode
             outputs.update(engine.step())
         if i == 6:
             assert engine.abort_request("stranger").stop_reason == "abort"
     run_until_done(engine, outputs)
     assert "stranger" not in outputs and len(outputs) == len(order)
+    return outputs
+
+
+def assert_rows_equal_batch_calls(outputs: dict[str, TokenOutput], batch_outputs, atol: float) -> None:
     for name, want in batch_outputs.items():
         for row, (request_id, _, _) in enumerate(request_rows(name)):
             got = outputs[request_id]
             assert got.token_ids == want.token_ids[row], request_id
             torch.testing.assert_close(torch.tensor(got.log_probs), torch.tensor(want.log_probs[row]),
-                                       atol=1e-5, rtol=0)
+                                       atol=atol, rtol=0)
             assert got.stop_reason == ("stop" if got.token_ids[-1] in (13, 70) else "length")
     assert any(o.stop_reason == "stop" for o in outputs.values())  # the stop ids did end some rows
+
+
+def test_interleaved_requests_with_their_own_params_equal_the_batch_calls(model, batch_outputs):
+    """Rows of three differently-configured batch calls share one running batch (greedy, top-k/top-p and
+    plain sampled rows side by side) and sample exactly what their batch call sampled."""
+    outputs = interleaved_rows(make_engine(model, max_decode_burst=4))
+    assert_rows_equal_batch_calls(outputs, batch_outputs, atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_on_cuda_interleaved_requests_equal_the_batch_calls(model):
+    """The same on CUDA: decode graphs, the fused sampler with per-row settings beside the torch top-k/top-p
+    group, bursts queued behind each other. (CPU sampled these stop ids; CUDA may stop elsewhere.)"""
+    from hybridrl.rollout.engine.llm_engine import LLMEngine
+
+    kwargs = dict(device="cuda", block_size=16, max_num_seqs=16, max_model_len=64)
+    batch_outputs = {name: LLMEngine(model, **kwargs).generate(PROMPTS, params) for name, params in CALLS.items()}
+    outputs = interleaved_rows(LLMEngine(model, max_decode_burst=4, **kwargs))
+    for name, want in batch_outputs.items():
+        for row, (request_id, _, _) in enumerate(request_rows(name)):
+            assert outputs[request_id].token_ids == want.token_ids[row], request_id
+            torch.testing.assert_close(torch.tensor(outputs[request_id].log_probs), torch.tensor(want.log_probs[row]),
+                                       atol=1e-4, rtol=0)
 
 
 def test_request_greedy_equals_hf_greedy(model):
@@ -147,6 +173,27 @@ def test_a_resumed_request_continues_as_if_never_interrupted(model, do_sample, s
     assert partial.token_ids + resumed.token_ids == whole.token_ids
     torch.testing.assert_close(torch.tensor(partial.log_probs + resumed.log_probs), torch.tensor(whole.log_probs),
                                atol=1e-5, rtol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("do_sample", [False, True])
+def test_on_cuda_a_resumed_request_continues_as_if_never_interrupted(model, do_sample):
+    from hybridrl.rollout.engine.llm_engine import LLMEngine
+
+    params = SamplingParams(do_sample=do_sample, seed=11, row_offset=3, max_new_tokens=40, ignore_eos=True)
+    engine = LLMEngine(model, device="cuda", block_size=16, max_num_seqs=8, max_model_len=64, max_decode_burst=4)
+    engine.add_request("r", PROMPTS[0], params)
+    whole = run_until_done(engine)["r"]
+    engine.add_request("r", PROMPTS[0], params)
+    for _ in range(3):
+        engine.step()
+    partial = engine.abort_request("r")
+    engine.sleep()
+    engine.wake_up()
+    prompt, rest = resume_request(PROMPTS[0], params, partial)
+    engine.add_request("r-resumed", prompt, rest)
+    resumed = run_until_done(engine)["r-resumed"]
+    assert 0 < len(partial.token_ids) < 40 and partial.token_ids + resumed.token_ids == whole.token_ids
 
 
 @pytest.mark.parametrize("prefix_caching", [True, False])
