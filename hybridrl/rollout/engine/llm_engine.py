@@ -25,7 +25,7 @@ from hybridrl.rollout.engine.models import load_weights
 from hybridrl.rollout.engine.parallel import SINGLE, TensorParallel
 from hybridrl.rollout.engine.sampler import row_key
 from hybridrl.rollout.engine.requests import check_request, sampling_spec, stop_token_set, token_output
-from hybridrl.rollout.engine.sequence import Sequence
+from hybridrl.rollout.engine.sequence import Sequence, SequenceStatus
 
 CPU_KV_CAP_BYTES = 1 << 30
 KEEP_GRAPHS_KEY = "actor_rollout_ref.rollout.keep_decode_graphs"
@@ -202,6 +202,9 @@ class LLMEngine:
             while core.has_work:
                 core.step()
         finally:
+            for seq in seqs:  # interrupted (an exception): no row of this call may linger in the scheduler
+                if seq.status is not SequenceStatus.FINISHED:
+                    core.abort(seq)
             stats = core.take_stats()
             core.restore_stats(request_stats)
         metrics = stats.metrics(self.num_kv_blocks)

@@ -249,3 +249,20 @@ def test_batch_calls_and_requests_keep_their_metrics_apart(model):
     assert batch.metrics["rollout/prefill_tokens"] > 0 and requests["rollout/prefill_tokens"] == len(PROMPTS[0])
     assert batch.metrics["rollout/decode_steps"] >= 6 and requests["rollout/decode_steps"] >= 4
     assert engine.take_metrics()["rollout/decode_steps"] == 0  # taken
+
+
+def test_an_interrupted_batch_call_leaves_no_rows_behind(model, monkeypatch):
+    engine = make_engine(model)
+    params = SamplingParams(n=2, seed=4, max_new_tokens=6, ignore_eos=True)
+    want = engine.generate(PROMPTS, params)
+    start_decode = engine.runner.start_decode
+
+    def fail_once(*args):
+        monkeypatch.setattr(engine.runner, "start_decode", start_decode)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(engine.runner, "start_decode", fail_once)
+    with pytest.raises(KeyboardInterrupt):
+        engine.generate(PROMPTS, params)
+    assert not engine.core.has_work and engine.block_manager.num_used_blocks == 0
+    assert engine.generate(PROMPTS, params).token_ids == want.token_ids
