@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from hybridrl.rollout.base import SamplingParams, TokenOutput
+from hybridrl.rollout.engine.sequence import Sequence
 
 if TYPE_CHECKING:
     from hybridrl.rollout.engine.llm_engine import LLMEngine
@@ -29,12 +30,11 @@ REACT_YIELDS = 3
 
 @dataclass
 class _Op:
-    """A queued add (`params` set), abort or metrics read, applied by the engine loop between steps."""
+    """A queued add (`seq` set), abort or metrics read, applied by the engine loop between steps."""
 
     kind: str
     request_id: str = ""
-    prompt_ids: list[int] | None = None
-    params: SamplingParams | None = None
+    seq: Sequence | None = None
     done: asyncio.Future | None = None  # abort: its TokenOutput or None; metrics: the dict
 
 
@@ -61,12 +61,14 @@ class AsyncLLMEngine:
 
     async def generate(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> TokenOutput:
         """One continuation of `prompt_ids` (see `LLMEngine.add_request` for the sampling key). Cancelling the
-        awaiting task aborts the request."""
+        awaiting task aborts the request. A bad request raises here, before it is queued."""
         if request_id in self._waiters:
             raise ValueError(f"request {request_id!r} is already in flight; request ids must be unique")
+        # Checks and prompt hashing (O(conversation) per turn) run here, beside the step in flight.
+        seq = self.engine.make_request(request_id, prompt_ids, params)
         result = asyncio.get_running_loop().create_future()
         self._waiters[request_id] = result
-        self._submit(_Op("add", request_id, list(prompt_ids), params))
+        self._submit(_Op("add", request_id, seq))
         try:
             return await result
         except asyncio.CancelledError:
@@ -178,9 +180,9 @@ class AsyncLLMEngine:
         waiter = self._waiters.get(op.request_id)
         if waiter is None or waiter.done():  # cancelled before it started
             return
-        assert op.prompt_ids is not None and op.params is not None, "an add carries its prompt and parameters"
+        assert op.seq is not None, "an add carries its sequence"
         try:
-            self.engine.add_request(op.request_id, op.prompt_ids, op.params)
+            self.engine.submit_request(op.seq)
         except Exception as exc:  # a bad request fails its own caller only
             del self._waiters[op.request_id]
             waiter.set_exception(exc)

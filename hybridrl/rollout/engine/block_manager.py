@@ -23,6 +23,16 @@ def hash_block(token_ids: list[int], prefix: bytes) -> bytes:
     return hashlib.blake2b(prefix + array("q", token_ids).tobytes(), digest_size=16).digest()
 
 
+def prompt_hash_chain(token_ids: list[int], block_size: int) -> list[bytes]:
+    """The chained hashes of every full block of `token_ids` (what `Sequence.prompt_block_hashes` caches),
+    computed ahead of scheduling: the request front end does it while a step runs."""
+    chain, prefix = [], b""
+    for start in range(0, len(token_ids) - block_size + 1, block_size):
+        prefix = hash_block(token_ids[start:start + block_size], prefix)
+        chain.append(prefix)
+    return chain
+
+
 class Block:
     __slots__ = ("block_id", "ref_count", "hash", "token_ids")
 

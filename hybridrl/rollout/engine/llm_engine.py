@@ -15,7 +15,7 @@ import torch
 
 from hybridrl.logging.log import get_logger
 from hybridrl.rollout.base import RolloutOutput, SamplingParams, TokenOutput
-from hybridrl.rollout.engine.block_manager import BlockManager
+from hybridrl.rollout.engine.block_manager import BlockManager, prompt_hash_chain
 from hybridrl.rollout.engine.async_engine import AsyncLLMEngine
 from hybridrl.rollout.engine.core import EngineCore
 from hybridrl.rollout.engine.kv_memory import MARGIN_BYTES, blocks_for_generation, fitting_blocks
@@ -243,21 +243,30 @@ class LLMEngine:
         the same pair gives the tokens of that row of a batch call with that seed, and a resumed request
         (`rollout.base.resume_request`) continues exactly. Give every trajectory its own row_offset (equal
         keys sample equal tokens). Unseeded requests get a fresh key each (not resumable exactly)."""
-        core = self._awake_core("add_request")
-        if request_id in self.requests:
-            raise ValueError(f"request {request_id!r} is already in flight; request ids must be unique")
-        seq = self._request_sequence(request_id, prompt_ids, params)
-        self.requests[request_id] = seq
-        core.add(seq)
+        self.submit_request(self.make_request(request_id, prompt_ids, params))
 
-    def _request_sequence(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> Sequence:
+    def make_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> Sequence:
+        """Check a request and build its sequence, prompt block hashes included, without touching the running
+        batch: the asyncio front end does this on its caller's thread while a step runs. `submit_request`
+        queues it."""
         check_request(params, len(prompt_ids), self.max_model_len, request_id)
         # A request may ask for more than the model's length: it stops there (stop_reason `length`).
         max_new_tokens = min(params.max_new_tokens, self.max_model_len - len(prompt_ids))
         self._check_fits(len(prompt_ids), max_new_tokens)
         seed, row = (params.seed, params.row_offset) if params.seed is not None else (self._unseeded_call_seed(), 0)
-        return Sequence(row, list(prompt_ids), max_new_tokens, row_key(seed, row), stop_token_set(self.eos_ids, params),
+        prompt = list(prompt_ids)
+        hashes = prompt_hash_chain(prompt, self.block_size) if self.enable_prefix_caching else []
+        return Sequence(row, prompt, max_new_tokens, row_key(seed, row), stop_token_set(self.eos_ids, params), hashes,
                         sampling=sampling_spec(params), request_id=request_id, cache_on_finish=True)
+
+    def submit_request(self, seq: Sequence) -> None:
+        """Queue a sequence from `make_request`; it joins the running batch at the next step."""
+        core = self._awake_core("submit_request")
+        if seq.request_id is None or seq.request_id in self.requests:
+            raise ValueError(f"request {seq.request_id!r} is already in flight; request ids must be unique")
+        self._check_fits(seq.num_prompt_tokens, seq.max_new_tokens)  # the cache may have shrunk since
+        self.requests[seq.request_id] = seq
+        core.add(seq)
 
     def abort_request(self, request_id: str) -> TokenOutput | None:
         """Stop a request: what it generated so far (stop_reason `abort`), or None when it is not in flight."""

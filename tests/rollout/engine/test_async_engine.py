@@ -104,6 +104,7 @@ def test_a_bad_request_fails_its_caller_only(model):
 
     async def main():
         good = asyncio.create_task(engine.generate("good", PROMPTS[1], GREEDY))
+        await asyncio.sleep(0)  # "good" is in flight
         with pytest.raises(ValueError, match="one sequence"):
             await engine.generate("bad", PROMPTS[0], SamplingParams(n=2))
         with pytest.raises(ValueError, match="already in flight"):

@@ -111,3 +111,15 @@ def test_a_finished_sequences_written_blocks_serve_its_extension():
     assert bm.num_cached_tokens(extension) == 12  # blocks 0-2; block 3 holds the unwritten position 15
     bm.allocate(extension)
     assert extension.num_cached_tokens == 12 and bm.num_free_blocks == 16 - 5
+
+
+def test_a_precomputed_hash_chain_is_the_one_allocate_registers():
+    from hybridrl.rollout.engine.block_manager import prompt_hash_chain
+
+    bm = BlockManager(num_blocks=16, block_size=4)
+    seq = make_seq(list(range(11)))  # 2 full blocks + 3 tokens
+    bm.allocate(seq)
+    chain = prompt_hash_chain(list(range(11)), 4)
+    assert chain == [bm.blocks[b].hash for b in seq.block_table[:2]] and len(chain) == 2
+    seeded = Sequence(1, list(range(11)), 8, seed=0, prompt_block_hashes=list(chain))
+    assert bm.num_cached_tokens(seeded) == 8
