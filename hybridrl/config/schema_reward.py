@@ -12,6 +12,18 @@ REMOTE_TYPE_DOC = "hybridrl: null = local model; vllm_api = remote endpoint at m
 
 
 @dataclass
+class RemoteClientConfig:
+    """hybridrl: requests to a remote scoring endpoint (type=vllm_api). At worst one batch of rows waits
+    (max_retries + 1) x timeout_s + backoff_s x (2^max_retries - 1) seconds before the run stops."""
+
+    timeout_s: float = setting(60.0, "Total deadline of one HTTP request (connect, send, wait, read), however the "
+                                     "server trickles its answer; a request past it is retried.")
+    max_retries: int = setting(3, "Retries of a request after a connection error, a timeout or an HTTP 5xx/408/429 "
+                                  "(each logged with the endpoint, attempt and cause); other 4xx are not retried.")
+    backoff_s: float = setting(1.0, "Wait before the first retry; doubled for each further one.")
+
+
+@dataclass
 class CriticModelConfig:
     """The value model (a causal LM with a scalar head)."""
 
@@ -77,6 +89,7 @@ class CriticConfig:
     grad_clip: float = setting(1.0, "Gradient-norm clip.")
     checkpoint: CheckpointConfig = section(CheckpointConfig, "Critic checkpoint contents.")
     type: str | None = setting(None, REMOTE_TYPE_DOC, choices=(None, "vllm_api"))
+    remote: RemoteClientConfig = section(RemoteClientConfig, "hybridrl: deadline and retries of a remote critic.")
     device_ids: list[int] | None = setting(None, DEVICE_IDS_DOC)
 
 
@@ -144,10 +157,15 @@ class RewardModelConfig:
     reward_kwargs: dict = setting({}, "Extra kwargs passed to the reward manager.", plus=True)
     on_error: str = setting(
         "raise",
-        "hybridrl: a reward function that raises stops the run (raise) or scores 0, counted in reward/num_errors (zero).",
+        "hybridrl: a reward function that raises or runs past reward_fn_timeout_s stops the run (raise) or scores 0, "
+        "counted in reward/num_errors / reward/num_timeouts (zero).",
         choices=("raise", "zero"),
     )
+    reward_fn_timeout_s: float | None = setting(
+        300.0, "hybridrl: the most one call of the reward function may take; a call past it is stopped and follows "
+        "on_error (raise: stop naming the row; zero: score 0, counted in reward/num_timeouts). null = no limit.")
     type: str | None = setting(None, REMOTE_TYPE_DOC, choices=(None, "vllm_api"))
+    remote: RemoteClientConfig = section(RemoteClientConfig, "hybridrl: deadline and retries of a remote reward model.")
     device_ids: list[int] | None = setting(None, DEVICE_IDS_DOC)
 
 

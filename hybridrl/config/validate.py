@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import math
 import inspect
 from typing import Any
 
@@ -210,6 +211,24 @@ def _trainer_problems(cfg: HybridRLConfig) -> list[str]:
     if cfg.reward_model.num_workers < 1:
         problems.append(f"reward_model.num_workers ({cfg.reward_model.num_workers}) must be >= 1 (1 = score in the "
                         "trainer's process)")
+    return problems + _scoring_deadline_problems(cfg)
+
+
+def _scoring_deadline_problems(cfg: HybridRLConfig) -> list[str]:
+    """reward_model.reward_fn_timeout_s and the remote clients' deadline and retries (NaN fails every test)."""
+    problems = []
+    timeout = cfg.reward_model.reward_fn_timeout_s
+    if timeout is not None and not 0 < timeout < math.inf:
+        problems.append(f"reward_model.reward_fn_timeout_s ({timeout}) must be a finite number of seconds > 0, or "
+                        "null for no limit")
+    for prefix, remote in (("reward_model.remote", cfg.reward_model.remote), ("critic.remote", cfg.critic.remote)):
+        if not 0 < remote.timeout_s < math.inf:
+            problems.append(f"{prefix}.timeout_s ({remote.timeout_s}) must be a finite number of seconds > 0: the "
+                            "whole of one request")
+        if remote.max_retries < 0:
+            problems.append(f"{prefix}.max_retries ({remote.max_retries}) must be >= 0 (0 = one attempt)")
+        if not 0 <= remote.backoff_s < math.inf:
+            problems.append(f"{prefix}.backoff_s ({remote.backoff_s}) must be a finite number of seconds >= 0")
     return problems
 
 

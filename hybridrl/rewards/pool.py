@@ -6,23 +6,45 @@ running checks on code, can take seconds per batch. On a thread beside the contr
 and worker-group calls wait behind it (benchmarks/reward_workers_bench.py).
 
 In worker processes the function has interpreters of its own, and the rows score in parallel over the
-cores. The rows go out in contiguous chunks, a few per worker so that slow rows spread, and the results
-come back in row order. Each worker loads the function once: the built-in table, or
-`custom_reward_function.path` / `.name`. A custom function must therefore work when its file is
-imported in a fresh process.
+cores. The rows go out in contiguous chunks, a few per worker so that slow rows spread; a worker sends
+each row's result back as soon as it has it, so the pool always knows which row each worker is on and
+since when. That gives the guarantees a run needs (rewards/watchdog.py):
+
+- a row past `reward_model.reward_fn_timeout_s` gets its worker killed (whatever it is doing, C code
+  included) and replaced; the rest of its chunk goes to another worker;
+- the first error of any worker is raised at once, naming the row and data source, whatever the other
+  workers are doing (a hang elsewhere cannot mask it);
+- Ctrl-C, or any error, kills busy workers instead of waiting for them. Each worker leads a process group
+  of its own: the terminal's Ctrl-C reaches only the trainer, and a kill takes the processes a reward
+  function started (a code sandbox) with it;
+- a progress line when a batch scores slowly.
+
+Each worker loads the function once: the built-in table, or `custom_reward_function.path` / `.name`. A
+custom function must therefore work when its file is imported in a fresh process.
 """
 
 from __future__ import annotations
 
 import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+import os
+import signal
+import time
+import traceback
+import weakref
+from collections import deque
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Sequence
 
-from hybridrl.rewards.manager import RewardFunctionError, ScoredBatch, concat_scored, score_batch
+from hybridrl.logging.log import get_logger
+from hybridrl.rewards.manager import (RewardFunctionError, RowOutcome, ScoredBatch, check_rows, collect, describe,
+                                      score_row, timeout_outcome)
+from hybridrl.rewards.watchdog import PROGRESS_EVERY_S, TICK_S, ScoringClock
 
+log = get_logger("rewards")
 CHUNKS_PER_WORKER = 4
+MAIN_GUARD_HINT = ('the script that started training has no `if __name__ == "__main__":` guard (spawned workers '
+                   "import it; its stderr above says so)")
 
 
 @dataclass(frozen=True)
@@ -42,56 +64,247 @@ class ScoreFnSpec:
 
         return load_custom_reward_fn(self.path, self.name, self.kwargs)
 
+    def describe(self) -> str:
+        return f"{self.path}:{self.name}" if self.path is not None else "hybridrl.rewards:default_compute_score"
+
+
+class WorkerTraceback(Exception):
+    """The formatted traceback of an error in a worker process (the cause of the error raised here)."""
+
+
+@dataclass
+class _Worker:
+    process: Any  # a spawn-context Process
+    conn: Connection
+    ready: bool = False
+    rows: deque = field(default_factory=deque)  # rows sent to it, in order; rows[0] is running
+    row_started: float = 0.0
+
+
+@dataclass
+class _Job:
+    """One batch being scored: its rows, the chunks not yet sent, and the outcomes so far."""
+    calls: list[tuple]
+    pending: deque  # (first_row, count) chunks waiting for a worker
+    outcomes: list[RowOutcome | None]
+    clock: ScoringClock
+
+    @property
+    def remaining(self) -> int:
+        return self.outcomes.count(None)
+
 
 class ScoringPool:
-    """`score_batch` over `num_workers` spawned processes; started on the first batch, `close()` stops it."""
+    """Rows scored over `num_workers` spawned processes; started on the first batch, `close()` stops them."""
 
-    def __init__(self, spec: ScoreFnSpec, num_workers: int, on_error: str = "raise") -> None:
+    def __init__(self, spec: ScoreFnSpec, num_workers: int, on_error: str = "raise", timeout_s: float | None = None,
+                 progress_every_s: float = PROGRESS_EVERY_S) -> None:
         if num_workers < 2:
             raise ValueError(f"reward_model.num_workers={num_workers}: a scoring pool needs 2 or more workers")
-        self.spec, self.num_workers, self.on_error = spec, num_workers, on_error
-        self._executor: ProcessPoolExecutor | None = None
+        self.spec, self.num_workers, self.on_error, self.timeout_s = spec, num_workers, on_error, timeout_s
+        self.progress_every_s = progress_every_s
+        self._context = multiprocessing.get_context("spawn")  # a fork of the trainer would copy CUDA and threads
+        self._workers: list[_Worker] = []
+        self._generation = 0  # bumped by close(): a batch in flight on another thread stops
+        # At exit, before multiprocessing joins its children (which would wait on a stuck worker forever).
+        self._finalizer = weakref.finalize(self, _kill, self._workers)
 
     def score(self, responses_text: list[str], data_sources: Sequence[str], ground_truths: Sequence[Any],
               extra_infos: Sequence[dict | None]) -> ScoredBatch:
-        rows = len(responses_text)
-        size = max(1, -(-rows // (self.num_workers * CHUNKS_PER_WORKER)))
-        futures = [self._pool().submit(_score_chunk, start, responses_text[start:start + size],
-                                       data_sources[start:start + size], ground_truths[start:start + size],
-                                       extra_infos[start:start + size], self.on_error)
-                   for start in range(0, rows, size)]
+        check_rows(self.on_error, responses_text, data_sources, ground_truths, extra_infos)
+        calls = list(zip(data_sources, responses_text, ground_truths, extra_infos))
+        size = max(1, -(-len(calls) // (self.num_workers * CHUNKS_PER_WORKER)))
+        job = _Job(calls, deque((start, min(size, len(calls) - start)) for start in range(0, len(calls), size)),
+                   [None] * len(calls), ScoringClock(len(calls), self.progress_every_s, self.timeout_s))
+        generation = self._generation
         try:
-            return concat_scored([future.result() for future in futures])
-        except BrokenProcessPool as error:
-            self.close()
-            raise RewardFunctionError(
-                f"a reward worker process died while scoring (reward_model.num_workers={self.num_workers}): the "
-                "reward function crashed its interpreter or ran out of memory, or the script that started training "
-                "has no `if __name__ == \"__main__\":` guard (spawned workers import it; its stderr above says so). "
-                "Set reward_model.num_workers=1 to score in the trainer's process and see the failure there") from error
+            self._start_missing_workers()
+            while job.remaining:
+                self._dispatch(job)
+                self._receive(job)
+                self._enforce_deadlines(job)
+                job.clock.maybe_report()
+                if self._generation != generation:
+                    raise RewardFunctionError("the reward scoring pool was closed while it scored a batch")
+        except BaseException:
+            _kill(self._workers)  # Ctrl-C or an error: busy workers are killed, never waited for
+            raise
+        return collect(job.outcomes)  # type: ignore[arg-type]
 
-    def _pool(self) -> ProcessPoolExecutor:
-        if self._executor is None:
-            # spawn: a fork of the trainer would copy its CUDA context and threads
-            self._executor = ProcessPoolExecutor(self.num_workers, mp_context=multiprocessing.get_context("spawn"),
-                                                 initializer=_load_score_fn, initargs=(self.spec,))
-        return self._executor
+    @property
+    def num_processes(self) -> int:
+        """Worker processes started and not yet stopped (0 before the first batch and after `close()`)."""
+        return len(self._workers)
 
     def close(self) -> None:
-        if self._executor is not None:
-            self._executor.shutdown(wait=True, cancel_futures=True)
-            self._executor = None
+        """Stop the workers: idle ones are asked to exit, busy ones killed; safe to call twice."""
+        self._generation += 1
+        for worker in list(self._workers):
+            if worker.ready and not worker.rows:
+                try:
+                    worker.conn.send(None)
+                except OSError:
+                    pass  # already gone
+        deadline = time.monotonic() + 2.0
+        for worker in list(self._workers):
+            worker.process.join(timeout=max(0.0, deadline - time.monotonic()) if not worker.rows else 0)
+        _kill(self._workers)
+
+    # ------------------------------------------------------------------------------------- workers
+    def _start_missing_workers(self) -> None:
+        while len(self._workers) < self.num_workers:
+            parent_end, child_end = self._context.Pipe(duplex=True)
+            process = self._context.Process(target=_worker_main, args=(child_end, self.spec, self.on_error),
+                                            name="hybridrl-reward-worker", daemon=False)
+            process.start()
+            child_end.close()  # so the parent sees EOF when the worker dies
+            self._workers.append(_Worker(process, parent_end))
+
+    def _dispatch(self, job: _Job) -> None:
+        """Give the next chunk to every ready worker that has nothing to do."""
+        for worker in self._workers:
+            if not job.pending or not worker.ready or worker.rows:
+                continue
+            first, count = job.pending.popleft()
+            try:
+                worker.conn.send((first, job.calls[first:first + count]))
+            except OSError:  # it died since its last message: the chunk waits for its replacement
+                job.pending.appendleft((first, count))
+                continue
+            worker.rows.extend(range(first, first + count))
+            self._start_row(worker, job, time.monotonic())
+
+    def _start_row(self, worker: _Worker, job: _Job, now: float) -> None:
+        worker.row_started = now
+        job.clock.start_row(worker.rows[0], job.calls[worker.rows[0]][0])
+
+    def _receive(self, job: _Job) -> None:
+        by_conn = {worker.conn: worker for worker in self._workers}
+        for conn in wait(list(by_conn), timeout=TICK_S):
+            worker = by_conn[conn]  # type: ignore[index]
+            try:
+                while conn.poll():
+                    self._handle(worker, conn.recv(), job)
+            except (EOFError, OSError):
+                self._worker_died(worker, job)
+
+    def _handle(self, worker: _Worker, message: tuple, job: _Job) -> None:
+        kind = message[0]
+        if kind == "ready":
+            worker.ready = True
+        elif kind == "load_error":
+            raise RewardFunctionError(f"a reward worker process could not load the reward function "
+                                      f"{self.spec.describe()}: {message[1]}")
+        elif kind == "error":
+            raise RewardFunctionError(message[2]) from WorkerTraceback(message[3])
+        else:  # ("row", row, outcome)
+            self._finish_row(worker, message[1], message[2], job)
+
+    def _finish_row(self, worker: _Worker, row: int, outcome: RowOutcome, job: _Job) -> None:
+        assert worker.rows and worker.rows[0] == row, "a worker reports its rows in the order it was given them"
+        worker.rows.popleft()
+        job.outcomes[row] = outcome
+        job.clock.end_row(row)
+        if worker.rows:
+            self._start_row(worker, job, time.monotonic())
+
+    def _worker_died(self, worker: _Worker, job: _Job) -> None:
+        worker.process.join(timeout=5)
+        cause = _exit_cause(worker.process.exitcode)
+        self._workers.remove(worker)
+        if not worker.ready:
+            raise RewardFunctionError(
+                f"a reward worker process exited before it could score ({cause}): {MAIN_GUARD_HINT}, or importing the "
+                f"reward function {self.spec.describe()} killed it. Set reward_model.num_workers=1 to score in the "
+                "trainer's process and see the failure there")
+        if worker.rows:
+            row = worker.rows.popleft()
+            data_source = job.calls[row][0]
+            if self.on_error == "raise":
+                raise RewardFunctionError(
+                    f"a reward worker process died while scoring sample {row} (data_source={data_source!r}) with "
+                    f"reward_model.num_workers={self.num_workers}: {cause}. The reward function crashed its "
+                    "interpreter (os._exit, a crash in native code) or the process ran out of host memory (the "
+                    "kernel's OOM killer; see dmesg). Set reward_model.num_workers=1 to score in the trainer's "
+                    "process and see the failure there, or reward_model.on_error=zero to score such rows 0")
+            log.warning("a reward worker process died on sample %d (data_source=%r): %s; scored 0 "
+                        "(reward_model.on_error=zero), worker replaced", row, data_source, cause)
+            self._settle(row, RowOutcome(0.0, {}, errored=True), worker, job)
+        self._start_missing_workers()
+
+    def _enforce_deadlines(self, job: _Job) -> None:
+        if self.timeout_s is None:
+            return
+        now = time.monotonic()
+        for worker in list(self._workers):
+            if worker.rows and now - worker.row_started > self.timeout_s:
+                row = worker.rows.popleft()
+                _kill([worker])
+                self._workers.remove(worker)
+                outcome = timeout_outcome(self.spec.describe(), row, job.calls[row][0], self.timeout_s, self.on_error)
+                log.warning("reward function on sample %d (data_source=%r) ran past reward_model.reward_fn_timeout_s="
+                            "%g s: its worker was killed and replaced; scored 0 (reward_model.on_error=zero)",
+                            row, job.calls[row][0], self.timeout_s)
+                self._settle(row, outcome, worker, job)
+                self._start_missing_workers()
+
+    def _settle(self, row: int, outcome: RowOutcome, worker: _Worker, job: _Job) -> None:
+        """Record a row its worker did not finish, and send the rest of that worker's chunk elsewhere."""
+        job.outcomes[row] = outcome
+        job.clock.end_row(row)
+        if worker.rows:
+            job.pending.appendleft((worker.rows[0], len(worker.rows)))
+            worker.rows.clear()
 
 
-_score_fn: Callable | None = None  # in a worker process: the function `_load_score_fn` loaded
+def _exit_cause(exitcode: int | None) -> str:
+    if exitcode is not None and exitcode < 0:
+        return f"killed by {signal.Signals(-exitcode).name}"
+    return f"exit code {exitcode}"
 
 
-def _load_score_fn(spec: ScoreFnSpec) -> None:
-    global _score_fn
-    _score_fn = spec.load()
+def _kill(workers: list[_Worker]) -> None:
+    """Kill every worker and its process group at once (SIGKILL: a stuck one may never finish); forget them."""
+    for worker in workers:
+        if worker.process.is_alive():
+            try:
+                os.killpg(worker.process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):  # not yet the leader of its own group
+                worker.process.kill()
+    for worker in workers:
+        worker.process.join(timeout=5)
+        worker.conn.close()
+    workers.clear()
 
 
-def _score_chunk(first_row: int, responses_text: list[str], data_sources: Sequence[str],
-                 ground_truths: Sequence[Any], extra_infos: Sequence[dict | None], on_error: str) -> ScoredBatch:
-    return score_batch(responses_text, data_sources, ground_truths, extra_infos, _score_fn, on_error,
-                       first_row=first_row)
+# ------------------------------------------------------------------------------ in the worker process
+def _worker_main(conn: Connection, spec: ScoreFnSpec, on_error: str) -> None:
+    """Load the function, then score the chunks the pool sends, one message per row, until told to stop."""
+    os.setpgid(0, 0)  # a group of its own: the terminal's Ctrl-C reaches the trainer only, which stops us
+    try:
+        fn = spec.load()
+    except BaseException as error:  # noqa: BLE001 - reported to the trainer, which raises it
+        conn.send(("load_error", f"{type(error).__name__}: {error}"))
+        return
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            task = conn.recv()
+        except EOFError:  # the trainer has gone
+            return
+        if task is None:
+            return
+        first_row, calls = task
+        for offset, call in enumerate(calls):
+            _send_row(conn, fn, first_row + offset, call, on_error)
+
+
+def _send_row(conn: Connection, fn: Callable, row: int, call: tuple, on_error: str) -> None:
+    try:
+        conn.send(("row", row, score_row(fn, row, call, on_error)))
+    except RewardFunctionError as error:
+        conn.send(("error", row, str(error), "".join(traceback.format_exception(error))))
+    except Exception as error:  # the result could not be sent (e.g. extra info that does not pickle)
+        conn.send(("error", row, describe(fn, call[0], row) + f" returned a result that cannot be sent back from "
+                   f"its worker process ({type(error).__name__}: {error}); return plain numbers, strings, lists "
+                   "and dicts", "".join(traceback.format_exception(error))))

@@ -28,7 +28,7 @@ from hybridrl.utils.memory import PhaseMemory, host_memory_metrics, max_merge
 from hybridrl.trainer.oom import oom_guard
 from hybridrl.utils.metrics import timed
 from hybridrl.utils.profiling import ProfileSpec, StepProfiler, profiled_step
-from hybridrl.utils.threads import submit_responsive
+from hybridrl.utils.threads import start_responsive
 from hybridrl.workers.rollout import sampling_params
 
 log = get_logger("hybridrl.trainer")
@@ -64,7 +64,6 @@ class PPOTrainer:
         self.profile_spec = ProfileSpec.from_config(cfg.global_profiler)
         self.profiler = StepProfiler("controller", self.memory.device,
                                      cuda_elsewhere=self.memory.device != self.device)  # the ranks hold the GPUs
-        self._reward_pool = None  # reward_model.launch_reward_fn_async: one scoring thread, made on first use
         if cfg.reward_model.launch_reward_fn_async and getattr(self.roles.reward, "reward_model", None) is not None:
             log.warning("reward_model.launch_reward_fn_async applies to reward functions; with a reward model "
                         "(reward_model.enable=true) scoring stays synchronous")
@@ -84,9 +83,7 @@ class PPOTrainer:
         finally:
             self.control.close()  # the previous signal handlers back, the pid file removed
             self.roles.rollout = self.roles.rollout.close()  # borrowed replicas stopped; the run's own rollout
-            self.roles.shutdown()  # worker ranks, if any (a failed group is already stopped)
-            if self._reward_pool is not None:
-                self._reward_pool.shutdown(wait=True)
+            self.roles.shutdown()  # worker ranks, if any (a failed group is already stopped); scoring processes
 
     def _cpu_threads(self):
         """With worker ranks on this node, the controller takes its share of the cores (cpu_threads.py)."""
@@ -232,15 +229,12 @@ class PPOTrainer:
         """reward_model.launch_reward_fn_async (verl): the reward function scores on a thread while the
         old_log_prob / ref / values forwards run (the GIL handed back every 0.2 ms meanwhile: utils/threads.py);
         a Future of `compute_scores`, or None when scoring is synchronous (the key off, or a reward model,
-        which needs the GPU itself)."""
+        which needs the GPU itself). The thread is a daemon nobody joins: Ctrl-C or an error never waits on a
+        stuck reward function (workers/reward.py `score_in_background`)."""
         has_model = getattr(self.roles.reward, "reward_model", None) is not None
         if not self.cfg.reward_model.launch_reward_fn_async or has_model:
             return None
-        if self._reward_pool is None:
-            from concurrent.futures import ThreadPoolExecutor
-
-            self._reward_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hybridrl-reward")
-        return submit_responsive(self._reward_pool, self.roles.reward.compute_scores, batch)
+        return start_responsive(lambda: self.roles.reward.score_in_background(batch))
 
     def old_log_prob(self, batch: Batch, metrics: dict[str, float]) -> Batch:
         batch = batch.union(self.roles.actor.compute_log_prob(batch))

@@ -17,7 +17,7 @@ from hybridrl.trainer.weight_sync import HANDOFF_BY_LAUNCHER, WeightHandoff
 from hybridrl.workers.actor import ActorWorker
 from hybridrl.workers.critic import CriticWorker
 from hybridrl.workers.reference import ReferenceWorker, build_reference
-from hybridrl.workers.reward import RewardWorker
+from hybridrl.workers.reward import RewardWorker, remote_client_kwargs
 from hybridrl.workers.rollout import RolloutWorker, rollout_weights_dtype
 from hybridrl.workers.sizes import BatchSizes
 
@@ -52,7 +52,7 @@ def build_critic(cfg, sizes: BatchSizes, device: torch.device, total_steps: int)
     if remote_critic(cfg):
         from hybridrl.workers.remote_critic import RemoteCriticWorker
 
-        critic = RemoteCriticWorker(cfg.critic.model.path)
+        critic = RemoteCriticWorker(cfg.critic.model.path, remote_client_kwargs(cfg.critic.remote, "critic.remote"))
         log.info(critic.describe())
         return critic
     return CriticWorker(cfg, sizes, device, total_steps)

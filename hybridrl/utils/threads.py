@@ -26,9 +26,15 @@ _saved = 0.0
 def submit_responsive(pool: ThreadPoolExecutor, fn: Callable[..., Any], *args: Any) -> Future:
     """`pool.submit(fn, *args)` with the interpreter's switch interval lowered to SWITCH_INTERVAL_S until
     the task is done (success or error), so the main thread gets the GIL back quickly meanwhile."""
+    return start_responsive(lambda: pool.submit(fn, *args))
+
+
+def start_responsive(start: Callable[[], Future]) -> Future:
+    """`start()`, which begins work on a thread and returns its Future, with the switch interval lowered as in
+    `submit_responsive` until that Future is done."""
     _enter()
     try:
-        future = pool.submit(fn, *args)
+        future = start()
     except BaseException:
         _leave()
         raise

@@ -5,14 +5,21 @@ Scores are placed on the last valid response token (`token_level_scores`), as ve
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import Future, InvalidStateError
+
 import torch
 
 from hybridrl.config.placement import is_remote
+from hybridrl.logging.log import get_logger
 from hybridrl.models.hf import batch_decode
-from hybridrl.rewards.manager import place_scores, score_batch
+from hybridrl.rewards.manager import RewardFunctionError, ground_truths, place_scores, score_batch
 from hybridrl.rewards.pool import ScoreFnSpec, ScoringPool
+from hybridrl.rewards.watchdog import STUCK_FIX, STUCK_WHY, TIMEOUT_KEY, RowInFlight
 from hybridrl.utils.batch import Batch
 from hybridrl.workers.rollout import unpadded_rows
+
+log = get_logger("rewards")
 
 
 def score_fn_spec(cfg) -> ScoreFnSpec:
@@ -60,7 +67,14 @@ def build_reward_model(cfg, tokenizer, device: torch.device = torch.device("cpu"
                              micro_batch_size=rm.micro_batch_size_per_gpu or 8, remote=remote,
                              max_tokens=rm.forward_max_token_len_per_gpu if rm.use_dynamic_bsz else None,
                              devices=[] if remote else devices, dtype=dtype,
-                             max_length=rm.max_length, trust_remote_code=trust)
+                             max_length=rm.max_length, trust_remote_code=trust,
+                             client_kwargs=remote_client_kwargs(rm.remote, "reward_model.remote") if remote else None)
+
+
+def remote_client_kwargs(remote, key: str) -> dict:
+    """PoolingClient arguments from a `*.remote` config section (`key` names it in the client's messages)."""
+    return {"timeout_s": remote.timeout_s, "max_retries": remote.max_retries, "backoff_s": remote.backoff_s,
+            "config_key": key}
 
 
 class RewardWorker:
@@ -70,36 +84,88 @@ class RewardWorker:
         self.tokenizer = tokenizer
         self.reward_fn_key = cfg.data.reward_fn_key
         self.on_error = cfg.reward_model.on_error
+        self.timeout_s = cfg.reward_model.reward_fn_timeout_s
         spec = score_fn_spec(cfg)
         self.compute_score = spec.load()  # loaded here too with workers: a bad file fails at start-up
+        self.needs_ground_truth = spec.path is None  # the built-in scorers compare with it; a custom one may not
+        self._missing_truth_warned = False
         self.reward_model = build_reward_model(cfg, tokenizer, device) if cfg.reward_model.enable else None
         workers = cfg.reward_model.num_workers
-        self.pool = ScoringPool(spec, workers, self.on_error) if workers > 1 else None
+        self.pool = ScoringPool(spec, workers, self.on_error, self.timeout_s) if workers > 1 else None
 
     def close(self) -> None:
-        """Stop the scoring processes (reward_model.num_workers > 1); safe to call twice."""
+        """Stop the scoring processes (reward_model.num_workers > 1; busy ones are killed); safe to call twice."""
         if self.pool is not None:
             self.pool.close()
 
     def describe(self) -> str:
         return self.reward_model.describe() if self.reward_model is not None else "rule/function rewards"
 
-    def compute_scores(self, batch: Batch, validate: bool = False) -> tuple[Batch, dict[str, list], dict[str, float]]:
+    def compute_scores(self, batch: Batch, validate: bool = False,
+                       on_stuck=None) -> tuple[Batch, dict[str, list], dict[str, float]]:
         """token_level_scores (B, R), per-row extra info from dict-valued rewards, and metrics.
 
         With a reward model, training scores are its `rm_scores` (verl's naive manager returns them
-        as-is); validation always uses rule rewards (verl skips model-based validation).
+        as-is); validation always uses rule rewards (verl skips model-based validation). `on_stuck`: see
+        score_in_background.
         """
         if self.reward_model is not None and not validate:
             rm_scores = self.reward_model.compute_rm_score(batch)["rm_scores"]
             return Batch({"token_level_scores": rm_scores.float()}), {}, {"reward/num_errors": 0.0}
         texts = decode_responses(self.tokenizer, batch)
-        reward_info = list(batch["reward_model"])
-        rows = (texts, list(batch[self.reward_fn_key]), [r.get("ground_truth") for r in reward_info],
-                list(batch.get("extra_info", [None] * len(batch))))
+        sources = list(batch[self.reward_fn_key])
+        truths, missing = ground_truths(list(batch["reward_model"]), sources, self.needs_ground_truth)
+        self._warn_missing_truths(len(missing), len(truths))
+        rows = (texts, sources, truths, list(batch.get("extra_info", [None] * len(batch))))
         scored = self.pool.score(*rows) if self.pool is not None else score_batch(
-            *rows, self.compute_score, on_error=self.on_error)
+            *rows, self.compute_score, on_error=self.on_error, timeout_s=self.timeout_s, on_stuck=on_stuck)
         lengths = batch["response_mask"].sum(-1)
         scores = place_scores(scored.scores, lengths, batch["responses"].shape[1])
-        metrics = {"reward/num_errors": float(scored.num_errors)}
+        metrics = {"reward/num_errors": float(scored.num_errors), "reward/num_timeouts": float(scored.num_timeouts),
+                   "reward/num_missing_ground_truth": float(len(missing))}
         return Batch({"token_level_scores": scores.to(torch.float32)}), scored.extra, metrics
+
+    def score_in_background(self, batch: Batch) -> Future:
+        """`compute_scores(batch)` on a daemon thread (reward_model.launch_reward_fn_async). The thread is never
+        joined, so Ctrl-C and errors do not wait for it; a call on it that runs past reward_model.reward_fn_timeout_s
+        and cannot be interrupted fails the Future and the thread is abandoned (rewards/watchdog.py)."""
+        future: Future = Future()
+        future.set_running_or_notify_cancel()
+
+        def stuck(row: RowInFlight) -> None:
+            _settle(future, error=RewardFunctionError(
+                f"the reward function on sample {row.row} (data_source={row.data_source!r}) ran past {TIMEOUT_KEY}="
+                f"{self.timeout_s:g} s and could not be interrupted on the scoring thread of "
+                f"reward_model.launch_reward_fn_async ({STUCK_WHY}); scoring was abandoned, whatever "
+                f"reward_model.on_error says. {STUCK_FIX}, or set reward_model.launch_reward_fn_async=false (the "
+                "main thread can interrupt a blocking call)"))
+
+        def run() -> None:
+            try:
+                result = self.compute_scores(batch, on_stuck=stuck)
+            except BaseException as error:  # noqa: BLE001 - handed to the waiter
+                _settle(future, error=error)
+            else:
+                _settle(future, result=result)
+
+        threading.Thread(target=run, name="hybridrl-reward", daemon=True).start()
+        return future
+
+    def _warn_missing_truths(self, num_missing: int, num_rows: int) -> None:
+        """A custom function may work without reward_model.ground_truth: say so once, count it every batch."""
+        if num_missing and not self._missing_truth_warned:
+            self._missing_truth_warned = True
+            log.warning("%d of %d rows have no reward_model.ground_truth; the custom reward function gets "
+                        "ground_truth=None for them (counted in reward/num_missing_ground_truth every step; this "
+                        "line is not repeated)", num_missing, num_rows)
+
+
+def _settle(future: Future, result=None, error: BaseException | None = None) -> None:
+    """Complete `future` unless it is done already (an abandoned thread may finish after its waiter gave up)."""
+    try:
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+    except InvalidStateError:
+        pass
