@@ -12,16 +12,18 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
-
-import torch
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from hybridrl.rewards.watchdog import (PROGRESS_EVERY_S, TIMEOUT_KEY, CallWatchdog, RewardCallTimeout, RowInFlight,
                                        ScoringClock)
 
+if TYPE_CHECKING:
+    import torch
+
 ON_ERROR_MODES = ("raise", "zero")
-FLOAT32_MAX = float(torch.finfo(torch.float32).max)  # token_level_scores are float32
+FLOAT32_MAX = float.fromhex("0x1.fffffep+127")  # torch.finfo(torch.float32).max: token_level_scores are float32
 
 
 class RewardFunctionError(RuntimeError):
@@ -150,7 +152,8 @@ def split_result(result: Any, fn: Callable | str, data_source: str, index: int) 
                                       f"(keys: {sorted(result)}); return a float or a dict with a 'score' key")
         extra = {key: value for key, value in result.items() if key != "score"}
         result = result["score"]
-    if isinstance(result, torch.Tensor) and result.numel() == 1:
+    torch_module = sys.modules.get("torch")  # a tensor result means torch is loaded; scoring workers need not load it
+    if torch_module is not None and isinstance(result, torch_module.Tensor) and result.numel() == 1:
         result = result.item()
     if not isinstance(result, numbers.Real):
         raise RewardFunctionError(describe(fn, data_source, index) + f" returned {type(result).__name__} "
@@ -172,6 +175,8 @@ def place_scores(scores: Sequence[float], response_lengths: Sequence[int] | torc
     A zero-length response has no token to carry the score; it is put at index 0 (masked out by
     response_mask downstream, so such a row contributes no reward signal).
     """
+    import torch
+
     lengths = torch.as_tensor(response_lengths, dtype=torch.long).reshape(-1)
     if lengths.numel() != len(scores):
         raise ValueError(f"place_scores got {len(scores)} scores but {lengths.numel()} response lengths")

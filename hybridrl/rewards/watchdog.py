@@ -101,6 +101,8 @@ class ScoringClock:
             slowest = min(running, key=lambda r: r.started)
             line += (f"; the slowest row still running is row {slowest.row} (data_source={slowest.data_source!r}, "
                      f"{now - slowest.started:.0f} s)")
+        else:
+            line += "; no row is running yet (the scoring worker processes are starting)"
         limit = f"{TIMEOUT_KEY}={self.timeout_s:g} s" if self.timeout_s is not None else f"{TIMEOUT_KEY}=null"
         return line + f" ({limit})"
 
@@ -170,7 +172,7 @@ class CallWatchdog:
             self._previous_handler(signum, frame)
 
     def _watch(self) -> None:
-        while not self._stop.wait(TICK_S):
+        while not self._stop.wait(TICK_S) and not self.abandoned:
             now = time.monotonic()
             self.clock.maybe_report(now)
             if self.clock.timeout_s is not None:

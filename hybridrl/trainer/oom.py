@@ -95,10 +95,26 @@ def get_key(cfg, key: str) -> Any:
     return node
 
 
+# What torch, the CUDA/HIP driver and cuBLAS say when the device is full. Not the bare words "out of memory":
+# hybridrl's own messages list host memory among the causes of a dead process (a reward worker, a rank), and a
+# CPU run reported as "CUDA out of memory" sends the user after the wrong settings.
+DEVICE_OOM = re.compile(r"\b(?:CUDA|HIP) out of memory|\b(?:CUDA|HIP) error: out of memory|CUBLAS_STATUS_ALLOC_FAILED"
+                        r"|cudaErrorMemoryAllocation")
+
+
 def is_oom(err: BaseException) -> bool:
-    """torch.OutOfMemoryError, or an older/driver-level RuntimeError that says "out of memory"."""
-    return isinstance(err, torch.OutOfMemoryError) or (
-        isinstance(err, RuntimeError) and "out of memory" in str(err).lower())
+    """torch.OutOfMemoryError, or a RuntimeError in torch's or the driver's words for a full device. hybridrl's
+    own errors count only for the exception they carry from a worker rank (a rank's own CUDA OOM)."""
+    if isinstance(err, torch.OutOfMemoryError):
+        return True
+    if not isinstance(err, RuntimeError):
+        return False
+    if type(err).__module__.split(".")[0] == "hybridrl":
+        from hybridrl.distributed.errors import final_exception
+
+        carried = getattr(err, "worker_traceback", None)
+        return isinstance(carried, str) and DEVICE_OOM.search(final_exception(carried)) is not None
+    return DEVICE_OOM.search(str(err)) is not None
 
 
 # ----------------------------------------------------------------------------------------- memory

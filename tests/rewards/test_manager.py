@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 
 import pytest
 import torch
 
 from hybridrl.rewards import default_compute_score
-from hybridrl.rewards.manager import RewardFunctionError, place_scores, score_batch
+from hybridrl.rewards.manager import RewardFunctionError, ground_truths, place_scores, score_batch
 
 
 def _with_extra(data_source, solution_str, ground_truth, extra_info=None):
@@ -93,3 +94,35 @@ def test_place_scores_rejects_bad_lengths():
         place_scores([1.0], [5], 4)
     with pytest.raises(ValueError, match="2 scores but 1"):
         place_scores([1.0, 2.0], [1], 4)
+
+
+def _exits(data_source, solution_str, ground_truth, extra_info=None):
+    raise SystemExit(0)
+
+
+@pytest.mark.parametrize("on_error", ["raise", "zero"])
+def test_sys_exit_in_a_reward_function_is_an_error_naming_it(on_error):
+    with pytest.raises(RewardFunctionError) as error:
+        score_batch(["a"], ["src"], ["1"], [None], _exits, on_error=on_error)
+    message = str(error.value)
+    assert f"{__name__}:_exits" in message and "sys.exit(0)" in message and "sample 0" in message
+    assert isinstance(error.value.__cause__, SystemExit)
+
+
+@pytest.mark.parametrize("value", [1e308, -1e39, 3.5e38])
+def test_a_score_beyond_float32_is_refused_naming_row_and_value(value):
+    expected = re.escape(f"sample 1 (data_source='b') returned {value:g}, which is inf in float32")
+    with pytest.raises(RewardFunctionError, match=expected):
+        score_batch(["x", "y"], ["a", "b"], ["1"] * 2, [None] * 2, lambda ds, *rest: value if ds == "b" else 0.0)
+    assert score_batch(["x"], ["a"], ["1"], [None], lambda *a: 3.4e38).scores == [3.4e38]  # the largest float32
+
+
+def test_ground_truths_name_the_rows_without_one_for_built_in_scorers():
+    infos = [{"ground_truth": "4"}, {"style": "rule"}, None, {"ground_truth": None}, {"ground_truth": "0"}]
+    sources = ["openai/gsm8k"] * 5
+    with pytest.raises(RewardFunctionError) as error:
+        ground_truths(infos, sources, needs_ground_truth=True)
+    message = str(error.value)
+    assert "3 of 5 rows have no reward_model.ground_truth" in message
+    assert "rows 1 (data_source='openai/gsm8k'), 2 (" in message and "3 (" in message and "custom_reward_function" in message
+    assert ground_truths(infos, sources, needs_ground_truth=False) == (["4", None, None, None, "0"], [1, 2, 3])
