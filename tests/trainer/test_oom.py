@@ -144,3 +144,22 @@ def test_kept_decode_graphs_are_offered_once_the_bigger_savings_are_taken():
     assert "actor_rollout_ref.rollout.keep_decode_graphs=true" in str(raise_oom_in("update_actor", cfg))
     off = load_config(OVERRIDES + taken + ["actor_rollout_ref.rollout.keep_decode_graphs=false"])
     assert "actor_rollout_ref.rollout.keep_decode_graphs" not in {o.key for o in suggest_overrides(off, "update_actor")}
+
+
+def test_hybridrl_messages_that_mention_memory_are_not_device_ooms(cfg):
+    """A dead process's error lists host memory among its causes; on its own that is no CUDA OOM."""
+    from hybridrl.distributed.errors import WorkerDiedError, WorkerError
+    from hybridrl.rewards.manager import RewardFunctionError
+    from hybridrl.trainer.oom import is_oom
+
+    died = WorkerDiedError("actor", 0, "update_actor", "killed by SIGKILL")
+    assert "out of host memory" in str(died) and not is_oom(died)
+    assert not is_oom(RewardFunctionError("a reward worker process died: ... ran out of memory"))
+    assert not is_oom(RuntimeError("DefaultCPUAllocator: not enough memory: you tried to allocate 8 GB"))
+    rank_oom = WorkerError("actor", 1, "update_actor", "Traceback (most recent call last):\n  File \"x.py\", line 1\n"
+                           "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+    assert is_oom(rank_oom)  # a rank's own CUDA OOM, carried by our error, still gets the phase's advice
+    with pytest.raises(PhaseOOMError, match="phase 'update_actor'"):
+        with oom_guard("update_actor", cfg, CPU):
+            raise rank_oom
+    assert is_oom(RuntimeError("CUDA error: out of memory")) and is_oom(RuntimeError("HIP out of memory."))
