@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
+import socketserver
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -112,3 +115,56 @@ def verl_batch(prompts: list[list[int]], responses: list[list[int]], pad_id: int
     return Batch({"input_ids": torch.tensor(rows), "attention_mask": mask,
                   "position_ids": (mask.cumsum(-1) - 1).clamp(min=0), "responses": torch.tensor(resp),
                   "response_mask": torch.tensor(resp_mask)})
+
+
+class RawServer(socketserver.ThreadingTCPServer):
+    """A TCP server on loopback whose `behave(sock, number)` does whatever a misbehaving HTTP server does with
+    each accepted connection (trickle, stall, reset); counts connections and records when clients hang up."""
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, behave: Callable[[socket.socket, int], None]):
+        super().__init__((LOOPBACK, 0), _RawHandler)
+        self.behave = behave
+        self.num_connections = 0
+        self.client_gone = threading.Event()  # a write failed: the client closed its end
+        self.lock = threading.Lock()
+
+    def serve_forever(self, poll_interval: float = 0.05) -> None:  # `running` passes poll_interval
+        super().serve_forever(poll_interval)
+
+
+class _RawHandler(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        server: RawServer = self.server  # type: ignore[assignment]
+        with server.lock:
+            number = server.num_connections
+            server.num_connections += 1
+        try:
+            server.behave(self.request, number)
+        except OSError:  # BrokenPipe / ConnectionReset: the client went away
+            server.client_gone.set()
+
+
+def read_request(sock: socket.socket) -> bytes:
+    """Everything up to the end of the headers and the body the Content-Length announces."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")), 0)
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return head + b"\r\n\r\n" + body
+
+
+def reset(sock: socket.socket) -> None:
+    """Close with a TCP reset (SO_LINGER 0), as a crashed server or a middlebox does."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
