@@ -12,6 +12,7 @@ i.e. one 1-element list per input token (a token-classification model with num_l
 from __future__ import annotations
 
 import math
+import reprlib
 import time
 import uuid
 from dataclasses import dataclass
@@ -53,7 +54,8 @@ def _check_ids(row: Any, index: int, vocab_size: int) -> list[int]:
         raise RequestError(f"input[{index}] must be a non-empty list of token ids")
     for pos, token in enumerate(row):
         if not _is_int(token) or not 0 <= token < vocab_size:
-            raise RequestError(f"input[{index}][{pos}] = {token!r} is not a token id in 0..{vocab_size - 1}")
+            raise RequestError(f"input[{index}][{pos}] = {reprlib.repr(token)} is not a token id in "
+                               f"0..{vocab_size - 1}")
     return row
 
 
