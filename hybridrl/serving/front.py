@@ -52,6 +52,7 @@ class _Incoming:
     head_end: int | None = None  # index just past the blank line ending the head
     length: int = 0  # Content-Length
     reserved: int = 0
+    admitted: bool = False  # head accepted and its body's bytes reserved: reading the body
     expects_continue: bool = False  # `Expect: 100-continue`: the client waits for a go-ahead before its body
     draining: bool = False  # answered (refused): reading and dropping the rest until DRAIN_S has passed
 
@@ -96,20 +97,27 @@ class GatedHTTPServer:
         self._selector.register(self._wake_read, selectors.EVENT_READ, "wake")
         try:
             while not self._stop.is_set():
-                for key, _ in self._selector.select(timeout=min(poll_interval, TICK_S)):
-                    if key.data == "listen":
-                        self._accept()
-                    elif key.data == "wake":
-                        self._wake_read.recv(4096)
-                    else:
-                        self._read(key.data)
-                self._expire(time.monotonic())
+                try:
+                    self._serve_once(poll_interval)
+                except Exception:  # noqa: BLE001 - the front must outlive a bug: log it and keep serving
+                    log.exception("the server's front loop failed; it goes on")
+                    time.sleep(TICK_S)
         finally:
             if self._accept_paused_until is None:
                 self._selector.unregister(self.socket)
             self._accept_paused_until = None
             self._selector.unregister(self._wake_read)
             self._stopped.set()
+
+    def _serve_once(self, poll_interval: float) -> None:
+        for key, _ in self._selector.select(timeout=min(poll_interval, TICK_S)):
+            if key.data == "listen":
+                self._accept()
+            elif key.data == "wake":
+                self._wake_read.recv(4096)
+            else:
+                self._guarded(self._read, key.data)
+        self._expire(time.monotonic())
 
     def shutdown(self) -> None:
         """Stop `serve_forever` and wait for it (safe to call when it is not running, and twice)."""
@@ -159,6 +167,23 @@ class GatedHTTPServer:
                 self._refuse(incoming, 503, f"the server has {self.limits.max_connections} connections open (its "
                                             "--max-connections); retry shortly", "Retry-After: 1\r\n")
 
+    def _guarded(self, step: Any, incoming: _Incoming) -> None:
+        """`step(incoming)`; a failure there closes that one connection and is logged, the front goes on."""
+        try:
+            step(incoming)
+        except Exception:  # noqa: BLE001 - one connection must never stop the server
+            log.exception("reading a request from %s failed; its connection is closed", incoming.address)
+            self._incoming.pop(incoming.sock, None)
+            if incoming in self._waiting:
+                self._waiting.remove(incoming)
+            try:
+                self._selector.unregister(incoming.sock)
+            except (KeyError, ValueError):
+                pass
+            if incoming.reserved:
+                self.budget.give_back(incoming.reserved)
+            self._closed(incoming.sock)
+
     def _read(self, incoming: _Incoming) -> None:
         try:
             chunk = incoming.sock.recv(65536)
@@ -174,14 +199,15 @@ class GatedHTTPServer:
         incoming.buffer += chunk
         if incoming.head_end is None:
             self._read_head(incoming, len(incoming.buffer) - len(chunk))
-        if incoming.head_end is not None and not incoming.draining:
+        if incoming.admitted and not incoming.draining:
             self._maybe_complete(incoming)
 
     def _read_head(self, incoming: _Incoming, searched: int) -> None:
         end = incoming.buffer.find(b"\r\n\r\n", max(0, searched - 3))
+        if (end if end >= 0 else len(incoming.buffer)) > self.limits.max_head_bytes:
+            self._refuse(incoming, 431, f"the request line and headers exceed {self.limits.max_head_bytes} bytes")
+            return
         if end < 0:
-            if len(incoming.buffer) > self.limits.max_head_bytes:
-                self._refuse(incoming, 431, f"the request line and headers exceed {self.limits.max_head_bytes} bytes")
             return
         incoming.head_end = end + 4
         problem = self._check_head(incoming, bytes(incoming.buffer[:end]))
@@ -216,7 +242,7 @@ class GatedHTTPServer:
         return None
 
     def _admitted(self, incoming: _Incoming) -> None:
-        incoming.reserved = incoming.length
+        incoming.reserved, incoming.admitted = incoming.length, True
         if incoming.expects_continue and len(incoming.buffer) < incoming.head_end + incoming.length:  # type: ignore[operator]
             self._send_quietly(incoming.sock, b"HTTP/1.1 100 Continue\r\n\r\n")
 
@@ -234,29 +260,40 @@ class GatedHTTPServer:
             self._accept_paused_until = None
             self._selector.register(self.socket, selectors.EVENT_READ, "listen")
         for incoming in list(self._incoming.values()):
-            if now < incoming.deadline:
-                continue
-            if incoming.draining:
-                self._close(incoming)
-            else:
-                self._refuse(incoming, 408, f"the request did not arrive within {self.limits.request_timeout_s:g} s "
-                                            "(the server's --request-timeout-s)")
-        for incoming in list(self._waiting):
             if now >= incoming.deadline:
-                self._waiting.remove(incoming)
-                self._send_quietly(incoming.sock, json_response(
-                    503, "the server is busy with other requests (its --max-inflight-mb); retry shortly",
-                    "Retry-After: 1\r\n"))
-                self._close(incoming)
-            elif self.budget.try_take(incoming.length):
-                self._waiting.remove(incoming)
-                self._incoming[incoming.sock] = incoming
-                self._selector.register(incoming.sock, selectors.EVENT_READ, incoming)
-                self._admitted(incoming)
-                self._maybe_complete(incoming)
+                self._guarded(self._timed_out, incoming)
+        for incoming in list(self._waiting):
+            self._guarded(self._retry_admission, incoming)
+
+    def _timed_out(self, incoming: _Incoming) -> None:
+        if incoming.draining:
+            self._close(incoming)
+        else:
+            self._refuse(incoming, 408, f"the request did not arrive within {self.limits.request_timeout_s:g} s "
+                                        "(the server's --request-timeout-s)")
+
+    def _retry_admission(self, incoming: _Incoming) -> None:
+        """A head waiting for room in the in-flight budget: admitted when there is (with a new deadline for its body:
+        the wait was the server's), 503 at its deadline."""
+        if self.budget.try_take(incoming.length):
+            self._waiting.remove(incoming)
+            incoming.deadline = time.monotonic() + self.limits.request_timeout_s
+            self._incoming[incoming.sock] = incoming
+            self._selector.register(incoming.sock, selectors.EVENT_READ, incoming)
+            self._admitted(incoming)
+            self._maybe_complete(incoming)
+        elif time.monotonic() >= incoming.deadline:
+            self._waiting.remove(incoming)
+            self._send_quietly(incoming.sock, json_response(
+                503, "the server is busy with other requests (its --max-inflight-mb); retry shortly",
+                "Retry-After: 1\r\n"))
+            self._close(incoming)
 
     def _refuse(self, incoming: _Incoming, status: int, message: str, extra_headers: str = "") -> None:
         """Answer `status` now, then drop what the client still sends for DRAIN_S before closing."""
+        if incoming.reserved:  # nothing more is kept of its body
+            self.budget.give_back(incoming.reserved)
+            incoming.reserved = 0
         self._send_quietly(incoming.sock, json_response(status, message, extra_headers))
         try:
             incoming.sock.shutdown(socket.SHUT_WR)

@@ -99,6 +99,7 @@ class _SocketWriter(io.RawIOBase):
 class PoolingHandler(BaseHTTPRequestHandler):
     """One complete request (front.Request: its bytes already read) in, one JSON answer out, connection closed."""
     server_version = "hybridrl-serve"
+    default_request_version = "HTTP/1.0"  # a request line it cannot parse still gets a status line and headers
 
     @property
     def app(self) -> PoolingApp:

@@ -21,9 +21,9 @@ from hybridrl.utils.batch import Batch
 LOOPBACK = "127.0.0.1"
 
 
-def save_value_model_dir(path: str, seed: int = 0) -> str:
+def save_value_model_dir(path: str, seed: int = 0, **config_overrides) -> str:
     """A tiny value model directory whose score head is fixed (saved), so every load is identical."""
-    save_tiny_model_dir(path, arch="qwen2", seed=seed)
+    save_tiny_model_dir(path, arch="qwen2", seed=seed, **config_overrides)
     torch.manual_seed(seed)
     load_value_model(path).save_pretrained(path)
     return path
@@ -168,3 +168,37 @@ def reset(sock: socket.socket) -> None:
     """Close with a TCP reset (SO_LINGER 0), as a crashed server or a middlebox does."""
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     sock.close()
+
+
+def raw_exchange(url: str, data: bytes, timeout_s: float = 30.0) -> tuple[int, dict]:
+    """Send `data` as is on a fresh connection; (status, JSON body) of the answer (status 0: none came)."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
+        try:
+            sock.sendall(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # refused before all was sent: the answer is still there to read
+        return parse_answer(read_all(sock))
+
+
+def read_all(sock: socket.socket) -> bytes:
+    chunks = []
+    try:
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    except ConnectionResetError:
+        pass
+    return b"".join(chunks)
+
+
+def parse_answer(raw: bytes) -> tuple[int, dict]:
+    if not raw:
+        return 0, {}
+    head, _, body = raw.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body) if body else {}
+
+
+def post(path: str, body: bytes, extra_headers: str = "") -> bytes:
+    """A raw HTTP/1.1 POST with Content-Length."""
+    return (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+            f"{extra_headers}\r\n").encode() + body
