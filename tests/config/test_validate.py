@@ -164,3 +164,13 @@ def test_ray_init_takes_rays_arguments_private_ones_and_client_options():
 def test_ray_init_keys_are_not_checked_without_ray(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed: the launcher reports that itself
     validate_config(load_config(GRPO + ["ray_kwargs.ray_init.adress=auto"]))
+
+
+def test_scoring_deadlines_and_retries_are_checked():
+    message = problems(["reward_model.reward_fn_timeout_s=0", "reward_model.remote.timeout_s=nan",
+                        "critic.remote.max_retries=-1", "critic.remote.backoff_s=inf"])
+    for expected in ["reward_model.reward_fn_timeout_s (0.0) must be a finite number of seconds > 0, or null",
+                     "reward_model.remote.timeout_s (nan) must be a finite number of seconds > 0",
+                     "critic.remote.max_retries (-1) must be >= 0", "critic.remote.backoff_s (inf) must be a finite"]:
+        assert expected in message, expected
+    assert "reward_fn_timeout_s" not in problems(["reward_model.reward_fn_timeout_s=null"])
