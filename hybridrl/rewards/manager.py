@@ -61,19 +61,22 @@ def score_batch(responses_text: list[str], data_sources: Sequence[str], ground_t
                 extra_infos: Sequence[dict | None], compute_score: Callable, on_error: str = "raise",
                 first_row: int = 0, timeout_s: float | None = None,
                 on_stuck: Callable[[RowInFlight], None] | None = None,
-                progress_every_s: float = PROGRESS_EVERY_S) -> ScoredBatch:
+                progress_every_s: float = PROGRESS_EVERY_S, on_timeout: str | None = None) -> ScoredBatch:
     """Call `compute_score(data_source, solution_str, ground_truth, extra_info)` for every row.
 
     `first_row`: the batch row of the first response here (a chunk scored elsewhere), for error messages.
-    `timeout_s`: the most one call may take (None: no limit). `on_stuck`: told when a call on a thread other
+    `timeout_s`: the most one call may take (None: no limit); a call past it follows `on_timeout` (None: as
+    `on_error`; "zero" is verl's naive `compute_score_timeout`). `on_stuck`: told when a call on a thread other
     than the main one ran past its deadline and could not be interrupted (rewards/watchdog.py)."""
     check_rows(on_error, responses_text, data_sources, ground_truths, extra_infos)
+    check_rows(on_timeout or on_error)
     clock = ScoringClock(len(responses_text), progress_every_s, timeout_s)
     outcomes = []
     with CallWatchdog(clock, on_stuck) as watchdog:
         for index, response in enumerate(responses_text):
             call = (data_sources[index], response, ground_truths[index], extra_infos[index])
-            outcomes.append(score_row(compute_score, first_row + index, call, on_error, timeout_s, watchdog))
+            outcomes.append(score_row(compute_score, first_row + index, call, on_error, timeout_s, watchdog,
+                                      on_timeout))
     return collect(outcomes)
 
 
@@ -86,13 +89,13 @@ def check_rows(on_error: str, *columns: Sequence) -> None:
 
 
 def score_row(fn: Callable, row: int, call: tuple, on_error: str, timeout_s: float | None = None,
-              watchdog: CallWatchdog | None = None) -> RowOutcome:
+              watchdog: CallWatchdog | None = None, on_timeout: str | None = None) -> RowOutcome:
     """`fn(*call)` for batch row `row`, under `watchdog`'s deadline when given, with the error rules above."""
     data_source = call[0]
     try:
         result = watchdog.call(row, data_source, fn, call) if watchdog is not None else fn(*call)
     except RewardCallTimeout as timeout:
-        return timeout_outcome(function_name(fn), row, data_source, timeout_s, on_error, timeout)
+        return timeout_outcome(function_name(fn), row, data_source, timeout_s, on_timeout or on_error, timeout)
     except SystemExit as exit_:  # a function that ends the process is a bug whatever on_error says
         raise RewardFunctionError(describe(fn, data_source, row) + (
             f" called sys.exit({exit_.code!r}) (SystemExit); a reward function must return a score. Remove the "

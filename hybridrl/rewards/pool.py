@@ -98,11 +98,14 @@ class ScoringPool:
     """Rows scored over `num_workers` spawned processes; started on the first batch, `close()` stops them."""
 
     def __init__(self, spec: ScoreFnSpec, num_workers: int, on_error: str = "raise", timeout_s: float | None = None,
-                 progress_every_s: float = PROGRESS_EVERY_S) -> None:
+                 progress_every_s: float = PROGRESS_EVERY_S, on_timeout: str | None = None) -> None:
+        """`timeout_s`: the most one call may take (None: no limit); a row past it follows `on_timeout` (None: as
+        `on_error`)."""
         if num_workers < 2:
             raise ValueError(f"reward_model.num_workers={num_workers}: a scoring pool needs 2 or more workers")
         self.spec, self.num_workers, self.on_error, self.timeout_s = spec, num_workers, on_error, timeout_s
-        self.progress_every_s = progress_every_s
+        self.progress_every_s, self.on_timeout = progress_every_s, on_timeout or on_error
+        check_rows(self.on_timeout)
         self._context = multiprocessing.get_context("spawn")  # a fork of the trainer would copy CUDA and threads
         self._workers: list[_Worker] = []
         self._generation = 0  # bumped by close(): a batch in flight on another thread stops
@@ -241,10 +244,9 @@ class ScoringPool:
                 row = worker.rows.popleft()
                 _kill([worker])
                 self._workers.remove(worker)
-                outcome = timeout_outcome(self.spec.describe(), row, job.calls[row][0], self.timeout_s, self.on_error)
+                outcome = timeout_outcome(self.spec.describe(), row, job.calls[row][0], self.timeout_s, self.on_timeout)
                 log.warning("reward function on sample %d (data_source=%r) ran past reward_model.reward_fn_timeout_s="
-                            "%g s: its worker was killed and replaced; scored 0 (reward_model.on_error=zero)",
-                            row, job.calls[row][0], self.timeout_s)
+                            "%g s: its worker was killed and replaced; scored 0", row, job.calls[row][0], self.timeout_s)
                 self._settle(row, outcome, worker, job)
                 self._start_missing_workers()
 

@@ -126,3 +126,11 @@ def test_a_slow_batch_logs_rows_done_elapsed_and_the_slowest_rows_source(caplog)
 def test_a_fast_batch_logs_nothing(caplog):
     score_batch(["a"], ["fast"], ["x"], [None], _slow, progress_every_s=5.0, timeout_s=5.0)
     assert not [r for r in caplog.records if "slow" in r.getMessage()]
+
+
+def test_on_timeout_zero_keeps_raising_for_errors():
+    """verl's naive `compute_score_timeout`: a timed-out row scores 0 while a raising one still stops the run."""
+    scored = score_batch(*_rows(), _hangs_by_sleeping, timeout_s=0.2, on_timeout="zero")
+    assert scored.scores == [1.0, 0.0, 1.0] and scored.num_timeouts == 1
+    with pytest.raises(ValueError, match="'skip'"):
+        score_batch(*_rows(), _hangs_by_sleeping, timeout_s=0.2, on_timeout="skip")
