@@ -183,11 +183,11 @@ class ScoringPool:
 
     def _receive(self, job: _Job) -> None:
         by_conn = {worker.conn: worker for worker in self._workers}
-        for conn in wait(list(by_conn), timeout=TICK_S):
-            worker = by_conn[conn]  # type: ignore[index]
+        for ready in wait(list(by_conn), timeout=TICK_S):
+            worker = by_conn[ready]  # type: ignore[index]
             try:
-                while conn.poll():
-                    self._handle(worker, conn.recv(), job)
+                while worker.conn.poll():
+                    self._handle(worker, worker.conn.recv(), job)
             except (EOFError, OSError):
                 self._worker_died(worker, job)
 

@@ -208,7 +208,7 @@ class CallWatchdog:
 
     def _interrupt(self, first: bool) -> None:
         if self._on_main:
-            signal.pthread_kill(self._thread.ident, signal.SIGALRM)
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGALRM)
         elif first:  # once: a second one could land after the first was handled
             _set_async_exc(self._thread, RewardCallTimeout)
 
@@ -216,4 +216,4 @@ class CallWatchdog:
 def _set_async_exc(thread: threading.Thread, exc_type: type[BaseException] | None) -> None:
     """Raise `exc_type` in `thread` at its next Python instruction (None: cancel a pending one)."""
     target = ctypes.py_object(exc_type) if exc_type is not None else None
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), target)
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident or 0), target)

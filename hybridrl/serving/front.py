@@ -332,6 +332,8 @@ class GatedHTTPServer:
             try:
                 request.sock.settimeout(self.limits.request_timeout_s)  # sendall: the whole answer within it
                 self.handler_class(request, request.address, self)
+            except OSError as err:  # the client went away while its answer was being sent
+                log.debug("answering %s failed: %s", request.address, err)
             except Exception:  # noqa: BLE001 - a handler bug must not take its thread down
                 log.exception("handling a request failed")
             finally:

@@ -108,7 +108,7 @@ class PoolingHandler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         self.connection = self.request.sock
         self.rfile = io.BytesIO(self.request.data)
-        self.wfile = _SocketWriter(self.connection)
+        self.wfile = _SocketWriter(self.connection)  # type: ignore[assignment]  # http.server only calls write()
 
     def handle(self) -> None:
         self.close_connection = True

@@ -113,3 +113,17 @@ def test_config_keys_reach_the_remote_reward_model_and_critic():
     assert (critic.timeout_s, critic.max_retries, critic.config_key) == (7.0, 0, "critic.remote")
     reward = build_reward_model(cfg, tokenizer=None).client
     assert (reward.timeout_s, reward.backoff_s, reward.config_key) == (60.0, 0.25, "reward_model.remote")
+
+
+def test_a_server_that_accepts_and_never_answers_is_cut_at_the_deadline():
+    def stall(sock: socket.socket, number: int) -> None:
+        read_request(sock)
+        while sock.recv(1):  # until the client hangs up (bounded by the client's deadline)
+            pass
+        raise ConnectionResetError("the client hung up")
+
+    server = RawServer(stall)
+    with running(server) as url:
+        with pytest.raises(RemoteScoringError, match=rf"after 2 attempt.*within {KEY}.timeout_s=0.5 s"):
+            PoolingClient(url, timeout_s=0.5, max_retries=1, backoff_s=0.01, config_key=KEY).pool([[1]])
+        assert server.client_gone.wait(timeout=10)
