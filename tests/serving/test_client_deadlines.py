@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 
 import pytest
@@ -83,17 +84,23 @@ def test_a_stopped_server_is_named_with_what_to_check(caplog):
 
 def test_one_failed_batch_cuts_the_others_instead_of_waiting_for_them():
     """Batch 0 is refused (400) while batch 1 stalls for a minute: pool() raises the 400 without waiting."""
+    stalling = threading.Event()
+
     def behave(sock: socket.socket, number: int) -> None:
         request = read_request(sock)
         first_row = json.loads(request.partition(b"\r\n\r\n")[2])["input"][0][0]
         if first_row == 0:
+            stalling.wait(timeout=30)  # refuse once batch 1 is in flight, so there is a request to cut
             sock.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 11\r\n\r\nbad input 0")
             return
+        stalling.set()
+        sock.settimeout(0.1)
         for _ in range(600):  # a minute, unless the client hangs up first
-            time.sleep(0.1)
-            sock.sendall(b"")
-            if sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"":
-                raise ConnectionResetError("the client hung up")
+            try:
+                if sock.recv(1) == b"":
+                    raise ConnectionResetError("the client hung up")
+            except socket.timeout:
+                continue
 
     server = RawServer(behave)
     with running(server) as url:
