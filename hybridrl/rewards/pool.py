@@ -109,6 +109,7 @@ class ScoringPool:
         self._context = multiprocessing.get_context("spawn")  # a fork of the trainer would copy CUDA and threads
         self._workers: list[_Worker] = []
         self._generation = 0  # bumped by close(): a batch in flight on another thread stops
+        self._batch_generation = 0
         # At exit, before multiprocessing joins its children (which would wait on a stuck worker forever).
         self._finalizer = weakref.finalize(self, _kill, self._workers)
 
@@ -119,7 +120,7 @@ class ScoringPool:
         size = max(1, -(-len(calls) // (self.num_workers * CHUNKS_PER_WORKER)))
         job = _Job(calls, deque((start, min(size, len(calls) - start)) for start in range(0, len(calls), size)),
                    [None] * len(calls), ScoringClock(len(calls), self.progress_every_s, self.timeout_s))
-        generation = self._generation
+        self._batch_generation = self._generation
         try:
             self._start_missing_workers()
             while job.remaining:
@@ -127,8 +128,7 @@ class ScoringPool:
                 self._receive(job)
                 self._enforce_deadlines(job)
                 job.clock.maybe_report()
-                if self._generation != generation:
-                    raise RewardFunctionError("the reward scoring pool was closed while it scored a batch")
+                self._check_open()
         except BaseException:
             _kill(self._workers)  # Ctrl-C or an error: busy workers are killed, never waited for
             raise
@@ -154,7 +154,12 @@ class ScoringPool:
         _kill(self._workers)
 
     # ------------------------------------------------------------------------------------- workers
+    def _check_open(self) -> None:
+        if self._batch_generation != self._generation:
+            raise RewardFunctionError("the reward scoring pool was closed (the run is stopping) while it scored a batch")
+
     def _start_missing_workers(self) -> None:
+        self._check_open()  # never start workers for a batch whose pool was closed from another thread
         while len(self._workers) < self.num_workers:
             parent_end, child_end = self._context.Pipe(duplex=True)
             process = self._context.Process(target=_worker_main, args=(child_end, self.spec, self.on_error),
@@ -183,12 +188,18 @@ class ScoringPool:
 
     def _receive(self, job: _Job) -> None:
         by_conn = {worker.conn: worker for worker in self._workers}
-        for ready in wait(list(by_conn), timeout=TICK_S):
+        try:
+            readable = wait(list(by_conn), timeout=TICK_S)
+        except (OSError, ValueError):  # a pipe closed under us: close() on another thread
+            self._check_open()
+            raise
+        for ready in readable:
             worker = by_conn[ready]  # type: ignore[index]
             try:
                 while worker.conn.poll():
                     self._handle(worker, worker.conn.recv(), job)
             except (EOFError, OSError):
+                self._check_open()  # killed by close(), not dead on its own
                 self._worker_died(worker, job)
 
     def _handle(self, worker: _Worker, message: tuple, job: _Job) -> None:

@@ -4,6 +4,8 @@ named by its row, and a slow batch logs its progress."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from hybridrl.rewards.manager import RewardFunctionError
@@ -102,3 +104,34 @@ def test_a_slow_pool_batch_logs_its_progress(make_pool, caplog):
     pool.score(*rows({1: "slow", 2: "slow", 5: "slow", 6: "slow"}))
     lines = [r.getMessage() for r in caplog.records if "reward scoring is slow" in r.getMessage()]
     assert lines and "rows done after" in lines[0] and "data_source='src" in lines[0]
+
+
+def test_closing_the_pool_from_another_thread_kills_a_busy_batch(make_pool):
+    """What the trainer does on Ctrl-C while a scoring thread (launch_reward_fn_async) waits on the pool."""
+    import threading
+
+    pool = make_pool(timeout_s=None)
+    pool.score(*rows({}))  # workers up
+    pids = [worker.process.pid for worker in pool._workers]
+    outcome = {}
+
+    def score() -> None:
+        try:
+            pool.score(*rows({0: "sleep", 5: "sleep"}))
+        except RewardFunctionError as error:
+            outcome["error"] = error
+
+    thread = threading.Thread(target=score, daemon=True)
+    thread.start()
+    while not any(worker.rows for worker in pool._workers):  # bounded by the sleeps: rows go out at once
+        thread.join(timeout=0.05)
+    pool.close()
+    thread.join(timeout=30)
+    assert not thread.is_alive() and "closed" in str(outcome["error"])
+    assert pool.num_processes == 0
+    assert not [pid for pid in pids if os.path.exists(f"/proc/{pid}") and _running(pid)]
+
+
+def _running(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
