@@ -142,16 +142,18 @@ class ScoringPool:
     def close(self) -> None:
         """Stop the workers: idle ones are asked to exit, busy ones killed; safe to call twice."""
         self._generation += 1
+        asked = []
         for worker in list(self._workers):
             if worker.ready and not worker.rows:
                 try:
                     worker.conn.send(None)
+                    asked.append(worker)
                 except OSError:
                     pass  # already gone
         deadline = time.monotonic() + 2.0
-        for worker in list(self._workers):
-            worker.process.join(timeout=max(0.0, deadline - time.monotonic()) if not worker.rows else 0)
-        _kill(self._workers)
+        for worker in asked:
+            worker.process.join(timeout=max(0.0, deadline - time.monotonic()))
+        _kill(self._workers)  # the busy, the starting and any that did not exit in time
 
     # ------------------------------------------------------------------------------------- workers
     def _check_open(self) -> None:
