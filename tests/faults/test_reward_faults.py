@@ -40,6 +40,7 @@ def test_ctrl_c_stops_a_run_whose_reward_thread_hangs(tmp_path, arith_model_dir,
         run.kill()
 
 
+@pytest.mark.slow  # a full run; the rule itself: tests/rewards/test_watchdog.py, test_pool_deadlines.py
 def test_a_hanging_row_is_scored_0_and_counted_and_the_run_goes_on(tmp_path, arith_model_dir, arithmetic_files):
     run = start_run(tmp_path, arith_model_dir, arithmetic_files, "hang_first",
                     ["reward_model.reward_fn_timeout_s=1", "reward_model.on_error=zero",
@@ -53,6 +54,7 @@ def test_a_hanging_row_is_scored_0_and_counted_and_the_run_goes_on(tmp_path, ari
     assert "did not return within" not in run.stderr()
 
 
+@pytest.mark.slow  # a full run; the rule itself: tests/rewards/test_manager.py
 def test_sys_exit_0_in_the_reward_function_fails_the_run_naming_it(tmp_path, arith_model_dir, arithmetic_files):
     run = start_run(tmp_path, arith_model_dir, arithmetic_files, "exit", ["trainer.total_training_steps=1"])
     try:
