@@ -188,14 +188,16 @@ def offpolicy_metrics(log_prob: torch.Tensor, rollout_log_prob: torch.Tensor,
     }
 
 
-def _veto(log_ratio: torch.Tensor, mask: torch.Tensor, threshold: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """verl 0.6.1's per-token veto: a sequence with a valid token whose ρ < threshold is dropped whole."""
+def _veto(log_ratio: torch.Tensor, response_mask: torch.Tensor, mask: torch.Tensor,
+          threshold: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """verl 0.6.1's per-token veto: a sequence with a valid token (of the original `response_mask`) whose
+    ρ < threshold is dropped whole from `mask` (the mask after rejection sampling)."""
     if threshold <= 0:
         raise ValueError(f"rollout_token_veto_threshold={threshold} must be positive (e.g. 1e-4)")
-    catastrophic = (log_ratio < torch.tensor(threshold).log()) & mask.bool()
+    catastrophic = (log_ratio < torch.tensor(threshold).log()) & response_mask.bool()
     vetoed = catastrophic.any(dim=-1, keepdim=True)
     metrics = {"rollout_is_veto_fraction": vetoed.float().mean(),
-               "rollout_is_catastrophic_token_fraction": masked_mean(catastrophic.float(), mask)}
+               "rollout_is_catastrophic_token_fraction": masked_mean(catastrophic.float(), response_mask)}
     return mask * (~vetoed).to(mask.dtype), metrics
 
 
@@ -235,7 +237,7 @@ def compute_rollout_correction_and_rejection_mask(
         mask, rs_metrics = rollout_rejection_mask(log_ratio, response_mask, rollout_rs, rollout_rs_threshold)
         metrics.update(rs_metrics)
     if rollout_token_veto_threshold is not None:
-        mask, veto_metrics = _veto(log_ratio, mask, rollout_token_veto_threshold)
+        mask, veto_metrics = _veto(log_ratio, response_mask, mask, rollout_token_veto_threshold)
         metrics.update(veto_metrics)
     metrics.update(offpolicy_metrics(old_log_prob, rollout_log_prob, response_mask))
     return RolloutCorrection(weights, mask, _as_floats(metrics))
