@@ -304,7 +304,7 @@ class PPOTrainer:
             scores += scored["token_level_scores"].sum(-1).tolist()
             for key, values in chunk_extra.items():
                 extra.setdefault(key, []).extend(values)
-        return validation_metrics(sources, uids, scores, extra, rollout_cfg.val_kwargs.n)
+        return validation_metrics(sources, uids, scores, extra)
 
     # ============================================================== helpers
     def _rollout_seed(self) -> int:
