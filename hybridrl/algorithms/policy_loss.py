@@ -25,7 +25,7 @@ actor weights each micro-batch's loss by its share of the mini-batch under that 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -35,7 +35,7 @@ from hybridrl.algorithms.aggregate import LOSS_AGG_MODES
 from hybridrl.algorithms.bypass_loss import compute_policy_loss_bypass_mode
 from hybridrl.utils.external_modules import import_external_modules
 
-PolicyLossFn = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor | float]]]
+PolicyLossFn = Callable[..., tuple[torch.Tensor, Mapping[str, torch.Tensor | float]]]
 
 
 @dataclass(frozen=True)
