@@ -6,6 +6,7 @@ tests/config/test_compat.py); nothing else needs to change.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from hybridrl.config.index import get_in, set_in
@@ -22,7 +23,15 @@ PREFIX_ALIASES: tuple[tuple[str, str], ...] = (("ray_init", "ray_kwargs.ray_init
 
 GAE_AND_FRIENDS = (
     "gae", "grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "grpo_vectorized", "rloo_vectorized",
+    "opo", "gpg", "grpo_passk", "gdpo",
 )  # fmt: skip
+# verl's loss modes but bypass_mode, which the trainer selects itself with algorithm.rollout_correction.bypass_mode.
+POLICY_LOSS_MODES = (
+    "vanilla", "gspo", "sapo", "cispo", "geo_mean", "dppo_tv", "dppo_kl", "gpg", "dro", "clip_cov", "kl_cov",
+)  # fmt: skip
+# Keys a user module named in VERL_USE_EXTERNAL_MODULES may extend with @register_policy_loss / @register_adv_est:
+# with that variable set, their values are checked when the registry is read instead.
+REGISTRY_KEYS = ("actor_rollout_ref.actor.policy_loss.loss_mode", "algorithm.adv_estimator")
 
 _LATER = "not implemented in hybridrl yet"
 # key -> (accepted values, message). A value outside `accepted` raises ConfigError with the message.
@@ -59,8 +68,11 @@ NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
     "algorithm.rollout_correction.bypass_mode": ((False,), f"rollout-correction bypass mode is {_LATER}"),
     "actor_rollout_ref.rollout.quantization": ((None,), f"rollout quantization is {_LATER}"),
     "actor_rollout_ref.model.mtp.enable": ((False,), f"multi-token prediction is {_LATER}"),
-    "actor_rollout_ref.actor.policy_loss.loss_mode": (("vanilla", "gspo"), f"this policy loss is {_LATER}; use vanilla or gspo"),
-    "algorithm.adv_estimator": (GAE_AND_FRIENDS, f"this advantage estimator is {_LATER}; use one of {', '.join(GAE_AND_FRIENDS)}"),
+    "actor_rollout_ref.actor.policy_loss.loss_mode": (POLICY_LOSS_MODES, f"this policy loss is {_LATER}; use one of "
+                                                      f"{', '.join(POLICY_LOSS_MODES)}, or register yours (docs/config.md)"),
+    "algorithm.adv_estimator": (GAE_AND_FRIENDS, f"this advantage estimator is {_LATER} (optimal_token_baseline and "
+                                "tir_optimal_token_baseline wait for sum(pi^2) from the actor); use one of "
+                                f"{', '.join(GAE_AND_FRIENDS)}, or register yours (docs/config.md)"),
     "actor_rollout_ref.rollout.pipeline_model_parallel_size": ((1,), f"pipeline-parallel rollout is {_LATER}; use 1"),
     "actor_rollout_ref.rollout.data_parallel_size": ((1,), "engine-internal data parallelism is not used: every device runs a replica"),
     "actor_rollout_ref.rollout.expert_parallel_size": ((1,), f"expert-parallel rollout is {_LATER}; use 1"),
@@ -132,10 +144,11 @@ def is_prefix_alias(path: str) -> bool:
 def check_unsupported(values: dict[str, Any]) -> list[str]:
     """One message per key of NOT_IMPLEMENTED or REPLACED whose value (from `values`: path -> value) is refused."""
     problems = []
+    extensible = REGISTRY_KEYS if os.environ.get("VERL_USE_EXTERNAL_MODULES", "").strip() else ()
     for table in (REPLACED, NOT_IMPLEMENTED):
         for path, (accepted, why) in table.items():
             value = values[path]
-            if value not in accepted:
+            if value not in accepted and path not in extensible:
                 problems.append(f"{path}={value!r}: {why}")
     return problems
 

@@ -50,7 +50,7 @@ class ActorConfig:
     loss_agg_mode: str = setting(
         "token-mean",
         "How token losses are averaged.",
-        choices=("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"),
+        choices=("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"),
     )
     loss_scale_factor: float | None = setting(None, "Divisor for seq-mean-token-sum-norm; null = response length.")
     loss_agg_scope: str = setting(

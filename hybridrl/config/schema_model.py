@@ -140,12 +140,15 @@ class CheckpointConfig:
 class PolicyLossConfig:
     """Policy-loss variant and its parameters."""
 
-    loss_mode: str = setting("vanilla", "Policy loss: vanilla (PPO dual-clip) or gspo.")
-    clip_cov_ratio: float = setting(0.0002, "clip_cov: fraction of tokens clipped.")
-    clip_cov_lb: float = setting(1.0, "clip_cov: covariance lower bound.")
-    clip_cov_ub: float = setting(5.0, "clip_cov: covariance upper bound.")
-    kl_cov_ratio: float = setting(0.0002, "kl_cov: fraction of tokens with the KL term.")
-    ppo_kl_coef: float = setting(0.1, "kl_cov: KL coefficient.")
+    loss_mode: str = setting(
+        "vanilla", "Policy loss: vanilla (PPO dual-clip), gspo, sapo, cispo, geo_mean (GMPO), dppo_tv, dppo_kl, gpg, "
+        "dro, clip_cov, kl_cov, or a name registered with @register_policy_loss (docs/config.md).")
+    clip_cov_ratio: float = setting(0.0002, "clip_cov: fraction of tokens whose gradient is cut.")
+    clip_cov_lb: float = setting(1.0, "clip_cov: lower bound of the token covariance window.")
+    clip_cov_ub: float = setting(5.0, "clip_cov: upper bound of the token covariance window.")
+    kl_cov_ratio: float = setting(0.0002, "kl_cov: fraction of tokens given the |log-ratio| penalty.")
+    ppo_kl_coef: float = setting(0.1, "kl_cov: coefficient of the |log-ratio| penalty.")
+    dro_beta: float | None = setting(None, "dro: weight of the quadratic log-ratio penalty (required, > 0).")
 
 
 def forward_only_fsdp() -> FsdpConfig:

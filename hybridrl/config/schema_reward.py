@@ -67,7 +67,7 @@ class CriticConfig:
         "token-mean",
         "How token losses are averaged.",
         ref="${actor_rollout_ref.actor.loss_agg_mode}",
-        choices=("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"),
+        choices=("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"),
     )
     loss_agg_scope: str = setting(
         "mini_batch", "What the value loss's mean runs over (see actor_rollout_ref.actor.loss_agg_scope).",

@@ -55,8 +55,14 @@ class AlgorithmConfig:
 
     gamma: float = setting(1.0, "Discount factor.")
     lam: float = setting(1.0, "GAE lambda.")
-    adv_estimator: str = setting("gae", "gae|grpo|rloo|reinforce_plus_plus|reinforce_plus_plus_baseline|remax (+ _vectorized).")
+    adv_estimator: str = setting(
+        "gae", "gae|grpo|rloo|reinforce_plus_plus|reinforce_plus_plus_baseline|remax|opo|gpg|grpo_passk|gdpo "
+        "(+ grpo_vectorized, rloo_vectorized), or a name registered with @register_adv_est (docs/config.md).")
     norm_adv_by_std_in_grpo: bool = setting(True, "Divide GRPO advantages by the group std (false = Dr.GRPO).")
+    gdpo_reward_keys: list[str] | None = setting(
+        None, "gdpo: the reward components (keys of compute_score's returned dict) normalised one by one.", plus=True)
+    gdpo_reward_weights: list[float] | None = setting(
+        None, "gdpo: one weight per gdpo_reward_keys entry; null = all 1.", plus=True)
     use_kl_in_reward: bool = setting(False, "Subtract a KL-to-reference penalty from the rewards; needs the ref model.")
     kl_penalty: str = setting("kl", "KL estimator in the reward: kl|k1|abs|mse|k2|low_var_kl|k3.")
     kl_ctrl: KlControlConfig = section(KlControlConfig, "KL-in-reward controller.")

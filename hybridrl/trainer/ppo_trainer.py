@@ -274,7 +274,9 @@ class PPOTrainer:
         advantages, returns = compute_advantage(
             algo.adv_estimator, token_level_rewards=rewards, response_mask=batch["response_mask"],
             index=batch["uid"], values=batch.get("values"), reward_baselines=batch.get("reward_baselines"),
-            gamma=algo.gamma, lam=algo.lam, norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo)
+            gamma=algo.gamma, lam=algo.lam, norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo,
+            reward_extra_info=self._last_reward_extra, gdpo_reward_keys=algo.gdpo_reward_keys,
+            gdpo_reward_weights=algo.gdpo_reward_weights)
         batch["advantages"], batch["returns"] = advantages, returns
         return batch
 
@@ -302,7 +304,7 @@ class PPOTrainer:
             scores += scored["token_level_scores"].sum(-1).tolist()
             for key, values in chunk_extra.items():
                 extra.setdefault(key, []).extend(values)
-        return validation_metrics(sources, uids, scores, extra, rollout_cfg.val_kwargs.n)
+        return validation_metrics(sources, uids, scores, extra)
 
     # ============================================================== helpers
     def _rollout_seed(self) -> int:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from hybridrl.algorithms import ADVANTAGE_ESTIMATORS
+from hybridrl.algorithms import get_advantage_estimator
 from hybridrl.data.dataset import RLDataset, collate
 from hybridrl.data.loader import StatefulLoader
 from hybridrl.models.hf import expand_path, load_policy_tokenizer
@@ -25,7 +25,7 @@ class RoleNeeds:
 
 
 def role_needs(cfg) -> RoleNeeds:
-    spec = ADVANTAGE_ESTIMATORS[cfg.algorithm.adv_estimator]
+    spec = get_advantage_estimator(cfg.algorithm.adv_estimator)
     critic = cfg.critic.enable if cfg.critic.enable is not None else spec.needs_critic
     reference = cfg.actor_rollout_ref.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
     return RoleNeeds(critic=bool(critic), reference=bool(reference), greedy_baseline=spec.needs_greedy_baseline)

@@ -6,7 +6,7 @@ from collections import defaultdict
 
 import torch
 
-from hybridrl.algorithms import POLICY_LOSSES, agg_loss, kl_penalty
+from hybridrl.algorithms import ActorLossSettings, PolicyLossSettings, agg_loss, get_policy_loss_fn, kl_penalty
 from hybridrl.algorithms.agreement import rollout_agreement_metrics
 from hybridrl.algorithms.policy_loss import policy_agg_mode
 from hybridrl.models.compile import compile_decoder_layers
@@ -65,8 +65,9 @@ class ActorWorker(TrainState):
         self.offloader = PhaseOffloader(self.model, self.optimizer, device, fsdp.param_offload, fsdp.optimizer_offload,
                                         self.sharded)
         self.lr_scheduler = build_lr_scheduler(self.optimizer, self.actor_cfg.optim, total_training_steps)
-        self.policy_loss_fn = POLICY_LOSSES[self.actor_cfg.policy_loss.loss_mode]
+        self.policy_loss_fn = get_policy_loss_fn(self.actor_cfg.policy_loss.loss_mode)
         self.policy_agg_mode = policy_agg_mode(self.actor_cfg.policy_loss.loss_mode, self.actor_cfg.loss_agg_mode)
+        self.loss_settings = _loss_settings(self.actor_cfg)
         self.remove_padding = self.actor_cfg.use_remove_padding
         self.log_prob_plan = MicroBatchPlan.for_phase(cfg, "old_log_prob", sizes.log_prob_micro)
         self.update_plan = MicroBatchPlan.for_phase(cfg, "update_actor", sizes.ppo_micro)
@@ -157,15 +158,12 @@ class ActorWorker(TrainState):
             log_prob, entropy = response_log_probs(self.model, micro, micro.meta["temperature"], need_entropy,
                                                    self.remove_padding)
         old_log_prob = log_prob.detach() if on_policy else micro["old_log_probs"]
-        pg_loss, pg_metrics = self.policy_loss_fn(
-            old_log_prob, log_prob, micro["advantages"], mask,
-            clip_ratio_low=cfg.clip_ratio_low if cfg.clip_ratio_low is not None else cfg.clip_ratio,
-            clip_ratio_high=cfg.clip_ratio_high if cfg.clip_ratio_high is not None else cfg.clip_ratio,
-            clip_ratio_c=cfg.clip_ratio_c, loss_agg_mode=cfg.loss_agg_mode, loss_scale_factor=cfg.loss_scale_factor)
+        pg_loss, pg_metrics = self.policy_loss_fn(old_log_prob, log_prob, micro["advantages"], mask,
+                                                  loss_agg_mode=cfg.loss_agg_mode, config=self.loss_settings)
         loss = pg_loss * weights(mask, self.policy_agg_mode)
         metrics = {"actor/pg_loss": as_metric(loss)}
         token_weight = weights(mask, "token-mean")
-        metrics.update({f"actor/{k}": as_metric(v * token_weight) for k, v in pg_metrics.items()})
+        metrics.update({key: as_metric(value * token_weight) for key, value in pg_metrics.items()})
         weight = weights(mask, cfg.loss_agg_mode)
         if cfg.entropy_coeff != 0:
             entropy_agg = agg_loss(entropy, mask, cfg.loss_agg_mode, cfg.loss_scale_factor) * weight
@@ -222,6 +220,19 @@ class ActorWorker(TrainState):
             units = [[name for name, _ in self.model.named_parameters()]]
         for names in units:
             yield from merged_weights_among(self.model, names, targeted, deltas_only)
+
+
+def _loss_settings(actor_cfg) -> ActorLossSettings:
+    """What the policy loss reads, under verl's ActorConfig names."""
+    loss = actor_cfg.policy_loss
+    return ActorLossSettings(
+        clip_ratio=actor_cfg.clip_ratio, clip_ratio_low=actor_cfg.clip_ratio_low,
+        clip_ratio_high=actor_cfg.clip_ratio_high, clip_ratio_c=actor_cfg.clip_ratio_c, tau_pos=actor_cfg.tau_pos,
+        tau_neg=actor_cfg.tau_neg, loss_agg_mode=actor_cfg.loss_agg_mode, loss_scale_factor=actor_cfg.loss_scale_factor,
+        policy_loss=PolicyLossSettings(
+            loss_mode=loss.loss_mode, clip_cov_ratio=loss.clip_cov_ratio, clip_cov_lb=loss.clip_cov_lb,
+            clip_cov_ub=loss.clip_cov_ub, kl_cov_ratio=loss.kl_cov_ratio, ppo_kl_coef=loss.ppo_kl_coef,
+            dro_beta=loss.dro_beta))
 
 
 def _check_on_policy(ppo_epochs: int, num_mini_batches: int) -> None:

@@ -116,7 +116,7 @@ def test_value_rules():
         "remax needs actor_rollout_ref.rollout.do_sample=true",
         "val_kwargs.do_sample=true needs val_kwargs.temperature > 0 (got 0.0)",
         "actor_rollout_ref.actor.kl_loss_type='k4' is not a KL estimator",
-        "actor_rollout_ref.actor.loss_agg_mode='mean' is not one of token-mean|seq-mean-token-sum",
+        "actor_rollout_ref.actor.loss_agg_mode='mean' is not one of token-mean|token-sum|seq-mean-token-sum",
         "data.truncation='cut' is not one of error|left|right|middle",
         "trainer.resume_from_path pointing at a checkpoint folder named global_step_N (got '/ckpt/step_3')",
         "gpu_memory_utilization (1.5) must be in (0, 1]",
