@@ -25,10 +25,11 @@ import numpy as np
 from hybridrl.rollout.agent.chat_tokens import ChatRenderer
 from hybridrl.rollout.agent.output import AgentLoopMetrics, AgentLoopOutput
 from hybridrl.rollout.base import STOP_REASONS, RequestEngine, SamplingParams, TokenOutput
-from hybridrl.rollout.tools.function_tool import ToolExecutors
+from hybridrl.rollout.tools.executors import ToolExecutors
 from hybridrl.rollout.tools.session import ToolSettings
 
 logger = logging.getLogger("hybridrl.rollout.agent")
+_warned_prompt_cut: set[str] = set()  # loop classes whose over-long prompts were already reported
 
 
 @dataclass
@@ -98,15 +99,19 @@ class AgentLoopBase(ABC):
         return [plain(message) for message in messages]
 
     def prompt_ids(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
-        """The rendered first prompt, left-truncated to rollout.prompt_length (as verl) with a warning."""
+        """The rendered first prompt, left-truncated to rollout.prompt_length as verl does, warned once per loop class
+        and counted per trajectory (agent_loop/num_prompts_truncated)."""
         ids = self.renderer.initial_prompt(messages, tools=tools)
         if len(ids) <= self.prompt_length:
             return ids
+        self.metrics.num_prompt_tokens_cut = len(ids) - self.prompt_length
+        if type(self).__name__ in _warned_prompt_cut:
+            return ids[len(ids) - self.prompt_length:]
+        _warned_prompt_cut.add(type(self).__name__)
         logger.warning("agent-loop prompt of %d tokens (tool schemas included) exceeds rollout.prompt_length=%d; its "
                        "first %d tokens are cut (counted in agent_loop/num_prompts_truncated). Raise "
                        "data.max_prompt_length, or shorten the system prompt / tool descriptions",
                        len(ids), self.prompt_length, len(ids) - self.prompt_length)
-        self.metrics.num_prompt_tokens_cut = len(ids) - self.prompt_length
         return ids[len(ids) - self.prompt_length:]
 
 

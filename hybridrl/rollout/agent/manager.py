@@ -25,7 +25,7 @@ from hybridrl.rollout.agent.output import AgentLoopOutput
 from hybridrl.rollout.agent.postprocess import outputs_to_batch
 from hybridrl.rollout.agent.registry import AgentLoopSpec, agent_loop_specs
 from hybridrl.rollout.base import RequestEngine, SamplingParams
-from hybridrl.rollout.tools.function_tool import ToolExecutors
+from hybridrl.rollout.tools.executors import ToolExecutors
 from hybridrl.rollout.tools.registry import load_all_tools
 from hybridrl.rollout.tools.session import ToolSettings
 from hybridrl.utils.batch import Batch

@@ -13,7 +13,6 @@ loop for the GIL (the function must live in an importable module or in the funct
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import inspect
 import os
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Callable
 
+from hybridrl.rollout.tools.executors import ToolExecutors
 from hybridrl.rollout.tools.schema import ToolSchema
 
 EXECUTORS = ("auto", "thread", "process")
@@ -160,7 +160,7 @@ def call_by_reference(module_name: str, source_file: str | None, qualname: str, 
     return target(**arguments)
 
 
-async def run_function(tool: FunctionTool, arguments: dict[str, Any], executors: "ToolExecutors") -> Any:
+async def run_function(tool: FunctionTool, arguments: dict[str, Any], executors: ToolExecutors) -> Any:
     """Call `tool` with the model's arguments where its `executor` says."""
     if tool.is_async:
         return await tool.fn(**arguments)
@@ -171,47 +171,3 @@ async def run_function(tool: FunctionTool, arguments: dict[str, Any], executors:
         return await executors.in_process(call_by_reference, tool.module_name, tool.source_file,
                                           tool.fn.__qualname__, arguments)
     return await executors.in_tool_thread(lambda: tool.fn(**arguments))
-
-
-class ToolExecutors:
-    """Thread pools of the agent loops (`rollout.agent.num_workers` threads each): one for tokenizer work
-    (chat templates, decoding), one for plain-function tools, so tools that hang cannot stall rendering;
-    and, when a tool asks for it, a process pool.
-
-    A call that times out keeps its thread or process until the function returns (Python cannot stop a
-    running thread); the loop has moved on with an error text by then."""
-
-    def __init__(self, num_workers: int):
-        from concurrent.futures import ThreadPoolExecutor
-
-        self.num_workers = max(1, int(num_workers))
-        self.threads = ThreadPoolExecutor(self.num_workers, thread_name_prefix="hybridrl-agent")
-        self.tool_threads = ThreadPoolExecutor(self.num_workers, thread_name_prefix="hybridrl-tool")
-        self._processes = None
-
-    async def in_thread(self, fn: Callable[[], Any]) -> Any:
-        """`fn()` on the tokenizer-work pool."""
-        return await asyncio.wrap_future(self.threads.submit(fn))
-
-    async def in_tool_thread(self, fn: Callable[[], Any]) -> Any:
-        """`fn()` on the tool pool, with the interpreter's switch interval lowered meanwhile so a CPU-bound tool
-        hands the GIL back to the engine loop quickly (utils/threads.py)."""
-        from hybridrl.utils.threads import submit_responsive
-
-        return await asyncio.wrap_future(submit_responsive(self.tool_threads, fn))
-
-    async def in_process(self, fn: Callable[..., Any], *args: Any) -> Any:
-        if self._processes is None:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
-
-            # spawn: forking a process that runs threads (and may hold CUDA) is unsafe.
-            self._processes = ProcessPoolExecutor(self.num_workers, mp_context=multiprocessing.get_context("spawn"))
-        return await asyncio.wrap_future(self._processes.submit(fn, *args))
-
-    def shutdown(self) -> None:
-        for pool in (self.threads, self.tool_threads):
-            pool.shutdown(wait=False, cancel_futures=True)
-        if self._processes is not None:
-            self._processes.shutdown(wait=False, cancel_futures=True)
-            self._processes = None

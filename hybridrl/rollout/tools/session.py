@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hybridrl.rollout.tools.base import BaseTool
-from hybridrl.rollout.tools.function_tool import FunctionTool, ToolExecutors, run_function
+from hybridrl.rollout.tools.executors import ToolExecutors
+from hybridrl.rollout.tools.function_tool import FunctionTool, run_function
 from hybridrl.rollout.tools.results import InvalidToolReturn, ToolOutcome, from_execute_return, from_function_return
 from hybridrl.rollout.tools.schema import ToolCall
 

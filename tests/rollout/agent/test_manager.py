@@ -182,3 +182,15 @@ def test_rollout_dump_view_marks_the_trained_spans(chatml_tokenizer):
                                           "<|im_start|>user\n<tool_response>4</tool_response><|im_end|>\n",
                                           "<|im_start|>assistant\n", "4<|im_end|>"]
     assert sum(t["num_tokens"] for t in turns) == int(batch["attention_mask"][0, 64:].sum())
+
+
+def test_an_overlong_prompt_keeps_its_end_and_is_counted(chatml_tokenizer, caplog):
+    manager, engine = make_manager(chatml_tokenizer, lambda text, turn: "z<|im_end|>",
+                                   rollout_config(prompt_length=10, response_length=4))
+    batch = manager.generate_sequences(prompts_batch(["a long question that does not fit"] * 2))
+    manager.close()
+    rendered = chatml_tokenizer.apply_chat_template([{"role": "user", "content": "a long question that does not fit"}],
+                                                    add_generation_prompt=True, tokenize=False)
+    tail = chatml_tokenizer(rendered, add_special_tokens=False)["input_ids"][-10:]
+    assert engine.requests[0].prompt_ids == tail and batch["prompts"][0].tolist() == tail
+    assert batch.meta["metrics"]["agent_loop/num_prompts_truncated"] == 2.0

@@ -9,7 +9,7 @@ import pytest
 from hybridrl.rollout.tools import ToolCall, ToolSession, ToolSettings, load_all_tools
 from hybridrl.rollout.tools.builtin.calculator import calculator, evaluate
 from hybridrl.rollout.tools.builtin.gsm8k import Gsm8kTool
-from hybridrl.rollout.tools.function_tool import ToolExecutors
+from hybridrl.rollout.tools.executors import ToolExecutors
 
 
 @pytest.mark.parametrize(("expression", "result"), [

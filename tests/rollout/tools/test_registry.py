@@ -12,7 +12,8 @@ import pytest
 
 from hybridrl.rollout.tools import BaseTool, ToolCall, ToolSession, ToolSettings, load_all_tools
 from hybridrl.rollout.tools.builtin.gsm8k import Gsm8kTool
-from hybridrl.rollout.tools.function_tool import FunctionTool, ToolExecutors
+from hybridrl.rollout.tools.executors import ToolExecutors
+from hybridrl.rollout.tools.function_tool import FunctionTool
 
 # verl's examples/sglang_multiturn/config/tool_config/gsm8k_tool_config.yaml, verbatim.
 VERL_GSM8K_TOOL_YAML = """\
@@ -40,7 +41,10 @@ def write(path, text: str) -> str:
     return str(path)
 
 
-def test_verl_gsm8k_tool_yaml_loads_as_hybridrl_tool(tmp_path, caplog):
+def test_verl_gsm8k_tool_yaml_loads_as_hybridrl_tool(tmp_path, caplog, monkeypatch):
+    from hybridrl.rollout.tools import verl_compat
+
+    monkeypatch.setattr(verl_compat, "_announced", set())  # the notice is given once per process
     with caplog.at_level(logging.INFO, logger="hybridrl.rollout.tools"):
         tools = load_all_tools(write(tmp_path / "gsm8k_tool_config.yaml", VERL_GSM8K_TOOL_YAML), None)
     tool = tools["calc_gsm8k_reward"]

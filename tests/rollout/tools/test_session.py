@@ -8,7 +8,8 @@ import asyncio
 import pytest
 
 from hybridrl.rollout.tools import BaseTool, ToolCall, ToolResponse, ToolSession, ToolSettings
-from hybridrl.rollout.tools.function_tool import ToolExecutors, make_function_tool
+from hybridrl.rollout.tools.executors import ToolExecutors
+from hybridrl.rollout.tools.function_tool import make_function_tool
 from hybridrl.rollout.tools.session import truncate_response
 
 SCHEMA = {"type": "function", "function": {"name": "t", "description": "T.", "parameters": {"type": "object", "properties": {}}}}
