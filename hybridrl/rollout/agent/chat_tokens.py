@@ -58,6 +58,7 @@ class ChatRenderer:
                              "has none; set actor_rollout_ref.model.custom_chat_template (a Jinja template)")
         self.tokenizer = tokenizer
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.synthetic_head = self._synthetic_head()
         self.boundary = self._boundary(model_type)
 
     # ------------------------------------------------------------ rendering
@@ -90,12 +91,21 @@ class ChatRenderer:
     def observation_ids(self, messages: list[dict], tools: list[dict] | None = None) -> tuple[list[int], list[int]]:
         """(the tokens of appended tool/user/system `messages`, the generation prompt after them), each a suffix
         diff against the fixed synthetic prefix; consecutive tool messages form one group as templates join them."""
-        prefix = [_SYNTHETIC_SYSTEM, _SYNTHETIC_USER]
+        prefix = list(self.synthetic_head)
         if messages and messages[0].get("role") == "tool":
             prefix = prefix + [_synthetic_tool_caller(messages)]
         body = self.suffix_ids(prefix, messages, tools=tools)
         generation_prompt = self.suffix_ids(prefix + messages, [], add_generation_prompt=True, tools=tools)
         return body, generation_prompt
+
+    def _synthetic_head(self) -> list[dict]:
+        """The synthetic conversation observations are diffed against: system + user, or only a user message for
+        templates that refuse a system role (Gemma's raise)."""
+        try:
+            self.render_text([_SYNTHETIC_SYSTEM, _SYNTHETIC_USER], add_generation_prompt=False)
+        except Exception:  # jinja2's TemplateError, or the template's own raise_exception
+            return [_SYNTHETIC_USER]
+        return [_SYNTHETIC_SYSTEM, _SYNTHETIC_USER]
 
     # ------------------------------------------------------------ boundaries
     def _boundary(self, model_type: str | None) -> TurnBoundary:

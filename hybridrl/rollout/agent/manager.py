@@ -18,10 +18,12 @@ import dataclasses
 import time
 from typing import Any, Sequence
 
+from hybridrl.config.errors import ConfigError
 from hybridrl.rollout.agent.base import AgentLoopContext, plain
 from hybridrl.rollout.agent.chat_tokens import ChatRenderer
 from hybridrl.rollout.agent.metrics import agent_loop_metrics
 from hybridrl.rollout.agent.output import AgentLoopOutput
+from hybridrl.rollout.agent.parsers import get_tool_parser
 from hybridrl.rollout.agent.postprocess import outputs_to_batch
 from hybridrl.rollout.agent.registry import AgentLoopSpec, agent_loop_specs
 from hybridrl.rollout.base import RequestEngine, SamplingParams
@@ -44,6 +46,24 @@ def sampling_params_from_config(rollout_config: Any, *, validate: bool, seed: in
                           ignore_eos=rollout_config.ignore_eos, eos_token_ids=tuple(eos_token_ids), seed=seed)
 
 
+def check_agent_settings(rollout_config: Any) -> None:
+    """The agent-loop keys' value rules; one ConfigError naming every key to change."""
+    prefix = "actor_rollout_ref.rollout"
+    multi_turn = rollout_config.multi_turn
+    rules = [(f"{prefix}.multi_turn.max_parallel_calls", multi_turn.max_parallel_calls, 1, "a count >= 1"),
+             (f"{prefix}.multi_turn.max_tool_response_length", multi_turn.max_tool_response_length, 1, "characters >= 1"),
+             (f"{prefix}.multi_turn.tool_call_timeout", multi_turn.tool_call_timeout, 1e-9, "seconds > 0"),
+             (f"{prefix}.multi_turn.max_assistant_turns", multi_turn.max_assistant_turns, 1, "null or >= 1"),
+             (f"{prefix}.multi_turn.max_user_turns", multi_turn.max_user_turns, 1, "null or >= 1"),
+             (f"{prefix}.agent.num_workers", rollout_config.agent.num_workers, 1, "a count >= 1"),
+             (f"{prefix}.response_length", rollout_config.response_length, 1, "tokens >= 1"),
+             (f"{prefix}.prompt_length", rollout_config.prompt_length, 1, "tokens >= 1")]
+    problems = [f"{key}={value!r} must be {rule}" for key, value, least, rule in rules
+                if value is not None and value < least]
+    if problems:
+        raise ConfigError("; ".join(problems))
+
+
 class AgentLoopManager:
     """Built once per run (tools load once); `generate` / `generate_sequences` once per step; `close` at the end.
 
@@ -55,6 +75,8 @@ class AgentLoopManager:
     def __init__(self, engine: RequestEngine, tokenizer: Any, rollout_config: Any, *,
                  chat_template_kwargs: dict | None = None, model_type: str | None = None):
         multi_turn, agent = rollout_config.multi_turn, rollout_config.agent
+        check_agent_settings(rollout_config)
+        get_tool_parser(multi_turn.format, tokenizer)
         self.rollout_config = rollout_config
         self.tokenizer = tokenizer
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id

@@ -80,3 +80,15 @@ def test_a_tokenizer_without_chat_template_is_refused():
 def test_a_qwen_model_type_needs_single_token_turn_ends(char_tokenizer):
     with pytest.raises(ValueError, match=r"model_type='qwen2' is treated as a ChatML \(Qwen\) model"):
         ChatRenderer(char_tokenizer, model_type="qwen2")
+
+
+def test_templates_without_a_system_role_get_a_user_only_prefix():
+    tokenizer = build_char_tokenizer(chat_format="chatml")
+    tokenizer.chat_template = (  # Gemma's shape: a system message is an error
+        "{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
+        "{% endif %}<start_of_turn>{{ m['role'] }}\n{{ m['content'] }}<end_of_turn>\n{% endfor %}"
+        "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
+    renderer = ChatRenderer(tokenizer)
+    body, generation_prompt = renderer.observation_ids([{"role": "tool", "content": "5"}])
+    assert body == ids(tokenizer, "<start_of_turn>tool\n5<end_of_turn>\n")
+    assert generation_prompt == ids(tokenizer, "<start_of_turn>model\n")

@@ -194,3 +194,14 @@ def test_an_overlong_prompt_keeps_its_end_and_is_counted(chatml_tokenizer, caplo
     tail = chatml_tokenizer(rendered, add_special_tokens=False)["input_ids"][-10:]
     assert engine.requests[0].prompt_ids == tail and batch["prompts"][0].tolist() == tail
     assert batch.meta["metrics"]["agent_loop/num_prompts_truncated"] == 2.0
+
+
+def test_agent_settings_are_checked_when_the_manager_is_built(chatml_tokenizer):
+    from hybridrl.config import ConfigError
+
+    config = rollout_config(max_parallel_calls=0, tool_call_timeout=0, max_assistant_turns=None)
+    with pytest.raises(ConfigError, match=r"multi_turn.max_parallel_calls=0 must be a count >= 1; .*"
+                                          r"multi_turn.tool_call_timeout=0 must be seconds > 0$"):
+        AgentLoopManager(ScriptedEngine(chatml_tokenizer, None), chatml_tokenizer, config)
+    with pytest.raises(ValueError, match="multi_turn.format='qwen3_coder' is not a known tool-call format"):
+        AgentLoopManager(ScriptedEngine(chatml_tokenizer, None), chatml_tokenizer, rollout_config(format="qwen3_coder"))
