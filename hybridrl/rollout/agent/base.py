@@ -18,7 +18,7 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -83,7 +83,8 @@ class AgentLoopBase(ABC):
         _check_token_output(output, params, request_id)
         return output
 
-    def turn_params(self, params: SamplingParams, max_new_tokens: int, stop_token_ids: list[int] = ()) -> SamplingParams:
+    def turn_params(self, params: SamplingParams, max_new_tokens: int,
+                    stop_token_ids: Sequence[int] = ()) -> SamplingParams:
         """`params` for one turn: its token budget and extra stop ids (kept with the ones already set)."""
         stops = tuple(dict.fromkeys([*params.stop_token_ids, *stop_token_ids]))
         return dataclasses.replace(params, n=1, max_new_tokens=max_new_tokens, stop_token_ids=stops)

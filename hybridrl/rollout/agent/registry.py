@@ -12,8 +12,9 @@ from typing import Any, Callable
 
 import yaml
 
-BUILTIN_MODULES = ("hybridrl.rollout.agent.single_turn", "hybridrl.rollout.agent.tool_agent")
-_REGISTERED: dict[str, type] = {}
+BUILTIN_LOOPS = {"single_turn_agent": "hybridrl.rollout.agent.single_turn.SingleTurnAgentLoop",
+                 "tool_agent": "hybridrl.rollout.agent.tool_agent.ToolAgentLoop"}
+_REGISTERED: dict[str, type] = {}  # classes registered in code (user loops)
 
 
 def register_agent_loop(name: str) -> Callable[[type], type]:
@@ -33,10 +34,10 @@ class AgentLoopSpec:
 
 
 def agent_loop_specs(config_path: str | None = None) -> dict[str, AgentLoopSpec]:
-    """Every loop a run can use: built-ins and registered classes, then the YAML's entries (which may replace them)."""
-    for module in BUILTIN_MODULES:
-        importlib.import_module(module)
-    specs = {name: AgentLoopSpec(cls) for name, cls in _REGISTERED.items()}
+    """Every loop a run can use: built-ins, then classes registered in code, then the YAML's entries (each may
+    replace an earlier one of the same name)."""
+    specs = {name: AgentLoopSpec(_import_class(target, "built-in agent loop")) for name, target in BUILTIN_LOOPS.items()}
+    specs.update({name: AgentLoopSpec(cls) for name, cls in _REGISTERED.items()})
     if config_path:
         specs.update(load_agent_loop_config(config_path))
     return specs

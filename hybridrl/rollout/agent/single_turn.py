@@ -7,11 +7,9 @@ from typing import Any
 
 from hybridrl.rollout.agent.base import AgentLoopBase
 from hybridrl.rollout.agent.output import AgentLoopOutput, TokenStream
-from hybridrl.rollout.agent.registry import register_agent_loop
 from hybridrl.rollout.base import SamplingParams
 
 
-@register_agent_loop("single_turn_agent")
 class SingleTurnAgentLoop(AgentLoopBase):
     """The rendered prompt, one engine request of up to rollout.response_length tokens; num_turns = 2."""
 

@@ -23,7 +23,6 @@ from typing import Any
 from hybridrl.rollout.agent.base import AgentLoopBase, plain
 from hybridrl.rollout.agent.output import AgentLoopOutput, TokenStream
 from hybridrl.rollout.agent.parsers import get_tool_parser
-from hybridrl.rollout.agent.registry import register_agent_loop
 from hybridrl.rollout.base import SamplingParams
 from hybridrl.rollout.tools.schema import ToolCall
 from hybridrl.rollout.tools.session import ToolSession
@@ -45,7 +44,7 @@ class TrajectoryState:
     tools: dict[str, Any]
     tool_schemas: list[dict[str, Any]]
     tools_kwargs: dict[str, Any]
-    stream: TokenStream | None = None
+    stream: TokenStream = field(default_factory=lambda: TokenStream([]))  # the prompt is rendered in PENDING
     last_sampled: list[int] = field(default_factory=list)
     tool_calls: list[ToolCall] = field(default_factory=list)
     assistant_turns: int = 0
@@ -55,7 +54,6 @@ class TrajectoryState:
     extra_fields: dict[str, Any] = field(default_factory=dict)
 
 
-@register_agent_loop("tool_agent")
 class ToolAgentLoop(AgentLoopBase):
     def __init__(self, context, **options: Any):
         super().__init__(context, **options)

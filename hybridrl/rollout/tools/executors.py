@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from typing import Any, Callable, cast
 
 
 class DaemonThreadPool:
@@ -58,7 +58,7 @@ class ToolExecutors:
         self.num_workers = max(1, int(num_workers))
         self.threads = ThreadPoolExecutor(self.num_workers, thread_name_prefix="hybridrl-agent")
         self.tool_threads = DaemonThreadPool(self.num_workers, "hybridrl-tool")
-        self._processes = None
+        self._processes: ProcessPoolExecutor | None = None
 
     async def in_thread(self, fn: Callable[[], Any]) -> Any:
         """`fn()` on the tokenizer-work pool."""
@@ -69,13 +69,12 @@ class ToolExecutors:
         hands the GIL back to the engine loop quickly (utils/threads.py)."""
         from hybridrl.utils.threads import submit_responsive
 
-        return await asyncio.wrap_future(submit_responsive(self.tool_threads, fn))
+        return await asyncio.wrap_future(submit_responsive(cast(ThreadPoolExecutor, self.tool_threads), fn))
 
     async def in_process(self, fn: Callable[..., Any], *args: Any) -> Any:
         """`fn(*args)` in a spawned process (forking a process that runs threads, and may hold CUDA, is unsafe)."""
         if self._processes is None:
             import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
 
             self._processes = ProcessPoolExecutor(self.num_workers, mp_context=multiprocessing.get_context("spawn"))
         return await asyncio.wrap_future(self._processes.submit(fn, *args))

@@ -33,8 +33,8 @@ def load_all_tools(tool_config_path: str | None, function_tool_path: str | None)
     """Every configured tool by name; a name defined twice is an error naming both sources."""
     tools: dict[str, Tool] = {}
     sources: dict[str, str] = {}
-    loaded = [(tool, f"tool_config_path={tool_config_path}") for tool in load_tool_config(tool_config_path)] \
-        if tool_config_path else []
+    loaded: list[tuple[Tool, str]] = [(tool, f"tool_config_path={tool_config_path}")
+                                      for tool in (load_tool_config(tool_config_path) if tool_config_path else [])]
     if function_tool_path:
         loaded += [(tool, f"function_tool_path={function_tool_path}") for tool in load_function_tools(function_tool_path)]
     for tool, source in loaded:

@@ -53,7 +53,7 @@ class ToolSchema:
 
     def to_dict(self) -> dict[str, Any]:
         """The schema as chat templates take it (`tools=[...]` of apply_chat_template)."""
-        function = {"name": self.function.name, "description": self.function.description,
+        function: dict[str, Any] = {"name": self.function.name, "description": self.function.description,
                     "parameters": self.function.parameters}
         if self.function.strict:
             function["strict"] = True

@@ -37,6 +37,9 @@ def fresh_package(tmp_path, monkeypatch, files: dict[str, str]) -> None:
 
 
 def test_the_agent_loop_example_runs(chatml_tokenizer, tmp_path, monkeypatch):
+    from hybridrl.rollout.agent import registry
+
+    monkeypatch.setattr(registry, "_REGISTERED", dict(registry._REGISTERED))  # the example's @register is undone
     fresh_package(tmp_path, monkeypatch, {"loops.py": block_with("python", "class SelfCheckLoop")})
     loops_yaml = tmp_path / "loops.yaml"
     loops_yaml.write_text(block_with("yaml", "SelfCheckLoop"))

@@ -45,7 +45,10 @@ def test_unknown_format_names_the_known_ones(chatml_tokenizer):
         get_tool_parser("llama3_json", chatml_tokenizer)
 
 
-def test_registering_a_parser(chatml_tokenizer):
+def test_registering_a_parser(chatml_tokenizer, monkeypatch):
+    from hybridrl.rollout.agent import parsers
+
+    monkeypatch.setattr(parsers, "_PARSERS", dict(parsers._PARSERS))  # undone after the test
     @register_tool_parser("test_none")
     class NoCalls:
         def __init__(self, tokenizer):
