@@ -29,7 +29,7 @@ from hybridrl.rollout.agent.registry import AgentLoopSpec, agent_loop_specs
 from hybridrl.rollout.base import RequestEngine, SamplingParams
 from hybridrl.rollout.tools.executors import ToolExecutors
 from hybridrl.rollout.tools.registry import load_all_tools
-from hybridrl.rollout.tools.session import ToolSettings
+from hybridrl.rollout.tools.session import TRUNCATE_SIDES, ToolSettings
 from hybridrl.utils.batch import Batch
 
 
@@ -60,6 +60,9 @@ def check_agent_settings(rollout_config: Any) -> None:
              (f"{prefix}.prompt_length", rollout_config.prompt_length, 1, "tokens >= 1")]
     problems = [f"{key}={value!r} must be {rule}" for key, value, least, rule in rules
                 if value is not None and value < least]
+    if multi_turn.tool_response_truncate_side not in TRUNCATE_SIDES:
+        problems.append(f"{prefix}.multi_turn.tool_response_truncate_side={multi_turn.tool_response_truncate_side!r} "
+                        f"must be one of {'|'.join(TRUNCATE_SIDES)}")
     if problems:
         raise ConfigError("; ".join(problems))
 

@@ -6,7 +6,8 @@ Shapes: B trajectories, P = rollout.prompt_length, R = rollout.response_length.
 - `input_ids` (B, P+R) = prompts | responses; `attention_mask` (B, P+R): 1 on real tokens;
 - `position_ids` (B, P+R) = clamp(cumsum(attention_mask) - 1, 0);
 - `response_mask` (B, R) = the loop's mask x the response attention mask (1 only on sampled tokens);
-- `rollout_log_probs` (B, R): the engine's log-probs on sampled tokens, 0.0 elsewhere;
+- `rollout_log_probs` (B, R): the engine's log-probs on sampled tokens, 0.0 elsewhere (absent when no loop
+  returned log-probs, as in verl);
 - `rm_scores` (B, R), only when every loop scored its trajectory: the score at the last response token.
 Non-tensor fields: `__num_turns__` (verl's name), `turn_spans` (the role spans of each response, for the
 rollout dump), and every `extra_fields` key of any loop (None on rows without it).
@@ -56,9 +57,14 @@ def outputs_to_batch(outputs: Sequence[AgentLoopOutput], prompt_length: int, res
         "prompts": prompts, "responses": responses, "response_mask": loop_mask * response_attention,
         "input_ids": torch.cat([prompts, responses], dim=1), "attention_mask": attention_mask,
         "position_ids": (attention_mask.cumsum(dim=1) - 1).clamp(min=0),
-        "rollout_log_probs": _padded([o.response_logprobs or [0.0] * len(o.response_ids) for o in outputs],
-                                     response_length, 0.0, torch.float32),
     }
+    with_log_probs = [o.response_logprobs is not None for o in outputs]
+    if all(with_log_probs):
+        tensors["rollout_log_probs"] = _padded([o.response_logprobs for o in outputs], response_length, 0.0, torch.float32)
+    elif any(with_log_probs):
+        missing = [i for i, present in enumerate(with_log_probs) if not present]
+        raise ValueError(f"trajectories {missing[:8]} have no response_logprobs while others do; an agent loop must "
+                         f"return the engine's log-probs of its sampled tokens (0.0 on inserted tokens)")
     scores = [o.reward_score for o in outputs]
     if outputs and all(score is not None for score in scores):
         rm_scores = torch.zeros(len(outputs), response_length, dtype=torch.float32)

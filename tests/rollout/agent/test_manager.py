@@ -205,3 +205,15 @@ def test_agent_settings_are_checked_when_the_manager_is_built(chatml_tokenizer):
         AgentLoopManager(ScriptedEngine(chatml_tokenizer, None), chatml_tokenizer, config)
     with pytest.raises(ValueError, match="multi_turn.format='qwen3_coder' is not a known tool-call format"):
         AgentLoopManager(ScriptedEngine(chatml_tokenizer, None), chatml_tokenizer, rollout_config(format="qwen3_coder"))
+
+
+def test_log_probs_are_all_or_none():
+    from hybridrl.rollout.agent import AgentLoopOutput
+    from hybridrl.rollout.agent.postprocess import outputs_to_batch
+
+    with_lp = AgentLoopOutput([1], [5, 6], [1, 0], [-0.5, 0.0])
+    without = AgentLoopOutput([1], [5], [1], None)
+    assert "rollout_log_probs" not in outputs_to_batch([without], 2, 3, 0)
+    assert outputs_to_batch([with_lp], 2, 3, 0)["rollout_log_probs"].tolist() == [[-0.5, 0.0, 0.0]]
+    with pytest.raises(ValueError, match=r"trajectories \[1\] have no response_logprobs while others do"):
+        outputs_to_batch([with_lp, without], 2, 3, 0)
