@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-SHARED_DIR = Path(__file__).resolve().parents[1].parent / "shared"
+# ../shared beside the repo; a git worktree (e.g. /work/wt/<name>) finds it one level further up.
+SHARED_DIR = next((parent / "shared" for parent in Path(__file__).resolve().parents[1:4]
+                   if (parent / "shared" / "data").is_dir()), Path(__file__).resolve().parents[1].parent / "shared")
 GSM8K_DIR = SHARED_DIR / "data" / "gsm8k"
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

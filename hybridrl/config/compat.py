@@ -59,8 +59,13 @@ NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
     "actor_rollout_ref.actor.strategy": (("fsdp", "fsdp2"), f"the Megatron engine is {_LATER}; use fsdp2"),
     "actor_rollout_ref.ref.strategy": (("fsdp", "fsdp2"), f"the Megatron engine is {_LATER}; use fsdp2"),
     "critic.strategy": (("fsdp", "fsdp2"), f"the Megatron engine is {_LATER}; use fsdp2"),
-    "actor_rollout_ref.rollout.multi_turn.enable": ((False,), f"multi-turn / tool rollouts are {_LATER}"),
-    "actor_rollout_ref.rollout.agent.agent_loop_config_path": ((None,), f"custom agent loops are {_LATER}"),
+    # The agent loops and tools exist (hybridrl.rollout.agent / .tools); the trainer does not run them yet.
+    "actor_rollout_ref.rollout.multi_turn.enable": ((False,), f"training with multi-turn / tool rollouts is {_LATER} "
+                                                              "(the agent loop exists; the trainer does not run it)"),
+    "actor_rollout_ref.rollout.agent.agent_loop_config_path": ((None,), f"training with custom agent loops is {_LATER} "
+                                                                        "(the trainer does not run agent loops)"),
+    "actor_rollout_ref.rollout.agent.default_agent_loop": (("single_turn_agent",), f"training with agent loops is "
+                                                                                   f"{_LATER}"),
     "algorithm.use_pf_ppo": ((False,), f"PF-PPO is {_LATER}"),
     "algorithm.filter_groups.enable": ((False,), f"DAPO dynamic sampling (filter_groups) is {_LATER}"),
     "algorithm.rollout_correction.rollout_is": ((None,), f"rollout-correction importance sampling is {_LATER}"),
@@ -117,13 +122,39 @@ NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
     "actor_rollout_ref.hybrid_engine": ((True,), "only the hybrid engine exists (as in verl): keep hybrid_engine=true"),
 }
 
-# Keys whose verl values name software hybridrl replaces (permanent, unlike NOT_IMPLEMENTED).
+# Permanent refusals, unlike NOT_IMPLEMENTED: values naming software hybridrl replaces, features verl removed.
 REPLACED: dict[str, tuple[tuple[Any, ...], str]] = {
+    "actor_rollout_ref.rollout.multi_turn.interaction_config_path": (
+        (None,),
+        "verl 0.8 removed interactions (simulated users; verl PR #6074), and hybridrl does not have them: write the "
+        "user simulation as an agent loop (actor_rollout_ref.rollout.agent.agent_loop_config_path) that appends "
+        "user messages, and remove interaction_config_path",
+    ),
     "actor_rollout_ref.rollout.name": (
         ("auto", "hybrid", "hf"),
         "hybridrl ships its own rollout engine: use actor_rollout_ref.rollout.name=hybrid (or hf, or auto); nothing to install",
     ),
 }
+
+
+# Keys only verl's legacy SGLang rollout read: accepted, but a value other than the default gets one warning line.
+LEGACY_WARNINGS: dict[str, tuple[Any, str]] = {
+    "actor_rollout_ref.rollout.multi_turn.use_inference_chat_template": (
+        False, "is read only by verl's legacy SGLang rollout; hybridrl's agent loop trains on exactly the tokens "
+               "the model saw (continuous tokens), so it has no effect: remove it"),
+    "actor_rollout_ref.rollout.multi_turn.tokenization_sanity_check_mode": (
+        "strict", "is read only by verl's legacy SGLang rollout; hybridrl's agent loop never re-tokenizes a "
+                  "conversation, so there is nothing to check: remove it"),
+    "actor_rollout_ref.rollout.multi_turn.num_repeat_rollouts": (
+        None, "is not used by verl's agent loop and has no effect here; set actor_rollout_ref.rollout.n for "
+              "several trajectories per prompt"),
+}
+
+
+def legacy_warnings(values: dict[str, Any]) -> list[str]:
+    """One line per LEGACY_WARNINGS key (`values`: path -> value) set to something other than its default."""
+    return [f"{path}={values[path]!r} {why}" for path, (default, why) in LEGACY_WARNINGS.items()
+            if values[path] != default]
 
 
 def canonical_path(path: str) -> str:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from typing import Any
 
 import yaml
 
 from hybridrl.config.coerce import build_section
-from hybridrl.config.compat import NOT_IMPLEMENTED, REPLACED, check_unsupported, normalize_tree
+from hybridrl.config.compat import LEGACY_WARNINGS, NOT_IMPLEMENTED, REPLACED, check_unsupported, legacy_warnings, \
+    normalize_tree
 from hybridrl.config.errors import ConfigError
 from hybridrl.config.index import config_tree, get_in
 from hybridrl.config.interpolation import resolve_tree
@@ -17,6 +19,7 @@ from hybridrl.config.overrides import TreeEditor, parse_override
 from hybridrl.config.schema import HybridRLConfig
 
 HYDRA_ONLY_KEYS = ("defaults", "hydra")
+logger = logging.getLogger("hybridrl.config")
 
 
 def parse_cli_args(argv: list[str]) -> tuple[str | None, list[str]]:
@@ -99,6 +102,8 @@ def load_config(overrides: list[str] | None = None, config_file: str | None = No
         errors += check_unsupported({path: get_in(tree, path) for path in (*REPLACED, *NOT_IMPLEMENTED)})
     if errors:
         raise ConfigError(_listing(errors))
+    for warning in legacy_warnings({path: get_in(tree, path) for path in LEGACY_WARNINGS}):
+        logger.warning(warning)
     return cfg
 
 

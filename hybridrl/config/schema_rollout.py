@@ -23,20 +23,31 @@ class ValKwargs:
 
 @dataclass
 class MultiTurnConfig:
-    """Multi-turn / tool-calling rollout."""
+    """Multi-turn / tool-calling rollout (the `tool_agent` agent loop; docs/agentic.md)."""
 
-    enable: bool = setting(False, "Run the multi-turn agent loop.")
-    max_assistant_turns: int | None = setting(None, "Assistant turns per conversation; null = unlimited.")
-    tool_config_path: str | None = setting(None, "Tool schema file.")
-    max_user_turns: int | None = setting(None, "User turns per conversation; null = unlimited.")
-    max_parallel_calls: int = setting(1, "Tool calls per assistant turn.")
-    max_tool_response_length: int = setting(256, "Characters kept of a tool response.")
-    tool_response_truncate_side: str = setting("middle", "Where tool responses are cut.", choices=("left", "right", "middle"))
-    interaction_config_path: str | None = setting(None, "Interaction (simulated user) config file.")
-    use_inference_chat_template: bool = setting(False, "Render with the inference chat template.")
-    tokenization_sanity_check_mode: str = setting("strict", "Check of incremental tokenization.")
-    format: str = setting("hermes", "Tool-call format.")
-    num_repeat_rollouts: int | None = setting(None, "Repeats per multi-turn rollout.")
+    enable: bool = setting(False, "Run the multi-turn agent loop (rows without agent_name use tool_agent).")
+    max_assistant_turns: int | None = setting(None, "Model turns per trajectory; null = until the budget "
+                                              "(response_length) or a turn without tool call ends it.")
+    tool_config_path: str | None = setting(None, "verl tool YAML: `tools: [{class_name, config, tool_schema}]` "
+                                           "(BaseTool classes; verl's built-in class names map onto hybridrl's).")
+    function_tool_path: str | None = setting(None, "Python file (or module) whose @function_tool functions (else all "
+                                             "public typed functions) are tools; schema from hints + docstring.")
+    max_user_turns: int | None = setting(None, "Tool (user) turns per trajectory; null = unlimited.")
+    max_parallel_calls: int = setting(1, "Tool calls executed per model turn (the first ones; the rest are "
+                                      "counted in agent_loop/num_tool_calls_over_limit).")
+    max_tool_response_length: int = setting(256, "Characters (not tokens) kept of each tool response.")
+    tool_response_truncate_side: str = setting("middle", "Which part of a long tool response is cut.",
+                                               choices=("left", "right", "middle"))
+    tool_call_timeout: float = setting(60.0, "hybridrl: seconds one tool call may take (its instance's creation "
+                                       "included) before the model is told it timed out.")
+    interaction_config_path: str | None = setting(None, "Removed in verl 0.8 (interactions); refused when set.")
+    use_inference_chat_template: bool = setting(False, "verl's legacy SGLang path only; no effect here "
+                                                "(warned when true).")
+    tokenization_sanity_check_mode: str = setting("strict", "verl's legacy SGLang path only; no effect here: the "
+                                                  "token stream is never re-tokenized (warned when not strict).")
+    format: str = setting("hermes", "Tool-call format (parser): hermes (Qwen2.5 / Qwen3).")
+    num_repeat_rollouts: int | None = setting(None, "Unused by verl's agent loop; no effect (warned when set): "
+                                              "use rollout.n.")
 
 
 @dataclass
@@ -51,9 +62,10 @@ class CustomAsyncServer:
 class AgentConfig:
     """Agent-loop settings."""
 
-    num_workers: int = setting(8, "Agent-loop workers.")
-    default_agent_loop: str = setting("single_turn_agent", "Agent loop used when a row names none.")
-    agent_loop_config_path: str | None = setting(None, "File listing custom agent loops.")
+    num_workers: int = setting(8, "verl: agent-loop worker processes. hybridrl runs every trajectory of a batch "
+                               "concurrently in one event loop; this sizes its thread pools (templates, tools).")
+    default_agent_loop: str = setting("single_turn_agent", "Agent loop for rows without agent_name.")
+    agent_loop_config_path: str | None = setting(None, "YAML list of custom agent loops: {name, _target_, options}.")
     custom_async_server: CustomAsyncServer = section(CustomAsyncServer, "A custom rollout server.")
 
 
