@@ -197,6 +197,8 @@ def run_tests(code: str, in_outs: dict, timeout: int) -> list:
         signal.alarm(0)
     results = []
     for index, raw_input in enumerate(in_outs["inputs"]):
+        if not isinstance(raw_input, str) or not isinstance(in_outs["outputs"][index], str):
+            raise TypeError("test inputs and outputs must be strings")  # verl's truncatefn asserts it: all fail
         if fn_name is not None:
             outcome = run_call_based(method, raw_input, in_outs["outputs"][index], timeout)
         else:
