@@ -5,6 +5,8 @@
 - pylatexenc: prime_math / geometry3k turn LaTeX answers into plain text before the sympy comparison.
   Without it that step is skipped (as verl's graders skip it when it fails), so fewer LaTeX answers are
   recognised as equal; a warning says so once.
+- sympy (prime_math / geometry3k's symbolic check) is imported directly: torch requires it, so it is
+  always installed with hybridrl.
 """
 
 from __future__ import annotations

@@ -38,8 +38,11 @@ class Isolation:
     separate_user: bool  # ran as an unprivileged uid (cannot touch root's files)
     process_limit: bool  # max_processes is enforced (RLIMIT_NPROC of its own uid, or a pids cgroup)
     missing: tuple[str, ...] = ()
+    remote: str | None = None  # the SandboxFusion endpoint that ran the code (its isolation is the service's)
 
     def describe(self) -> str:
+        if self.remote:
+            return f"ran by the SandboxFusion service at {self.remote} (isolation is that service's)"
         walls = [name for name, on in (("no network (own network namespace)", self.network_namespace),
                                        ("own PID namespace", self.pid_namespace),
                                        ("unprivileged uid", self.separate_user),
