@@ -10,8 +10,10 @@ The report (one JSON line on the status fd): {"exit_code": int|null, "signal": i
 """
 
 import json
+import math
 import os
 import resource
+import signal
 import sys
 
 _LIMITS = {  # spec key -> rlimit; soft and hard are set equal unless noted
@@ -60,6 +62,10 @@ def main() -> None:
         with open(spec["cgroup_procs"], "w") as procs:
             procs.write("0")
     pid = _start(spec, status_fd)
+    # Backstop for a caller that died mid-run (it enforces the wall clock itself): kill the program a little
+    # after the caller would have, so nothing outlives an orphaned run.
+    signal.signal(signal.SIGALRM, lambda *_: os.kill(pid, signal.SIGKILL))
+    signal.alarm(max(1, math.ceil(spec["backstop_seconds"])))
     while True:  # as pid 1 this also reaps orphans; it returns when the program itself has ended
         try:
             done, status, usage = os.wait4(-1, 0)

@@ -194,7 +194,8 @@ def _bootstrap_spec(argv: list[str], workdir: Path, limits: SandboxLimits, statu
                     cgroup_procs: str | None) -> dict:
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(workdir), "LANG": "C.UTF-8", "TMPDIR": str(workdir),
            "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8", **{name: "1" for name in _THREAD_ENV}}
-    return {"argv": argv, "env": env, "status_fd": status_fd,
+    backstop = limits.wall_seconds + limits.kill_grace_seconds + 2
+    return {"argv": argv, "env": env, "status_fd": status_fd, "backstop_seconds": backstop,
             "cpu_seconds": limits.cpu_seconds, "as_bytes": (limits.memory_mb or 0) * (1 << 20),
             "nproc": limits.max_processes if drop_user else None, "fsize_bytes": (limits.max_file_mb or 0) * (1 << 20),
             "nofile": 256, "uid": NOBODY if drop_user else None, "gid": NOBODY, "cgroup_procs": cgroup_procs}

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -133,3 +136,21 @@ def test_isolation_is_described_honestly(sandbox):
     assert ("NOT isolated" in text) == bool(isolation.missing)
     unisolated = LocalSandbox(isolate=False).isolation
     assert not unisolated.network_namespace and "network" in " ".join(unisolated.missing)
+
+
+def test_an_orphaned_run_is_killed_by_its_own_backstop(tmp_path):
+    """The caller enforces the wall clock; if it dies, the sandbox's first process kills the program itself."""
+    from hybridrl.rewards.sandbox.local import BOOTSTRAP
+
+    status_read, status_write = os.pipe()
+    spec = {"argv": [sys.executable, "-c", "import time; time.sleep(60)"], "env": {}, "status_fd": status_write,
+            "backstop_seconds": 1}
+    process = subprocess.Popen([sys.executable, "-I", BOOTSTRAP, json.dumps(spec)], pass_fds=(status_write,))
+    os.close(status_write)
+    try:
+        assert process.wait(timeout=30) == 0  # returned long before the program's 60 s sleep
+    finally:
+        process.kill()
+    report = json.loads(os.read(status_read, 4096))
+    os.close(status_read)
+    assert report["signal"] == 9 and report["exit_code"] is None
