@@ -8,6 +8,7 @@ import inspect
 import logging
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Callable
 
 log = logging.getLogger(__name__)
@@ -23,7 +24,7 @@ def load_custom_reward_fn(path: str, name: str = "compute_score", reward_kwargs:
     if not file.is_file():
         raise FileNotFoundError(f"custom_reward_function.path={path!r} is not a file; point it at a .py file "
                                 f"defining {name}(data_source, solution_str, ground_truth, extra_info=None, **kwargs)")
-    module = _import_file(file)
+    module = import_python_file(file)
     fn = getattr(module, name, None)
     if not callable(fn):
         found = sorted(attr for attr, value in vars(module).items()
@@ -48,7 +49,8 @@ def verl_scorer_file(file: Path) -> Path:
     return ours
 
 
-def _import_file(file: Path):
+def import_python_file(file: Path) -> ModuleType:
+    """The Python file at `file` as a fresh module (ImportError naming the file when it fails to import)."""
     module_name = f"hybridrl_custom_reward_{abs(hash(str(file.resolve())))}"
     spec = importlib.util.spec_from_file_location(module_name, file)
     if spec is None or spec.loader is None:

@@ -16,6 +16,7 @@ of the trainer, guarded only by `reliability_guard`.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import threading
 from pathlib import Path
@@ -36,8 +37,6 @@ def shared_sandbox() -> LocalSandbox:
     global _sandbox
     with _sandbox_lock:
         if _sandbox is None:
-            import os
-
             _sandbox = LocalSandbox(max_concurrent=max(1, os.cpu_count() or 1))
         return _sandbox
 

@@ -12,13 +12,14 @@ verl's newer reward-loop classes (async `run_single`) are refused with that expl
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from hybridrl.config.errors import ConfigError
-from hybridrl.rewards.custom import _import_file
+from hybridrl.rewards.custom import import_python_file
 from hybridrl.rewards.manager import ScoredBatch
 from hybridrl.rewards.managers.base import ManagerContext, RewardRows
 from hybridrl.utils.batch import Batch
@@ -56,7 +57,7 @@ def load_manager_class(path: str | None, name: str):
         raise ConfigError("reward_manager.source=importlib needs reward_manager.module.path=<file defining the "
                           f"class {name!r}>")
     try:
-        module = _import_file(_existing(path))
+        module = import_python_file(_existing(path))
     except ImportError as error:
         hint = " It imports verl, which hybridrl does not need: drop those imports (the DataProto it receives is " \
                "hybridrl's view)." if "verl" in str(error) else ""
@@ -73,9 +74,7 @@ def load_manager_class(path: str | None, name: str):
     return cls
 
 
-def _existing(path: str):
-    from pathlib import Path
-
+def _existing(path: str) -> Path:
     file = Path(path).expanduser()
     if not file.is_file():
         raise ConfigError(f"reward_manager.module.path={path!r} is not a file")

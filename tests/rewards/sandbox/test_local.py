@@ -138,7 +138,7 @@ def test_isolation_is_described_honestly(sandbox):
     assert not unisolated.network_namespace and "network" in " ".join(unisolated.missing)
 
 
-def test_an_orphaned_run_is_killed_by_its_own_backstop(tmp_path):
+def test_an_orphaned_run_is_killed_by_its_own_backstop():
     """The caller enforces the wall clock; if it dies, the sandbox's first process kills the program itself."""
     from hybridrl.rewards.sandbox.local import BOOTSTRAP
 
