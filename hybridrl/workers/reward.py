@@ -53,6 +53,16 @@ def build_reward_model(cfg, tokenizer, device: torch.device = torch.device("cpu"
                              max_length=rm.max_length, trust_remote_code=trust)
 
 
+def reward_extra_infos(batch: Batch) -> list[dict]:
+    """Each row's extra_info (a copy) with verl's additions: `num_turns` (an agent loop's `__num_turns__`, else
+    None) and `rollout_reward_scores` (scores an agent loop set, `reward_scores`, else {})."""
+    rows = len(batch)
+    infos = batch.get("extra_info", [None] * rows)
+    turns, rollout_scores = batch.get("__num_turns__", [None] * rows), batch.get("reward_scores", [{}] * rows)
+    return [{**(info or {}), "num_turns": turn, "rollout_reward_scores": scores}
+            for info, turn, scores in zip(infos, turns, rollout_scores)]
+
+
 class RewardWorker:
     def __init__(self, cfg, tokenizer, device: torch.device = torch.device("cpu")):
         """`device`: the controller's, where an in-process reward model runs unless reward_model.device_ids
@@ -86,8 +96,8 @@ class RewardWorker:
             return Batch({"token_level_scores": rm_scores.float()}), {}, {"reward/num_errors": 0.0}
         lengths = batch["response_mask"].sum(-1)
         rows = RewardRows(decode_responses(self.tokenizer, batch), list(batch[self.reward_fn_key]),
-                          [r.get("ground_truth") for r in batch["reward_model"]],
-                          list(batch.get("extra_info", [None] * len(batch))), lengths.tolist())
+                          [r.get("ground_truth") for r in batch["reward_model"]], reward_extra_infos(batch),
+                          lengths.tolist())
         scored = self.manager(batch, rows)
         scores = scored.token_level_scores if scored.token_level_scores is not None else place_scores(
             scored.scores, lengths, batch["responses"].shape[1])

@@ -75,6 +75,21 @@ def test_a_verl_style_class_scores_through_the_reward_worker(manager_file, char_
     assert extra == {"length": [7, 6]} and metrics == {"reward/num_errors": 0.0}
 
 
+def test_rows_carry_verls_extra_info_additions(tmp_path, char_tokenizer):
+    path = tmp_path / "seen.py"
+    path.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                    "    return {'score': 0.0, 'turns': extra_info['num_turns'], 'index': extra_info.get('index'),\n"
+                    "            'rollout': extra_info['rollout_reward_scores']}\n")
+    worker = RewardWorker(config(f"custom_reward_function.path={path}"), char_tokenizer)
+    batch = rollout_batch(char_tokenizer, ["a", "b"], ["x", "y"])
+    batch["extra_info"] = [{"index": 7}, None]
+    _, extra, _ = worker.compute_scores(batch)
+    assert extra == {"turns": [None, None], "index": [7, None], "rollout": [{}, {}]}
+    assert batch["extra_info"][0] == {"index": 7}  # the batch's own dicts are not changed
+    batch["__num_turns__"] = [3, 1]
+    assert worker.compute_scores(batch)[1]["turns"] == [3, 1]
+
+
 def test_a_hybridrl_style_class_gets_the_context(tmp_path, char_tokenizer):
     path = tmp_path / "ours.py"
     path.write_text("from hybridrl.rewards.manager import ScoredBatch\n"
