@@ -15,9 +15,18 @@ from hybridrl.utils.batch import Batch
 from hybridrl.workers.rollout import unpadded_rows
 
 
+def response_valid_mask(batch: Batch) -> torch.Tensor:
+    """(B, R) 1 on every response token that exists: the response columns of attention_mask (verl's rule), so a
+    multi-turn trajectory's tool/observation tokens (response_mask 0) count too; response_mask without it."""
+    width = batch["responses"].shape[1]
+    attention = batch.get("attention_mask")
+    return attention[:, -width:] if attention is not None and attention.shape[1] >= width else batch["response_mask"]
+
+
 def decode_responses(tokenizer, batch: Batch) -> list[str]:
-    """Each response's tokens (where response_mask is set) as text; only real tokens become Python ints."""
-    return batch_decode(tokenizer, unpadded_rows(batch["responses"], batch["response_mask"]), skip_special_tokens=True)
+    """Each whole response (every valid token, tool turns included) as text; only real tokens become Python ints."""
+    return batch_decode(tokenizer, unpadded_rows(batch["responses"], response_valid_mask(batch)),
+                        skip_special_tokens=True)
 
 
 def reward_model_devices(cfg, device: torch.device) -> list[torch.device]:
@@ -94,7 +103,7 @@ class RewardWorker:
         if self.reward_model is not None and not validate:
             rm_scores = self.reward_model.compute_rm_score(batch)["rm_scores"]
             return Batch({"token_level_scores": rm_scores.float()}), {}, {"reward/num_errors": 0.0}
-        lengths = batch["response_mask"].sum(-1)
+        lengths = response_valid_mask(batch).sum(-1)  # the score goes on the last token, as verl places it
         rows = RewardRows(decode_responses(self.tokenizer, batch), list(batch[self.reward_fn_key]),
                           [r.get("ground_truth") for r in batch["reward_model"]], reward_extra_infos(batch),
                           lengths.tolist())
