@@ -47,7 +47,18 @@ def remove_boxed(boxed: str) -> str:
 
 
 def extract_boxed_answer(text: str) -> str | None:
-    """The content of the last boxed answer, or None (no box, an unclosed brace, or an `\\fbox`)."""
+    """The content of the last `\\boxed`/`\\fbox` answer, or None (no box, or an unclosed brace). For reading
+    reference solutions (preprocessing); scoring unboxes as verl does, where an `\\fbox` answer fails."""
+    boxed = last_boxed_only_string(text)
+    if boxed is None:
+        return None
+    if boxed.startswith("\\fbox{"):
+        return boxed[len("\\fbox{"):-1]
+    return remove_boxed(boxed)
+
+
+def _verl_boxed_answer(text: str) -> str | None:
+    """verl's unboxing: None when there is no box or it is not a `\\boxed` one (an `\\fbox`)."""
     boxed = last_boxed_only_string(text)
     if boxed is None:
         return None
@@ -75,7 +86,7 @@ def math_verify_equiv(answer: str, ground_truth: str) -> bool:
 
 def compute_score(solution_str: str, ground_truth: Any, use_math_verify: bool = False) -> float:
     """1.0 if the last boxed answer is equivalent to `ground_truth`, else 0.0 (no answer, or an `\\fbox`: 0.0)."""
-    answer = extract_boxed_answer(solution_str)
+    answer = _verl_boxed_answer(solution_str)
     if answer is None:
         return 0.0
     if is_equiv(answer, ground_truth):

@@ -159,11 +159,17 @@ class LocalSandbox:
                                            pass_fds=(status_write,))
         finally:
             os.close(status_write)
+        reader = _OutputReader(process, limits.max_output_bytes)
         try:
-            streams, timed_out = _collect(process, start + limits.wall_seconds, limits.max_output_bytes)
+            closed = reader.read_until(start + limits.wall_seconds)
+            timed_out = not closed and process.poll() is None
             _stop_group(process, limits.kill_grace_seconds if timed_out else 0.0)
+            # The pipes close when the last process holding them is gone: return only after that.
+            reader.read_until(time.monotonic() + 5.0, drain_after_exit=None)
+            streams = reader.buffers
             report = _read_report(status_read)
         finally:
+            reader.close()
             os.close(status_read)
             if cgroup is not None:
                 cgroup.remove()
@@ -215,33 +221,39 @@ class _CappedBuffer:
         return b"".join(self.chunks).decode("utf-8", errors="replace")
 
 
-def _collect(process: subprocess.Popen, deadline: float, cap: int) -> tuple[dict[str, _CappedBuffer], bool]:
-    """Read stdout/stderr (keeping `cap` bytes each) until both close or `deadline`; True when it was hit.
+class _OutputReader:
+    """Reads a run's stdout/stderr, keeping `cap` bytes of each; output past the cap is still read (and
+    dropped), so a chatty program never blocks on a full pipe."""
 
-    Output past the cap is still read (and dropped), so a chatty program never blocks on a full pipe."""
-    buffers = {"stdout": _CappedBuffer(cap), "stderr": _CappedBuffer(cap)}
-    selector = selectors.DefaultSelector()
-    selector.register(process.stdout, selectors.EVENT_READ, "stdout")
-    selector.register(process.stderr, selectors.EVENT_READ, "stderr")
-    exited_at = None
-    try:
-        while selector.get_map():
+    def __init__(self, process: subprocess.Popen, cap: int) -> None:
+        self.process = process
+        self.buffers = {"stdout": _CappedBuffer(cap), "stderr": _CappedBuffer(cap)}
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(process.stdout, selectors.EVENT_READ, "stdout")
+        self.selector.register(process.stderr, selectors.EVENT_READ, "stderr")
+
+    def read_until(self, deadline: float, drain_after_exit: float | None = 0.5) -> bool:
+        """Read until both pipes close (True), `deadline` passes, or the first process has been gone for
+        `drain_after_exit` s (a leftover child may hold the pipes open) (False)."""
+        exited_at = None
+        while self.selector.get_map():
             now = time.monotonic()
-            if exited_at is None and process.poll() is not None:
-                exited_at = now  # a leftover child may hold the pipes open: drain briefly, then stop reading
-            if now >= deadline or (exited_at is not None and now - exited_at > 0.5):
-                return buffers, now >= deadline and exited_at is None
-            for key, _ in selector.select(timeout=min(0.1, deadline - now)):
+            if exited_at is None and drain_after_exit is not None and self.process.poll() is not None:
+                exited_at = now
+            if now >= deadline or (exited_at is not None and now - exited_at > drain_after_exit):
+                return False
+            for key, _ in self.selector.select(timeout=min(0.1, deadline - now)):
                 data = os.read(key.fileobj.fileno(), 1 << 16)
                 if data:
-                    buffers[key.data].add(data)
+                    self.buffers[key.data].add(data)
                 else:
-                    selector.unregister(key.fileobj)
-        return buffers, False
-    finally:
-        selector.close()
-        process.stdout.close()
-        process.stderr.close()
+                    self.selector.unregister(key.fileobj)
+        return True
+
+    def close(self) -> None:
+        self.selector.close()
+        self.process.stdout.close()
+        self.process.stderr.close()
 
 
 def _stop_group(process: subprocess.Popen, grace: float) -> None:
