@@ -114,9 +114,11 @@ NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
                                                 "log-prob under logits / temperature, before top-k/top-p (what the "
                                                 "trainer recomputes); other modes are not implemented"),
     "reward_model.reward_loop_module_path": ((None,), f"custom reward loops are {_LATER}; use "
-                                                      "custom_reward_function.path with verl's compute_score signature"),
+                                                      "custom_reward_function.path with verl's compute_score signature, "
+                                                      "or a reward-manager class (reward_manager.source=importlib)"),
     "reward_model.reward_loop_class_name": ((None,), f"custom reward loops are {_LATER}; use "
-                                                     "custom_reward_function.path with verl's compute_score signature"),
+                                                     "custom_reward_function.path with verl's compute_score signature, "
+                                                     "or a reward-manager class (reward_manager.source=importlib)"),
     "reward_model.ulysses_sequence_parallel_size": ((1,), f"Ulysses sequence parallelism is {_LATER}"),
     "reward_model.strategy": (("fsdp", "fsdp2"), f"the Megatron engine is {_LATER}; use fsdp2"),
     "actor_rollout_ref.hybrid_engine": ((True,), "only the hybrid engine exists (as in verl): keep hybrid_engine=true"),

@@ -100,11 +100,24 @@ class RewardModelModelConfig:
 
 @dataclass
 class SandboxFusionConfig:
-    """Remote code-execution sandbox for code rewards."""
+    """Code execution for the code data sources (codecontests, apps, codeforces, taco)."""
 
-    url: str | None = setting(None, "Sandbox URL; null = local scoring.")
-    max_concurrent: int = setting(64, "Concurrent sandbox requests.")
-    memory_limit_mb: int = setting(1024, "Memory limit per execution.")
+    url: str | None = setting(None, "SandboxFusion endpoint (http://host:port/run_code) that runs the tests; null = "
+                                    "hybridrl's local sandbox (a confined process per run, no network where the kernel "
+                                    "allows namespaces).")
+    max_concurrent: int = setting(64, "Requests in flight to SandboxFusion at once (per scoring process).")
+    memory_limit_mb: int = setting(1024, "Memory per execution in MB: SandboxFusion's memory_limit_MB, and the address-"
+                                         "space limit of local runs (verl's local runs have none).")
+
+
+@dataclass
+class OverlongBufferConfig:
+    """DAPO's overlong reward shaping, as verl's DAPO recipe spells it (reward_manager.name=dapo)."""
+
+    enable: bool = setting(False, "Penalise responses longer than data.max_response_length - len.")
+    len: int = setting(0, "Buffer length L_cache in tokens; the penalty grows linearly over it.")
+    penalty_factor: float = setting(0.0, "Penalty at data.max_response_length (the full buffer).")
+    log: bool = setting(False, "Add overlong_reward and overlong to the per-row reward extra info.")
 
 
 @dataclass
@@ -129,6 +142,8 @@ class RewardModelConfig:
         ref="${critic.forward_max_token_len_per_gpu}"
     )
     reward_manager: str = setting("naive", "Deprecated spelling of reward_manager.name.")
+    overlong_buffer: OverlongBufferConfig = section(
+        OverlongBufferConfig, "DAPO overlong penalty (verl's DAPO recipe spelling; or reward_kwargs.overlong_buffer_cfg).")
     reward_loop_source: str = setting("register", "Where the reward loop class comes from; no effect (custom loops are refused: see reward_loop_module_path).")
     reward_loop_module_path: str | None = setting(None, "File of a custom reward loop.")
     reward_loop_class_name: str | None = setting(None, "Class of a custom reward loop.")
@@ -141,7 +156,9 @@ class RewardModelConfig:
     num_workers: int = setting(1, "Reward scoring processes: above 1, the reward function runs in that many spawned "
                                "processes (rows in parallel, no GIL shared with the trainer); 1 scores in the trainer's "
                                "process (on a thread with launch_reward_fn_async). Reward models are not affected.")
-    reward_kwargs: dict = setting({}, "Extra kwargs passed to the reward manager.", plus=True)
+    reward_kwargs: dict = setting({}, "Arguments of the reward manager (verl): dapo takes max_resp_len and "
+                                  "overlong_buffer_cfg.{enable,len,penalty_factor,log}; batch passes them to the batched "
+                                  "function; prime takes timeout and num_processes (hybridrl); naive takes none.", plus=True)
     on_error: str = setting(
         "raise",
         "hybridrl: a reward function that raises stops the run (raise) or scores 0, counted in reward/num_errors (zero).",
@@ -155,17 +172,19 @@ class RewardModelConfig:
 class RewardManagerModule:
     """A custom reward manager module."""
 
-    path: str | None = setting(None, "File of a custom reward manager.")
-    name: str = setting("custom_reward_manager", "Class name inside `path`.")
+    path: str | None = setting(None, "File defining the reward-manager class (reward_manager.source=importlib).")
+    name: str = setting("custom_reward_manager", "Unused, as in verl: the class is reward_manager.name.")
 
 
 @dataclass
 class RewardManagerConfig:
     """Which reward manager turns responses into token-level scores."""
 
-    source: str = setting("register", "register = built-in by name; importlib = module.path.", choices=("register", "importlib"))
+    source: str = setting("register", "register = a registered manager by name; importlib = the class `name` from "
+                          "module.path.", choices=("register", "importlib"))
     name: str = setting(
-        "naive", "Reward manager (naive|batch|dapo|prime).", ref="${oc.select:reward_model.reward_manager,naive}"
+        "naive", "Reward manager: naive | batch | dapo | prime (register), or the class name in module.path (importlib).",
+        ref="${oc.select:reward_model.reward_manager,naive}"
     )
     module: RewardManagerModule = section(RewardManagerModule, "Custom reward manager module.")
 
