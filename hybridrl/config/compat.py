@@ -1,24 +1,15 @@
-"""verl compatibility: older key spellings, keys that must agree, and the NOT_IMPLEMENTED table.
+"""verl keys hybridrl knows but refuses at some values: the NOT_IMPLEMENTED and REPLACED tables.
 
 Feature owners: when a feature lands, delete its NOT_IMPLEMENTED entry (and its test case in
-tests/config/test_compat.py); nothing else needs to change.
+tests/config/test_compat.py); nothing else needs to change. Other spellings of keys live in `spellings.py`
+and `legacy.py`, the keys verl spells twice in `agreement.py`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from hybridrl.config.index import get_in, set_in
-
-# Older spelling -> HEAD spelling (exact keys). A null value for these meant "unset" in verl, so it is a no-op.
-ALIASES: dict[str, str] = {
-    "actor_rollout_ref.actor.optim.warmup_style": "actor_rollout_ref.actor.optim.lr_scheduler_type",
-    "critic.optim.warmup_style": "critic.optim.lr_scheduler_type",
-    "ray_init.timeline_json_file": "ray_kwargs.timeline_json_file",
-    "trainer.profile_steps": "global_profiler.steps",
-}
-# v0.4 kept ray.init kwargs at the top level: `ray_init.num_cpus` -> `ray_kwargs.ray_init.num_cpus`.
-PREFIX_ALIASES: tuple[tuple[str, str], ...] = (("ray_init", "ray_kwargs.ray_init"),)
+from hybridrl.config.index import get_in
 
 GAE_AND_FRIENDS = (
     "gae", "grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "grpo_vectorized", "rloo_vectorized",
@@ -106,69 +97,25 @@ NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
 }
 
 # Keys whose verl values name software hybridrl replaces (permanent, unlike NOT_IMPLEMENTED).
+ENGINE_NAMES = ("auto", "hybrid", "hf", "vllm", "sglang", "trtllm")
 REPLACED: dict[str, tuple[tuple[Any, ...], str]] = {
     "actor_rollout_ref.rollout.name": (
-        ("auto", "hybrid", "hf"),
-        "hybridrl ships its own rollout engine: use actor_rollout_ref.rollout.name=hybrid (or hf, or auto); nothing to install",
+        ENGINE_NAMES,
+        "hybridrl ships its own rollout engine: use actor_rollout_ref.rollout.name=hybrid (or hf, or auto; vllm, "
+        "sglang and trtllm also mean hybridrl's engine); nothing to install",
     ),
 }
 
 
-def canonical_path(path: str) -> str:
-    """The HEAD spelling of a dotted key (unchanged when it already is one)."""
-    if path in ALIASES:
-        return ALIASES[path]
-    for old, new in PREFIX_ALIASES:
-        if path == old or path.startswith(old + "."):
-            return new + path[len(old) :]
-    return path
-
-
-def is_prefix_alias(path: str) -> bool:
-    """True for an old group name whose keys move one by one (`ray_init`)."""
-    return any(path == old for old, _ in PREFIX_ALIASES)
-
-
-def check_unsupported(values: dict[str, Any]) -> list[str]:
-    """One message per key of NOT_IMPLEMENTED or REPLACED whose value (from `values`: path -> value) is refused."""
+def check_unsupported(tree: dict[str, Any]) -> list[str]:
+    """One message per key of REPLACED or NOT_IMPLEMENTED whose value in `tree` (nested dicts) is refused."""
     problems = []
     for table in (REPLACED, NOT_IMPLEMENTED):
         for path, (accepted, why) in table.items():
-            value = values[path]
+            try:
+                value = get_in(tree, path)
+            except KeyError:
+                continue
             if value not in accepted:
                 problems.append(f"{path}={value!r}: {why}")
-    return problems
-
-
-def _agree(tree: dict[str, Any], explicit: set[str], first: str, second: str) -> list[str]:
-    """Two spellings of one setting: copy the one the user set onto the other; both set differently is an error."""
-    a, b = get_in(tree, first), get_in(tree, second)
-    if first in explicit and second in explicit and a != b:
-        return [f"{first}={a!r} and {second}={b!r} are two spellings of one setting; set only one"]
-    if second in explicit and first not in explicit:
-        set_in(tree, first, b)
-    elif first in explicit:
-        set_in(tree, second, a)
-    return []
-
-
-def normalize_tree(tree: dict[str, Any], explicit: set[str]) -> list[str]:
-    """Reconcile keys verl spells twice (in place, before `${...}` resolution); returns problems found."""
-    problems = _agree(
-        tree, explicit,
-        "actor_rollout_ref.actor.ulysses_sequence_parallel_size",
-        "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size",
-    )  # fmt: skip
-    problems += _agree(tree, explicit, "reward_model.reward_manager", "reward_manager.name")
-    for role in ("actor_rollout_ref.actor", "critic"):  # verl's newer optimizer configs carry the clip too
-        problems += _agree(tree, explicit, f"{role}.grad_clip", f"{role}.optim.clip_grad")
-    logger = get_in(tree, "trainer.logger")
-    if isinstance(logger, str):
-        set_in(tree, "trainer.logger", [logger])  # verl's Tracking wraps a bare string too
-    if get_in(tree, "trainer.remove_previous_ckpt_in_save") is True:
-        for key in ("trainer.max_actor_ckpt_to_keep", "trainer.max_critic_ckpt_to_keep"):
-            value = get_in(tree, key)
-            if key in explicit and value not in (None, 1):
-                problems.append(f"trainer.remove_previous_ckpt_in_save=true means {key}=1, but {key}={value!r}; set one")
-            set_in(tree, key, 1)
     return problems

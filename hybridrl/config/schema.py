@@ -51,3 +51,7 @@ class HybridRLConfig:
     ray_kwargs: RayKwargsConfig = section(RayKwargsConfig, "Ray settings.")
     global_profiler: GlobalProfilerConfig = section(GlobalProfilerConfig, "Profiling.")
     transfer_queue: TransferQueueConfig = section(TransferQueueConfig, "Transfer queue.")
+    model_engine: str = setting(
+        "dp", "verl's engine group (a config-group choice: model_engine=megatron composes the Megatron files); "
+        "dp = FSDP, the one hybridrl implements.", plus=True,
+    )

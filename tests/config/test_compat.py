@@ -79,14 +79,6 @@ def test_v04_sync_mode_and_fsdp_strategy_accepted():
     assert cfg.actor_rollout_ref.rollout.mode == "sync" and cfg.actor_rollout_ref.actor.strategy == "fsdp"
 
 
-@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
-def test_external_engines_get_the_own_engine_message(engine):
-    with pytest.raises(ConfigError) as err:
-        load_config([f"actor_rollout_ref.rollout.name={engine}"])
-    assert f"actor_rollout_ref.rollout.name='{engine}'" in str(err.value)
-    assert "hybridrl ships its own rollout engine: use actor_rollout_ref.rollout.name=hybrid" in str(err.value)
-
-
 @pytest.mark.parametrize(
     ("override", "phrase"),
     [
