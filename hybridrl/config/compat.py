@@ -16,6 +16,8 @@ GAE_AND_FRIENDS = (
 )  # fmt: skip
 
 _LATER = "not implemented in hybridrl yet"
+_ENGINES = (f"only the FSDP engine (fsdp, fsdp2) is implemented; the Megatron, TorchTitan, VeOmni and fsdp_turbo "
+            f"engines are {_LATER}: use fsdp2 (and model_engine=dp)")
 # key -> (accepted values, message). A value outside `accepted` raises ConfigError with the message.
 FSDP_ROLES = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic.model")  # where each fsdp_config lives
 
@@ -38,9 +40,9 @@ NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
     "actor_rollout_ref.ref.ulysses_sequence_parallel_size": ((1,), f"Ulysses sequence parallelism is {_LATER}"),
     "critic.ulysses_sequence_parallel_size": ((1,), f"Ulysses sequence parallelism is {_LATER}"),
     "actor_rollout_ref.model.use_liger": ((False,), f"Liger kernels are {_LATER}"),
-    "actor_rollout_ref.actor.strategy": (("fsdp", "fsdp2"), f"the Megatron engine is {_LATER}; use fsdp2"),
-    "actor_rollout_ref.ref.strategy": (("fsdp", "fsdp2"), f"the Megatron engine is {_LATER}; use fsdp2"),
-    "critic.strategy": (("fsdp", "fsdp2"), f"the Megatron engine is {_LATER}; use fsdp2"),
+    "actor_rollout_ref.actor.strategy": (("fsdp", "fsdp2"), _ENGINES),
+    "actor_rollout_ref.ref.strategy": (("fsdp", "fsdp2"), _ENGINES),
+    "critic.strategy": (("fsdp", "fsdp2"), _ENGINES),
     "actor_rollout_ref.rollout.multi_turn.enable": ((False,), f"multi-turn / tool rollouts are {_LATER}"),
     "actor_rollout_ref.rollout.agent.agent_loop_config_path": ((None,), f"custom agent loops are {_LATER}"),
     "algorithm.use_pf_ppo": ((False,), f"PF-PPO is {_LATER}"),
@@ -57,8 +59,6 @@ NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
     "actor_rollout_ref.rollout.expert_parallel_size": ((1,), f"expert-parallel rollout is {_LATER}; use 1"),
     "actor_rollout_ref.rollout.skip_rollout": ((False,), f"rollout skipping (cached rollouts) is {_LATER}"),
     "actor_rollout_ref.rollout.over_sample_rate": ((0, 0.0), f"over-sampling prompts to cut long tails is {_LATER}"),
-    "actor_rollout_ref.rollout.multi_stage_wake_up": ((False,), f"staged wake-up is {_LATER}; the KV cache is "
-                                                                "allocated in one step after the weights"),
     "actor_rollout_ref.rollout.trace.backend": ((None,), f"rollout tracing is {_LATER}"),
     "actor_rollout_ref.actor.router_replay.mode": (("disabled",), f"MoE router replay is {_LATER}"),
     "data.custom_cls.path": ((None,), f"custom dataset classes are {_LATER}"),
@@ -92,13 +92,40 @@ NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
     "reward_model.reward_loop_class_name": ((None,), f"custom reward loops are {_LATER}; use "
                                                      "custom_reward_function.path with verl's compute_score signature"),
     "reward_model.ulysses_sequence_parallel_size": ((1,), f"Ulysses sequence parallelism is {_LATER}"),
-    "reward_model.strategy": (("fsdp", "fsdp2"), f"the Megatron engine is {_LATER}; use fsdp2"),
+    "reward_model.strategy": (("fsdp", "fsdp2"), _ENGINES),
     "actor_rollout_ref.hybrid_engine": ((True,), "only the hybrid engine exists (as in verl): keep hybrid_engine=true"),
+    # Keys of verl's August-2026 tree (and its Megatron configs) whose features hybridrl does not have yet.
+    "model_engine": (("dp",), _ENGINES),
+    "distillation.enabled": ((False,), f"on-policy distillation (a teacher's log-probs as the KL target) is {_LATER}"),
+    "trainer.v1.trainer_mode": (("sync",), f"verl's asynchronous v1 trainer modes are {_LATER}; use trainer_mode=sync"),
+    **{f"skip.{target}.enable": ((False,), f"reusing cached generations (skip.{target}) is {_LATER}")
+       for target in ("rollout", "rollout_tq", "async_rollout")},
+    **{f"{role}.fsdp_config.qat.enable": ((False,), f"quantization-aware training (QAT) is {_LATER}")
+       for role in (*FSDP_ROLES, "reward_model.model")},
+    "actor_rollout_ref.actor.qat.enable": ((False,), f"quantization-aware training (QAT) is {_LATER}"),
+    "actor_rollout_ref.actor.checkpoint.strict": ((True,), f"non-strict checkpoint loading is {_LATER}; checkpoints "
+                                                           "load strictly"),
+    "critic.checkpoint.strict": ((True,), f"non-strict checkpoint loading is {_LATER}; checkpoints load strictly"),
+    "actor_rollout_ref.rollout.nnodes": ((0,), "a standalone rollout pool is configured here with "
+                                               "actor_rollout_ref.rollout.device_ids (devices of its own); keep nnodes=0"),
+    "actor_rollout_ref.rollout.full_determinism": ((False,), f"deterministic generation kernels are {_LATER}"),
+    "actor_rollout_ref.rollout.moe_load_balance_metrics_interval": ((0,), f"MoE load-balance metrics are {_LATER}"),
+    "actor_rollout_ref.rollout.disaggregation.enabled": ((False,), f"prefill/decode disaggregation is {_LATER}"),
+    "actor_rollout_ref.rollout.checkpoint_engine.custom_backend_module": ((None,), f"custom weight-transfer backends are "
+                                                                                   f"{_LATER}"),
+    "global_profiler.relocate_results": ((False,), f"relocating profiler results is {_LATER}; traces go to "
+                                                   "global_profiler.save_path"),
+    "global_profiler.finish_hook_cmd": ((None,), f"profiler finish hooks are {_LATER}"),
+    "critic.model.use_liger": ((False,), f"Liger kernels are {_LATER}"),
+    "critic.model.tiled_mlp.enabled": ((False,), f"tiled MLP is {_LATER}"),
+    "critic.model.hf_config_path": ((None,), f"a separate config.json for the critic is {_LATER}; put it in critic.model.path"),
 }
 
 # Keys whose verl values name software hybridrl replaces (permanent, unlike NOT_IMPLEMENTED).
 ENGINE_NAMES = ("auto", "hybrid", "hf", "vllm", "sglang", "trtllm")
 REPLACED: dict[str, tuple[tuple[Any, ...], str]] = {
+    "trainer.device": (("auto", "cuda", "cpu"), "hybridrl runs on NVIDIA GPUs (cuda) and CPUs; Ascend NPUs are out of "
+                                                "scope: use trainer.device=cuda (or auto)"),
     "actor_rollout_ref.rollout.name": (
         ENGINE_NAMES,
         "hybridrl ships its own rollout engine: use actor_rollout_ref.rollout.name=hybrid (or hf, or auto; vllm, "

@@ -59,9 +59,30 @@ def _leaves(node: Any, prefix: str = "") -> dict[str, Any]:
 
 def apply_engine_names(tree: dict[str, Any], explicit: dict[str, str]) -> tuple[list[str], list[str]]:
     """Rewrite a resolved tree in place; returns (problems, notices)."""
+    problems, notices = _reward_model_engine(tree)
     name = get_in(tree, f"{ROLLOUT}.name")
     if name not in EXTERNAL_ENGINES:
+        return problems, notices
+    more_problems, more_notices = _rollout_engine(tree, explicit, name)
+    return problems + more_problems, notices + more_notices
+
+
+def _reward_model_engine(tree: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """verl serves the reward model with an engine (`reward_model.rollout.*`). A discriminative one runs in process
+    here; with a custom reward function it is verl's generative reward model (the function queries the served
+    model), which hybridrl does not have."""
+    engine = (get_in(tree, "reward_model.rollout") or {}).get("name")
+    if not get_in(tree, "reward_model.enable") or engine in (None, "???"):
         return [], []
+    if get_in(tree, "custom_reward_function.path") is not None:
+        return [f"reward_model.rollout.name={engine!r} with custom_reward_function.path: a generative reward model "
+                "served by the rollout engine (the reward function queries it) is not implemented in hybridrl yet; "
+                "drop reward_model.rollout.* to score with the reward model in process and the function together"], []
+    return [], [f"reward_model.rollout.name={engine}: the reward model runs in process (one forward per response, "
+                "on reward_model.device_ids); the reward_model.rollout.* engine settings have no effect"]
+
+
+def _rollout_engine(tree: dict[str, Any], explicit: dict[str, str], name: str) -> tuple[list[str], list[str]]:
     set_in(tree, f"{ROLLOUT}.name", "auto")
     notices = [f"{ROLLOUT}.name={name}: runs hybridrl's own engine, as name=auto does (hybrid on GPU, hf on CPU); "
                f"{name}'s settings apply where hybridrl's engine has them (docs/config.md)"]

@@ -53,7 +53,7 @@ def resolve_tree(tree: dict[str, Any]) -> dict[str, Any]:
     try:
         values = OmegaConf.to_container(OmegaConf.create(pruned), resolve=True, throw_on_missing=False)
     except OmegaConfBaseException as exc:
-        raise ConfigError(_message(exc)) from None
+        raise ConfigError(_message(exc, holders)) from None
     for path in holders:
         _put(resolved, path, _get(values, path))
     return resolved
@@ -121,7 +121,18 @@ def _copy_path(source: dict[str, Any], target: dict[str, Any], path: tuple) -> N
     out[path[-1]] = copy.deepcopy(node[path[-1]])
 
 
-def _message(exc: Exception) -> str:
+def _holder_of(exc: Exception, holders: dict[tuple, str]) -> str | None:
+    """The key whose own text names what was not found (OmegaConf reports the first key that reached it)."""
+    found = re.search(r"Interpolation key '([^']+)' not found", str(exc))
+    if found is None:
+        return None
+    for path, text in holders.items():
+        if found.group(1) in text:
+            return ".".join(map(str, path))
+    return None
+
+
+def _message(exc: Exception, holders: dict[tuple, str]) -> str:
     from omegaconf.errors import (
         GrammarParseError,
         InterpolationKeyError,
@@ -129,7 +140,7 @@ def _message(exc: Exception) -> str:
         UnsupportedInterpolationType,
     )
 
-    key = getattr(exc, "full_key", None) or "?"
+    key = _holder_of(exc, holders) or getattr(exc, "full_key", None) or "?"
     first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     if isinstance(exc, InterpolationKeyError):
         return f"key '{key}': {first_line} (a ${{...}} reference names a key that does not exist; fix the path)"

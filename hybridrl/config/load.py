@@ -24,8 +24,9 @@ from hybridrl.config.compose import compose_defaults, compose_file, group_names,
 from hybridrl.config.engine_names import apply_engine_names
 from hybridrl.config.errors import ConfigError
 from hybridrl.config.index import get_in, schema_index, set_in
-from hybridrl.config.interpolation import MANDATORY, resolve_tree
+from hybridrl.config.interpolation import resolve_tree
 from hybridrl.config.legacy import translate_legacy
+from hybridrl.config.megatron_only import drop_megatron_only
 from hybridrl.config.notices import config_notices, log_notices
 from hybridrl.config.overrides import CLI, FILE, TreeEditor, parse_overrides
 from hybridrl.config.schema import HybridRLConfig
@@ -120,25 +121,15 @@ def load_config(overrides: list[str] | None = None, config_file: str | None = No
     resolved = _resolved(editor.tree)
     errors += compare_pairs(resolved, pairs) + derived_settings(resolved, editor.explicit)
     legacy_problems, notices = translate_legacy(resolved, editor.explicit)
+    notices += drop_megatron_only(resolved, editor.megatron_only)
     engine_problems, engine_notices = apply_engine_names(resolved, editor.explicit)
-    errors += legacy_problems + engine_problems + _mandatory_left(resolved)
+    errors += legacy_problems + engine_problems
     refusals = check_unsupported(resolved)
     cfg = build_section(HybridRLConfig, resolved, "", errors)
     if refusals or errors:
         raise ConfigError(_listing(refusals + errors))
     log_notices(notices + engine_notices + config_notices(cfg))
     return cfg
-
-
-def _mandatory_left(tree: dict[str, Any], prefix: str = "") -> list[str]:
-    """`???` left under an open dict (schema keys drop it for their default while loading)."""
-    found = []
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            found += _mandatory_left(value, f"{prefix}{key}.")
-        elif value == MANDATORY:
-            found.append(f"{prefix}{key} is '???' (verl's mark for a value a script must set); set {prefix}{key}=...")
-    return found
 
 
 def _listing(errors: list[str]) -> str:

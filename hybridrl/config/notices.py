@@ -27,6 +27,24 @@ def config_notices(cfg: HybridRLConfig) -> list[str]:
             f"{SINGLETON_ADVANTAGE[estimator]}, as in verl; group baselines need actor_rollout_ref.rollout.n > 1 "
             "(e.g. 5)"
         )
+    return notices + _profiler_notices(cfg)
+
+
+PROFILED_ROLES = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "actor_rollout_ref.rollout", "critic", "reward_model")
+
+
+def _profiler_notices(cfg: HybridRLConfig) -> list[str]:
+    from hybridrl.config.index import config_value
+
+    notices = []
+    if cfg.global_profiler.tool is not None and not cfg.global_profiler.steps:
+        notices.append(f"warning: global_profiler.tool={cfg.global_profiler.tool} with no global_profiler.steps profiles "
+                       "nothing (as in verl); list the steps to profile, e.g. global_profiler.steps=[2,3]")
+    selected = [role for role in PROFILED_ROLES
+                if config_value(cfg, f"{role}.profiler.enable") or config_value(cfg, f"{role}.profiler.ranks")]
+    if selected:
+        notices.append(f"{', '.join(f'{role}.profiler' for role in selected)}: verl's per-role profiler settings select "
+                       "roles and ranks; hybridrl's global_profiler profiles every role and rank of the listed steps")
     return notices
 
 

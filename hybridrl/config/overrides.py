@@ -6,8 +6,9 @@ than in Hydra's struct-mode merge because hybridrl checks more than Hydra can: u
 did-you-mean over the whole schema, each older or newer verl spelling moves onto its internal key, and the
 keys a source sets are recorded for the two-spellings rule (`agreement.py`).
 
-`+` adds a key under an open dict, or a key some verl version lacks (verl scripts add those with `+`);
-`++` adds or overrides; `~` deletes a key of an open dict and resets a schema key to its default.
+`+` adds a key under an open dict; on a key that exists it sets it (Hydra would refuse, but which keys exist
+differs between verl versions, and scripts add with `+` what their version lacked); `++` adds or overrides;
+`~` deletes a key of an open dict and resets a schema key to its default.
 A plain `a.b=1` also adds a new key under an open dict (Hydra would ask for `+`; nothing is lost by allowing it).
 """
 
@@ -22,6 +23,7 @@ from hybridrl.config.errors import ConfigError
 from hybridrl.config.index import KeySpec, default_tree, get_in, open_root, schema_index, set_in, unknown_key_message
 from hybridrl.config.interpolation import MANDATORY
 from hybridrl.config.legacy import is_legacy_key
+from hybridrl.config.megatron_only import is_megatron_only
 from hybridrl.config.spellings import canonical_path, is_alias_prefix, null_means_unset
 
 SET, ADD, FORCE, DELETE = "set", "add", "force", "delete"
@@ -121,6 +123,7 @@ class TreeEditor:
         self.tree = default_tree()
         self.explicit: dict[str, str] = {}
         self.errors: list[str] = []
+        self.megatron_only: list[str] = []  # keys set that only verl's Megatron engine reads (megatron_only.py)
         self._source = FILE
         self._spelling: dict[str, tuple[str, Any]] = {}  # internal key -> (spelling, value) in this source
 
@@ -133,13 +136,11 @@ class TreeEditor:
         if path is None:
             return
         spec = schema_index().get(path)
-        if spec is None and open_root(path) is None and not is_legacy_key(path):
+        if not self._known(path, spec):
             self.errors.append(unknown_key_message(override.path))
         elif override.op == DELETE:
             self._delete(path, spec, override)
-        elif override.op == ADD and spec is not None and not spec.plus:
-            self.errors.append(f"cannot add '{override.path}': key exists, use {override.path}=... or ++{override.path}=...")
-        else:
+        else:  # `+` on a key that exists sets it: the verl version a script was written for may lack the key
             self._assign(path, override.value, spec, merge=False)
 
     def apply_mapping(self, mapping: dict[str, Any], prefix: str = "") -> None:
@@ -155,10 +156,18 @@ class TreeEditor:
             if path is None:
                 continue
             spec = schema_index().get(path)
-            if spec is None and open_root(path) is None and not is_legacy_key(path):
+            if not self._known(path, spec):
                 self.errors.append(unknown_key_message(dotted))
                 continue
             self._assign(path, value, spec, merge=True)
+
+    def _known(self, path: str, spec: KeySpec | None) -> bool:
+        if spec is not None or open_root(path) is not None or is_legacy_key(path):
+            return True
+        if is_megatron_only(path):
+            self.megatron_only.append(path)
+            return True
+        return False
 
     def _canonical(self, path: str, value: Any, op: str) -> str | None:
         """The internal key for `path`, or None when the value means "not set" there (`???`, or a null for
@@ -197,6 +206,8 @@ class TreeEditor:
         return (spec is not None and spec.is_open) or (spec is None and isinstance(self._current(path), dict))
 
     def _set_leaf(self, path: str, value: Any) -> None:
+        if value == MANDATORY:
+            return  # `???` under an open dict (verl's reward_model.rollout.name): not set
         if self._source == CLI or value != self._default(path):
             self.explicit[path] = self._source
         set_in(self.tree, path, copy.deepcopy(value))

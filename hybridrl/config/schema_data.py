@@ -76,3 +76,9 @@ class DataConfig:
     apply_chat_template_kwargs: dict = setting({}, "Extra kwargs for apply_chat_template, e.g. enable_thinking.")
     cache_dir: str = setting("~/.cache/verl/rlhf", "Where remote (HDFS) dataset files are copied; no effect (data files are local paths).", plus=True)
     need_tools_kwargs: bool = setting(False, "Rows carry tools_kwargs for multi-turn tools; no effect (multi-turn rollouts are refused).", plus=True)
+    function_tool_path: str | None = setting(
+        None, "Python file of function tools; follows actor_rollout_ref.rollout.multi_turn.function_tool_path.",
+        ref="${oc.select:actor_rollout_ref.rollout.multi_turn.function_tool_path,null}",
+    )
+    audio_key: str = setting("audios", "Column holding audio; rows with any are refused (multimodal is not supported yet).")
+    mm_processor_kwargs: dict = setting({}, "Extra kwargs of the multimodal processor; no effect (multimodal rows are refused).")

@@ -45,6 +45,7 @@ NULL_MEANS_UNSET: frozenset[str] = frozenset({
     "reward_model.enable_resource_pool", "reward_model.n_gpus_per_node", "reward_model.nnodes",
     "reward_model.reward_loop_source", "reward_model.model.path", "reward_model.model.trust_remote_code",
     "reward_model.sandbox_fusion.max_concurrent", "reward_model.sandbox_fusion.memory_limit_mb",
+    "critic.model.tokenizer_path",  # the August tree's HFModelConfig: null = the model's own; here: follow the actor
 })  # fmt: skip
 NULL_MEANS_UNSET_GROUPS = ("reward_model.rollout.",)  # the legacy group's engine settings, all null there
 

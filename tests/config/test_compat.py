@@ -83,7 +83,7 @@ def test_v04_sync_mode_and_fsdp_strategy_accepted():
     ("override", "phrase"),
     [
         ("critic.model.lora_rank=8", "LoRA arrives in a later hybridrl release"),
-        ("actor_rollout_ref.actor.strategy=megatron", "the Megatron engine is not implemented"),
+        ("actor_rollout_ref.actor.strategy=megatron", "Megatron, TorchTitan, VeOmni and fsdp_turbo engines are not implemented"),
         ("algorithm.adv_estimator=opo", "this advantage estimator is not implemented"),
         ("actor_rollout_ref.actor.policy_loss.loss_mode=clip_cov", "this policy loss is not implemented"),
         ("+algorithm.filter_groups.enable=true", "filter_groups) is not implemented"),

@@ -74,7 +74,7 @@ def test_interpolated_defaults_match_the_dataclass_defaults():
 def test_top_level_keys_are_frozen():
     assert list(config_tree(load_config())) == [
         "data", "actor_rollout_ref", "critic", "reward_model", "reward_manager", "custom_reward_function",
-        "algorithm", "trainer", "ray_kwargs", "global_profiler", "transfer_queue", "model_engine",
+        "algorithm", "trainer", "ray_kwargs", "global_profiler", "transfer_queue", "model_engine", "distillation", "skip",
     ]  # fmt: skip
 
 
