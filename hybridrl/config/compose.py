@@ -98,5 +98,7 @@ def group_names() -> frozenset[str]:
 
 
 def _first_lines(exc: Exception) -> str:
-    lines = [line for line in str(exc).splitlines() if line.strip()]
-    return " ".join(lines[:4]) if lines else type(exc).__name__
+    """Hydra's message without its search-path listing (the folders are those named in the module docstring)."""
+    text = str(exc).split("Config search path:")[0]
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return " ".join(lines).replace("Available options in", "; options in") if lines else type(exc).__name__

@@ -122,14 +122,29 @@ def _copy_path(source: dict[str, Any], target: dict[str, Any], path: tuple) -> N
 
 
 def _holder_of(exc: Exception, holders: dict[tuple, str]) -> str | None:
-    """The key whose own text names what was not found (OmegaConf reports the first key that reached it)."""
-    found = re.search(r"Interpolation key '([^']+)' not found", str(exc))
-    if found is None:
-        return None
-    for path, text in holders.items():
-        if found.group(1) in text:
-            return ".".join(map(str, path))
+    """The key whose own text holds what failed: OmegaConf reports the first key whose resolution reached it
+    (often one that only refers to the culprit)."""
+    message = str(exc).splitlines()[0] if str(exc) else ""
+    names = re.findall(r"'([^']+)'", message) + [f"${{{m}:" for m in re.findall(r"interpolation type (\w+)", message)]
+    for name in names:
+        for path, text in holders.items():
+            if name in text:
+                return ".".join(map(str, path))
     return None
+
+
+def _cycle(holders: dict[tuple, str]) -> list[str]:
+    """A cycle of keys referring to each other (absolute references), as dotted names; [] when none is found."""
+    names = {".".join(map(str, path)): text for path, text in holders.items()}
+    edges = {name: [ref for ref in _NAME.findall(text) if ref in names] for name, text in names.items()}
+    for start in edges:
+        trail, node = [start], start
+        while edges.get(node):
+            node = edges[node][0]
+            if node in trail:
+                return trail[trail.index(node):] + [node]
+            trail.append(node)
+    return []
 
 
 def _message(exc: Exception, holders: dict[tuple, str]) -> str:
@@ -150,7 +165,9 @@ def _message(exc: Exception, holders: dict[tuple, str]) -> str:
     if isinstance(exc, GrammarParseError):
         return f"key '{key}': cannot parse its ${{...}} reference ({first_line}); check the braces and quotes"
     if isinstance(exc, InterpolationResolutionError) and "Recursive" in first_line:
-        return f"key '{key}': circular ${{...}} reference; one of the keys it passes through must hold a value"
+        cycle = _cycle(holders)
+        where = " -> ".join(cycle) if cycle else f"through '{key}'"
+        return f"circular ${{...}} reference: {where}; one of these keys must hold a value"
     if isinstance(exc, InterpolationResolutionError) and "Environment variable" in first_line:
         return f"key '{key}': {first_line}; set it or give a default: ${{oc.env:NAME,default}}"
     return f"key '{key}': {first_line}"

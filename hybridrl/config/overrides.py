@@ -112,6 +112,15 @@ def _from_hydra(parsed: HydraOverride, text: str) -> Override:
     return Override(op, parsed.key_or_group, parsed.value() if has_value else None, text, has_value)
 
 
+def _without_targets(value: Any) -> Any:
+    """A deep copy without verl's `_target_` entries (and `???`, verl's "not set") inside dicts and lists."""
+    if isinstance(value, dict):
+        return {k: _without_targets(v) for k, v in value.items() if k not in IGNORED_YAML_KEYS and v != MANDATORY}
+    if isinstance(value, list):
+        return [_without_targets(v) for v in value]
+    return copy.deepcopy(value)
+
+
 class TreeEditor:
     """Applies YAML mappings and overrides to a copy of the default tree, recording which keys each source set.
 
@@ -208,9 +217,10 @@ class TreeEditor:
     def _set_leaf(self, path: str, value: Any) -> None:
         if value == MANDATORY:
             return  # `???` under an open dict (verl's reward_model.rollout.name): not set
+        value = _without_targets(value)
         if self._source == CLI or value != self._default(path):
             self.explicit[path] = self._source
-        set_in(self.tree, path, copy.deepcopy(value))
+        set_in(self.tree, path, value)
 
     def _assign_section(self, path: str, value: Any) -> None:
         if value is None:

@@ -68,3 +68,14 @@ def test_fp8_kv_cache_is_refused_by_name():
 @pytest.mark.parametrize("mode", ["async", "sync"])
 def test_both_rollout_modes_accepted(mode):
     assert load_config([f"actor_rollout_ref.rollout.mode={mode}"]).actor_rollout_ref.rollout.mode == mode
+
+
+def test_reward_model_served_by_an_engine_runs_in_process(caplog):
+    rm = ["reward_model.enable=True", "reward_model.model.path=/m/rm", "reward_model.rollout.name=vllm",
+          "reward_model.rollout.gpu_memory_utilization=0.8", "reward_model.rollout.tensor_model_parallel_size=1"]
+    with caplog.at_level(logging.INFO, logger="hybridrl"):
+        cfg = load_config(rm)
+    assert cfg.reward_model.enable and cfg.reward_model.rollout["gpu_memory_utilization"] == 0.8
+    assert any("reward_model.rollout.name=vllm: the reward model runs in process" in r.getMessage() for r in caplog.records)
+    with pytest.raises(ConfigError, match="a generative reward model served by the rollout engine .* is not implemented"):
+        load_config(rm + ["custom_reward_function.path=/x/genrm.py"])
