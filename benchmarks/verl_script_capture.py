@@ -91,13 +91,15 @@ def placeholder(name: str, home: Path) -> str:
     return str(home / name.lower())
 
 
-def capture_script(script: Path, checkout: Path, timeout_s: float = 20.0) -> Capture:
+def capture_script(script: Path, checkout: Path, timeout_s: float = 20.0, args: tuple[str, ...] = (),
+                   env: dict[str, str] | None = None) -> Capture:
     """Run `script` from `checkout` (verl scripts expect the repository root as working directory). A variable the
     script needs but does not default (`set -u`: "X: unbound variable", or `${X:?...}`) gets a placeholder value
-    and the script runs again, as its user would have exported it."""
-    extra: dict[str, str] = {}
+    and the script runs again, as its user would have exported it. `args` are the script's own arguments ("$@"),
+    `env` variables exported before it runs."""
+    extra: dict[str, str] = dict(env or {})
     for _ in range(PLACEHOLDER_ATTEMPTS):
-        capture = _capture_once(script, checkout, timeout_s, extra)
+        capture = _capture_once(script, checkout, timeout_s, extra, args)
         missing = re.search(r"line \d+: ([A-Za-z_]\w*): ", capture.stderr_tail)
         if capture.launches or missing is None or missing.group(1) in extra:
             return capture
@@ -105,7 +107,7 @@ def capture_script(script: Path, checkout: Path, timeout_s: float = 20.0) -> Cap
     return capture
 
 
-def _capture_once(script: Path, checkout: Path, timeout_s: float, extra: dict[str, str]) -> Capture:
+def _capture_once(script: Path, checkout: Path, timeout_s: float, extra: dict[str, str], args: tuple[str, ...]) -> Capture:
     with tempfile.TemporaryDirectory(prefix="verl_capture_") as tmp:
         folder = Path(tmp)
         bin_dir = _standin_bin(folder)
@@ -118,7 +120,7 @@ def _capture_once(script: Path, checkout: Path, timeout_s: float, extra: dict[st
         prelude = PRELUDE
         bash = shutil.which("bash") or "/bin/bash"
         try:
-            run = subprocess.run([bash, "-c", prelude + 'builtin source "$0" "$@"', str(script)], cwd=checkout, env=env,
+            run = subprocess.run([bash, "-c", prelude + 'builtin source "$0" "$@"', str(script), *args], cwd=checkout, env=env,
                                  stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout_s)
             returncode, stderr = run.returncode, run.stderr
         except subprocess.TimeoutExpired:

@@ -35,6 +35,8 @@ PREFIX_ALIASES: tuple[tuple[str, str], ...] = (
     ("reward.sandbox_fusion", "reward_model.sandbox_fusion"),
     ("sandbox_fusion", "reward_model.sandbox_fusion"),  # the August tree's legacy top-level group
     ("critic.fsdp", "critic.model.fsdp_config"),  # the August tree's critic engine group
+    # verl's DAPO recipe (main_dapo) passed reward_model.overlong_buffer to its reward manager as overlong_buffer_cfg
+    ("reward_model.overlong_buffer", "reward_model.reward_kwargs.overlong_buffer_cfg"),
 )
 
 # Internal keys the August tree also lists in `legacy_reward_impl.yaml` with null meaning "not set" (its
