@@ -88,6 +88,10 @@ def placeholder(name: str, home: Path) -> str:
     upper = name.upper()
     if any(part in upper for part in ("NUM", "NNODES", "NODES", "GPUS", "WORLD", "RANK", "PORT", "SIZE")):
         return "1"
+    if "BACKEND" in upper:
+        return "vllm"  # INFER_BACKEND, ROLLOUT_BACKEND: the engine the script is written for first
+    if upper == "DEVICE":
+        return "gpu"
     return str(home / name.lower())
 
 

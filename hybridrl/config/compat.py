@@ -113,8 +113,6 @@ NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
     "actor_rollout_ref.rollout.disaggregation.enabled": ((False,), f"prefill/decode disaggregation is {_LATER}"),
     "actor_rollout_ref.rollout.checkpoint_engine.custom_backend_module": ((None,), f"custom weight-transfer backends are "
                                                                                    f"{_LATER}"),
-    "global_profiler.relocate_results": ((False,), f"relocating profiler results is {_LATER}; traces go to "
-                                                   "global_profiler.save_path"),
     "global_profiler.finish_hook_cmd": ((None,), f"profiler finish hooks are {_LATER}"),
     "critic.model.use_liger": ((False,), f"Liger kernels are {_LATER}"),
     "critic.model.tiled_mlp.enabled": ((False,), f"tiled MLP is {_LATER}"),

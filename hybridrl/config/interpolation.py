@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import functools
 import re
 from typing import Any
 
@@ -35,28 +36,112 @@ def has_interpolation(value: Any) -> bool:
 def resolve_tree(tree: dict[str, Any]) -> dict[str, Any]:
     """A copy of `tree` with every `${...}` replaced by the value it names; `???` leaves stay `???`.
 
-    OmegaConf wraps every value of a tree in a node (about 0.2 s for hybridrl's 700 keys), so it resolves a
-    pruned copy: the values holding a `${...}` and every key their text names. The result is OmegaConf's,
-    since each reference still finds what it names (a name not kept does not exist in the tree either).
+    OmegaConf wraps every value of a tree in a node and parses every `${...}` with its grammar (about 0.2 s for
+    hybridrl's tree), so it resolves less: a `${...}` that is still its schema default and names only keys that
+    still hold their defaults takes its value from the default tree, resolved once; the rest go to OmegaConf
+    in a pruned copy (those values and every key their text names, transitively). The result is OmegaConf's.
     """
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
     _register_resolvers()
     holders = _holders(tree)
     resolved = copy.deepcopy(tree)
-    if not holders:
-        return resolved
+    unchanged = _unchanged(tree, holders)
+    defaults = _default_values()
+    for path in unchanged:
+        _put(resolved, path, copy.deepcopy(defaults[path]))
+    live = {path: text for path, text in holders.items() if path not in unchanged}
+    if live:
+        values = _omegaconf_resolve(tree, holders, live)
+        for path in live:
+            _put(resolved, path, _get(values, path))
+    return resolved
+
+
+def _omegaconf_resolve(tree: dict[str, Any], holders: dict[tuple, str], live: dict[tuple, str]) -> dict[str, Any]:
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    needed, queue = dict(live), list(live)
+    while queue:  # the holders the live ones reach through the keys they name
+        for target in _targets(queue.pop(), needed):
+            for path in holders:
+                if path[: len(target)] == target and path not in needed:
+                    needed[path] = holders[path]
+                    queue.append(path)
     pruned: dict[str, Any] = {}
-    for path in [*holders, *_named_paths(tree, holders)]:
+    for path in [*needed, *_named_paths(tree, needed)]:
         _copy_path(tree, pruned, path)
     try:
         values = OmegaConf.to_container(OmegaConf.create(pruned), resolve=True, throw_on_missing=False)
     except OmegaConfBaseException as exc:
         raise ConfigError(_message(exc, holders)) from None
-    for path in holders:
-        _put(resolved, path, _get(values, path))
-    return resolved
+    assert isinstance(values, dict)
+    return values
+
+
+_VOLATILE = ("oc.env", "now:")  # values that depend on more than the tree
+_ABSENT = object()
+
+
+@functools.lru_cache(maxsize=1)
+def _default_values() -> dict[tuple, Any]:
+    """Each `${...}` of the default tree, resolved (once per process)."""
+    from hybridrl.config.index import default_tree_view
+
+    tree = default_tree_view()
+    holders = _default_holders()
+    values = _omegaconf_resolve(tree, holders, holders)
+    return {path: _get(values, path) for path in holders}
+
+
+@functools.lru_cache(maxsize=1)
+def _default_holders() -> dict[tuple, str]:
+    from hybridrl.config.index import default_tree_view
+
+    return _holders(default_tree_view())
+
+
+def _unchanged(tree: dict[str, Any], holders: dict[tuple, str]) -> set[tuple]:
+    """Holders whose text is the schema default's and whose named keys hold the defaults (so their value is)."""
+    from hybridrl.config.index import default_tree_view
+
+    default_holders, base = _default_holders(), default_tree_view()
+    memo: dict[tuple, bool] = {}
+
+    def same(path: tuple) -> bool:
+        if path in memo:
+            return memo[path]
+        memo[path] = False  # a cycle counts as changed (OmegaConf then reports it)
+        text = holders[path]
+        ok = default_holders.get(path) == text and not any(v in text for v in _VOLATILE)
+        for target in _targets(path, {path: text}) if ok else []:
+            ok = _lookup(tree, target) == _lookup(base, target) and all(
+                same(h) for h in holders if h[: len(target)] == target)
+            if not ok:
+                break
+        memo[path] = ok
+        return ok
+
+    return {path for path in holders if same(path)}
+
+
+def _targets(path: tuple, holders: dict[tuple, str]) -> list[tuple]:
+    """The keys a holder's text names (absolute, or relative: `.x` a sibling, `..x` one up), existing or not."""
+    text = holders[path]
+    found = []
+    for name in _NAME.findall(text):
+        dots = len(name) - len(name.lstrip("."))
+        parts = tuple(name.lstrip(".").split("."))
+        found.append((*path[: len(path) - dots], *parts) if dots else parts)
+    return found
+
+
+def _lookup(tree: Any, path: tuple) -> Any:
+    node = tree
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            return _ABSENT
+        node = node[key]
+    return node
 
 
 _NAME = re.compile(r"(?<![\w.])(\.*[A-Za-z_][\w-]*(?:\.[\w-]+)*)")
@@ -77,25 +162,8 @@ def _holders(node: Any, path: tuple = ()) -> dict[tuple, str]:
 
 
 def _named_paths(tree: dict[str, Any], holders: dict[tuple, str]) -> list[tuple]:
-    """Every existing key a holder's text names, absolute or relative (`.x` is a sibling, `..x` one up)."""
-    named = []
-    for path, text in holders.items():
-        for name in _NAME.findall(text):
-            dots = len(name) - len(name.lstrip("."))
-            parts = tuple(name.lstrip(".").split("."))
-            target = (*path[: len(path) - dots], *parts) if dots else parts
-            if _exists(tree, target):
-                named.append(target)
-    return named
-
-
-def _exists(tree: Any, path: tuple) -> bool:
-    node = tree
-    for key in path:
-        if not isinstance(node, dict) or key not in node:
-            return False
-        node = node[key]
-    return True
+    """Every existing key the holders' texts name."""
+    return [target for path in holders for target in _targets(path, holders) if _lookup(tree, target) is not _ABSENT]
 
 
 def _get(tree: Any, path: tuple) -> Any:

@@ -20,7 +20,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hybridrl.config.errors import ConfigError
-from hybridrl.config.index import KeySpec, default_tree, get_in, open_root, schema_index, set_in, unknown_key_message
+from hybridrl.config.index import (
+    KeySpec,
+    default_tree,
+    default_tree_view,
+    get_in,
+    open_root,
+    schema_index,
+    set_in,
+    unknown_key_message,
+)
 from hybridrl.config.interpolation import MANDATORY
 from hybridrl.config.legacy import is_legacy_key
 from hybridrl.config.megatron_only import is_megatron_only
@@ -241,7 +250,7 @@ class TreeEditor:
     @staticmethod
     def _default(path: str) -> Any:
         try:
-            return get_in(default_tree(), path)
+            return copy.deepcopy(get_in(default_tree_view(), path))
         except KeyError:
             return None
 

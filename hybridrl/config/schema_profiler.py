@@ -22,7 +22,7 @@ class RoleProfilerConfig:
                                     ref="${oc.select:global_profiler.save_path,null}")
     tool_config: dict = setting({}, "Per-tool options of this role (nsys, npu, torch, torch_memory; open dict); "
                                     "hybridrl reads global_profiler.global_tool_config instead.")
-    relocate_results: bool = setting(False, "Move results after profiling (verl); not implemented: false only.")
+    relocate_results: bool = setting(False, "Either value (see global_profiler.relocate_results).")
     finish_hook_cmd: str | None = setting(None, "Command run when profiling ends (verl); not implemented: null only.")
     finish_hook_all_ranks: bool = setting(False, "Run finish_hook_cmd on every rank (verl).")
     finish_hook_ranks: list[int] = setting([], "Ranks running finish_hook_cmd (verl).")

@@ -150,7 +150,8 @@ class GlobalProfilerConfig:
     global_tool_config: dict = setting({}, "Per-tool options (open dict): torch.contents (cpu, cuda, memory, shapes, "
                                            "stack), torch.discrete (one profile per phase), "
                                            "torch_memory.trace_alloc_max_entries.")
-    relocate_results: bool = setting(False, "Move results after profiling (verl); not implemented: false only.")
+    relocate_results: bool = setting(False, "Either value: hybridrl writes every trace of a step into "
+                                            "<save_path>/step_<N>/ itself (no engine sub-folders), as true does in verl.")
     finish_hook_cmd: str | None = setting(None, "Command run when profiling ends (verl); not implemented: null only.")
     finish_hook_all_ranks: bool = setting(False, "Run finish_hook_cmd on every rank (verl).")
     finish_hook_ranks: list[int] = setting([], "Ranks running finish_hook_cmd (verl).")
