@@ -17,7 +17,7 @@ GAE_AND_FRIENDS = (
 
 _LATER = "not implemented in hybridrl yet"
 _ENGINES = (f"only the FSDP engine (fsdp, fsdp2) is implemented; the Megatron, TorchTitan, VeOmni and fsdp_turbo "
-            f"engines are {_LATER}: use fsdp2 (and model_engine=dp)")
+            f"engines are {_LATER} (nor Megatron-lite, AutoModel): use fsdp2 (and model_engine=dp)")
 # key -> (accepted values, message). A value outside `accepted` raises ConfigError with the message.
 FSDP_ROLES = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic.model")  # where each fsdp_config lives
 

@@ -15,7 +15,7 @@ from hybridrl.config.schema_model import (
 )
 from hybridrl.config.schema_profiler import RoleProfilerConfig
 
-STRATEGIES = ("fsdp", "fsdp2", "megatron", "torchtitan", "veomni", "fsdp_turbo", "automodel")  # verl's; FSDP runs here
+STRATEGIES = ("fsdp", "fsdp2", "megatron", "torchtitan", "veomni", "fsdp_turbo", "automodel", "mlite")  # verl's; FSDP runs here
 ROLLOUT_N_DOC = "Responses per prompt, as the rollout's n (verl passes it to the role)."
 MEGATRON_DOC = "verl's Megatron engine settings (open dict), read only with strategy=megatron, which hybridrl refuses."
 VEOMNI_DOC = "verl's VeOmni engine settings (open dict), read only with strategy=veomni, which hybridrl refuses."

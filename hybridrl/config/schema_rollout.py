@@ -113,7 +113,7 @@ class RolloutConfig:
 
     name: str = setting(
         "auto",
-        "hybridrl: auto = hybrid (our engine) on GPU, hf on CPU; vllm/sglang/trtllm are not needed (own engine).",
+        "hybridrl: auto = hybrid (our engine) on GPU, hf on CPU; vllm, sglang and trtllm mean auto (stored as auto).",
         choices=ROLLOUT_NAMES,
     )
     mode: str = setting(
@@ -168,7 +168,9 @@ class RolloutConfig:
     over_sample_rate: float = setting(0.0, "Extra prompts generated and dropped to cut long tails.")
     multi_stage_wake_up: bool = setting(False, "Either value: the engine keeps its weights while asleep (updated in place) "
                                                 "and allocates its KV cache at wake-up, after the update (vLLM's staged wake-up).")
-    engine_kwargs: dict = setting({"vllm": {}, "sglang": {}, "trtllm": {}}, "vLLM / SGLang / TRT-LLM options (open dict); no effect on hybridrl's own engine.")
+    engine_kwargs: dict = setting({"vllm": {}, "sglang": {}, "trtllm": {}}, "vLLM / SGLang / TRT-LLM options (open dict), read for "
+                                  "the engine rollout.name names: those with a counterpart set it (docs/config.md), the "
+                                  "rest have no effect (an info line lists them).")
     val_kwargs: ValKwargs = section(ValKwargs, "Validation sampling.")
     multi_turn: MultiTurnConfig = section(MultiTurnConfig, "Multi-turn rollout.")
     calculate_log_probs: bool = setting(False, "The engine always returns its log-probs (rollout_log_probs, used for "

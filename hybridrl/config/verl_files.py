@@ -19,8 +19,9 @@ import yaml
 
 from hybridrl.config.compose import VERL_CONFIG_DIR
 HEADER = "# Generated from hybridrl's schema by `python -m hybridrl.config.verl_files`; do not edit.\n"
-ENGINES = ("dp", "megatron", "torchtitan", "veomni")  # verl's model_engine choices; dp = FSDP
-_STRATEGY = {"dp": None, "megatron": "megatron", "torchtitan": "torchtitan", "veomni": "veomni"}
+# verl's model_engine choices (dp = FSDP; mlite = the Megatron-LM "lite" backend verl's plugin package registers)
+ENGINES = ("dp", "megatron", "torchtitan", "veomni", "mlite")
+_STRATEGY = {"dp": None, "megatron": "megatron", "torchtitan": "torchtitan", "veomni": "veomni", "mlite": "mlite"}
 
 # file (without .yaml) -> (section it is placed at in ppo_trainer, keys set on top of the schema defaults)
 GROUP_FILES: dict[str, tuple[str, dict[str, Any]]] = {

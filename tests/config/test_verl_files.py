@@ -57,8 +57,8 @@ def test_model_engine_choice_sets_every_role():
 
 
 def test_unknown_group_option_lists_the_options():
-    with pytest.raises(ConfigError, match=r"Could not find 'model_engine/mlite' ; options in 'model_engine': dp megatron torchtitan veomni"):
-        load_config(["model_engine=mlite"])
+    with pytest.raises(ConfigError, match=r"Could not find 'model_engine/nope' ; options in 'model_engine': dp megatron mlite torchtitan veomni"):
+        load_config(["model_engine=nope"])
 
 
 def test_other_config_path_is_read_as_given(tmp_path):
