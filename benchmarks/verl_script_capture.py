@@ -46,6 +46,7 @@ for i in 0 1 2 3 4 5 6 7; do
 done
 """
 NPROC = "#!/bin/bash\necho 64\n"
+TEE = "#!/bin/bash\ncat\n"  # passes its input on (a log file is not written: a missing reader would break the pipe)
 # bash functions that shadow what a sandbox cannot do: unknown commands, raising limits, sourcing site files
 PRELUDE = ("command_not_found_handle() { return 0; }; export -f command_not_found_handle; "
            "ulimit() { return 0; }; "
@@ -76,6 +77,7 @@ def _standin_bin(folder: Path) -> Path:
         _write_exec(bin_dir / name, STANDIN)
     _write_exec(bin_dir / "nvidia-smi", NVIDIA_SMI)
     _write_exec(bin_dir / "nproc", NPROC)
+    _write_exec(bin_dir / "tee", TEE)
     for name in TEXT_TOOLS:
         real = shutil.which(name)
         if real and not (bin_dir / name).exists():

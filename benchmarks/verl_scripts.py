@@ -12,7 +12,8 @@ directory, on `--device cuda` by default (verl's scripts are GPU scripts; print-
 
 Per script: `passed`; `refused_by_name` (a feature hybridrl names as not implemented, with the reason);
 `needs_package` (valid, but a tracker named in trainer.logger is not installed here); `failed` (anything else);
-`not_extracted` (the script stopped before launching). Refused scripts are grouped by why (`refused_by_group`):
+`not_extracted` (the script stopped before launching); `failed_in_verl_too` counts the failures verl meets
+as well (an argument Hydra's parser rejects, a config folder that does not exist). Refused scripts are grouped by why (`refused_by_group`):
 `engine` (Megatron, VeOmni, ... : the N-D parallelism issue), `npu` (out of scope), `parallelism` (sequence,
 expert, pipeline parallel sizes), `being_built` (features other work in progress adds: validation generations,
 policy losses and estimators, agent loops, rollout correction, DAPO sampling), `other`. `goal_rate` counts as
@@ -43,6 +44,8 @@ MODEL_KEYS = re.compile(r"(^|\.)(model\.path|model_path|tokenizer_path|input_tok
 DATA_KEYS = ("data.train_files", "data.val_files")
 NAMED_REFUSAL = re.compile(r"not implemented|not supported|out of scope|hybridrl ships its own|removed")
 LOCAL_ASSETS = "local_assets"
+# Failures verl meets too: Hydra's parser (the same one) rejects an argument, or a config folder does not exist.
+VERL_REJECTS_TOO = re.compile(r"^cannot parse the override|^config file '.*' does not exist")
 # Why a key is refused, for the issue's goal: scripts refused only for Megatron-style engines (the N-D parallelism
 # issue), NPUs (out of scope) or features other engineers are building count apart from other refusals.
 REFUSAL_GROUPS = (
@@ -191,6 +194,7 @@ def script_group(result: ScriptResult) -> str | None:
 def summarize(name: str, results: list[ScriptResult], device: str) -> dict:
     counts = Counter(r.status for r in results)
     refused_by = Counter(script_group(r) for r in results if r.status == "refused_by_name")
+    verl_too = sum(1 for r in results if r.status == "failed" and any(VERL_REJECTS_TOO.search(p) for p in r.reasons))
     total = len(results)
     keys: dict[str, Counter] = {}
     for r in results:
@@ -206,7 +210,7 @@ def summarize(name: str, results: list[ScriptResult], device: str) -> dict:
         ("passed", "refused_by_name", "needs_package", "failed", "not_extracted")},
         "pass_rate": round(counts.get("passed", 0) / total, 4) if total else None,
         "pass_or_package_rate": round((counts.get("passed", 0) + counts.get("needs_package", 0)) / total, 4) if total else None,
-        "refused_by_group": dict(refused_by),
+        "refused_by_group": dict(refused_by), "failed_in_verl_too": verl_too,
         "goal_rate": round((counts.get("passed", 0) + counts.get("needs_package", 0) + sum(
             n for group, n in refused_by.items() if group != "other")) / total, 4) if total else None,
         "distinct_keys": len(keys),
