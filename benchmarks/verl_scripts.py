@@ -166,6 +166,20 @@ def _cwd(path: Path):
         os.chdir(old)
 
 
+@contextlib.contextmanager
+def _quiet_loader():
+    """The loader's info lines, once per script, would bury the report: only errors while validating."""
+    import logging
+
+    logger = logging.getLogger("hybridrl")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def mount_recipe(checkout: Path, recipe: Path) -> None:
     target = checkout / "recipe"
     if target.is_symlink() or (target.exists() and any(target.iterdir())):
@@ -228,15 +242,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="device type validated for")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
-    from hybridrl.logging.log import set_verbosity
-
-    set_verbosity("ERROR")  # the loader's info lines, once per script, would bury the report
     checkout = args.checkout.resolve()
     if args.recipe:
         mount_recipe(checkout, args.recipe)
     scripts = [s for folder in ("examples", "recipe") if (checkout / folder).is_dir()
                for s in find_scripts(checkout / folder)]
-    with tempfile.TemporaryDirectory(prefix="verl_scripts_") as tmp:
+    with tempfile.TemporaryDirectory(prefix="verl_scripts_") as tmp, _quiet_loader():
         assets = local_assets(Path(tmp) / LOCAL_ASSETS)
         results = [run_script(script, checkout, assets, args.device) for script in scripts]
     report = summarize(args.name or checkout.name, results, args.device)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -75,7 +75,9 @@ def test_localize_points_paths_at_local_files(tmp_path):
 def test_report_classifies_every_script(checkout, tmp_path, capsys):
     verl, recipe = checkout
     out = tmp_path / "report.json"
+    level = logging.getLogger("hybridrl").level
     verl_scripts.main([str(verl), "--recipe", str(recipe), "--name", "stand-in", "--out", str(out)])
+    assert logging.getLogger("hybridrl").level == level  # the loader's lines are quieted only while it runs
     report = json.loads(out.read_text())
     assert json.loads(capsys.readouterr().out) == {k: v for k, v in report.items() if k not in ("results", "keys")}
     status = {r["script"]: r["status"] for r in report["results"]}
