@@ -230,7 +230,8 @@ def summarize(name: str, results: list[ScriptResult], device: str) -> dict:
         "distinct_keys": len(keys),
         "top_refused_keys": top("refused"), "top_unknown_keys": top("unknown"),
         "environment": environment_note(),
-        "results": [asdict(r) for r in results], "keys": {k: dict(c) for k, c in sorted(keys.items())},
+        "results": [{k: v for k, v in asdict(r).items() if k != "keys"} for r in results],  # keys: counted below
+        "keys": {k: dict(c) for k, c in sorted(keys.items())},
     }  # fmt: skip
 
 
@@ -251,7 +252,7 @@ def main(argv: list[str] | None = None) -> dict:
         assets = local_assets(Path(tmp) / LOCAL_ASSETS)
         results = [run_script(script, checkout, assets, args.device) for script in scripts]
     report = summarize(args.name or checkout.name, results, args.device)
-    text = json.dumps(report, indent=1)
+    text = json.dumps(report, separators=(",", ":"))
     if args.out:
         args.out.write_text(text)
     print(json.dumps({k: v for k, v in report.items() if k not in ("results", "keys")}, indent=1))
