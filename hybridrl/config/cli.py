@@ -1,4 +1,4 @@
-"""print-config: `python -m hybridrl.config.cli [--config F] [--docs] [--validate] [overrides...]`."""
+"""print-config: `python -m hybridrl.config.cli [--config F] [--docs] [--validate [--device cuda|cpu]] [overrides...]`."""
 
 from __future__ import annotations
 
@@ -25,27 +25,44 @@ def docs_text(cfg: HybridRLConfig) -> str:
     return "\n".join(lines) + "\n"
 
 
-def configured_run(cfg: HybridRLConfig) -> tuple[str, int]:
+def configured_run(cfg: HybridRLConfig, device: str | None = None) -> tuple[str, int]:
     """(device type, devices) of the run as configured. The config package imports no torch, so it sees no GPU:
-    trainer.device=auto counts as cpu and a null trainer.n_gpus_per_node as 1 (`hybridrl train` checks again
-    against the GPUs it sees)."""
+    trainer.device=auto counts as cpu unless `device` (print-config's --device) says which machine to validate
+    for, and a null trainer.n_gpus_per_node as 1 (`hybridrl train` checks again against the GPUs it sees)."""
     per_node = 1 if cfg.trainer.n_gpus_per_node is None else cfg.trainer.n_gpus_per_node
-    return ("cuda" if cfg.trainer.device == "cuda" else "cpu"), cfg.trainer.nnodes * per_node
+    if cfg.trainer.device in ("cuda", "cpu"):
+        device = cfg.trainer.device
+    return (device or "cpu"), cfg.trainer.nnodes * per_node
+
+
+def _option(argv: list[str], name: str, choices: tuple[str, ...]) -> tuple[str | None, list[str]]:
+    """`--name VALUE` or `--name=VALUE` taken out of argv."""
+    rest, value, args = [], None, list(argv)
+    while args:
+        arg = args.pop(0)
+        if arg == name or arg.startswith(name + "="):
+            value = arg.partition("=")[2] if "=" in arg else (args.pop(0) if args else "")
+            if value not in choices:
+                raise ConfigError(f"{name} takes one of {', '.join(choices)}, not {value!r}")
+        else:
+            rest.append(arg)
+    return value, rest
 
 
 def main_print_config(argv: list[str]) -> int:
     """Print the resolved config (YAML, or key docs with --docs); errors go to stderr with exit code 2.
 
     --validate also runs the checks `hybridrl train` makes before loading anything (`validate_run`), on the
-    configured devices (`configured_run`).
+    configured devices (`configured_run`); `--device cuda` validates trainer.device=auto as a GPU machine would.
     """
     flags = {"--docs", "--validate"}
     wanted = {arg for arg in argv if arg in flags}
     try:
+        device, argv = _option(argv, "--device", ("cuda", "cpu"))
         config_file, overrides = parse_cli_args([arg for arg in argv if arg not in flags])
         cfg = load_config(overrides, config_file)
         if "--validate" in wanted:
-            validate_run(cfg, *configured_run(cfg))
+            validate_run(cfg, *configured_run(cfg, device))
     except (ConfigError, MissingDependencyError) as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2

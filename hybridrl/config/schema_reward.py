@@ -5,9 +5,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hybridrl.config.fields import section, setting
-from hybridrl.config.schema_actor import DEVICE_IDS_DOC
-from hybridrl.config.schema_model import CheckpointConfig, FsdpConfig, OptimConfig
+from hybridrl.config.schema_actor import DEVICE_IDS_DOC, MEGATRON_DOC, STRATEGIES, VEOMNI_DOC
+from hybridrl.config.schema_model import (
+    CheckpointConfig,
+    FsdpConfig,
+    FusedKernelOptions,
+    MtpConfig,
+    OptimConfig,
+    TiledMlpConfig,
+)
+from hybridrl.config.schema_profiler import RoleProfilerConfig
 
+REWARD_ROLLOUT_DOC = ("The engine verl serves the reward model with (name, gpu_memory_utilization, "
+                      "tensor_model_parallel_size, prompt_length, ...; open dict): hybridrl runs a discriminative reward "
+                      "model in process (one forward per response), so these have no effect; a generative one (with "
+                      "custom_reward_function.path) is refused.")
 REMOTE_TYPE_DOC = "hybridrl: null = local model; vllm_api = remote endpoint at model.path=http://host:port."
 
 
@@ -34,6 +46,18 @@ class CriticModelConfig:
     lora_alpha: int = setting(16, "LoRA alpha.")
     target_modules: str | list[str] = setting("all-linear", "Modules that get LoRA adapters.")
     fsdp_config: FsdpConfig = section(FsdpConfig, "Critic FSDP settings.")
+    # verl's August-2026 tree builds the critic model from hf_model.yaml, so it carries the policy model's keys.
+    hf_config_path: str | None = setting(None, "Read config.json from here instead of `path` (not implemented for "
+                                               "the critic: null only).")
+    custom_chat_template: str | None = setting(None, "No effect: the critic reads the actor's token ids.")
+    exclude_modules: str | list[str] | None = setting(None, "Modules excluded from LoRA (critic LoRA is refused).")
+    lora_adapter_path: str | None = setting(None, "Critic LoRA adapter to start from (critic LoRA is refused).")
+    use_liger: bool = setting(False, "Patch the critic with Liger kernels (not implemented: false only).")
+    use_fused_kernels: bool = setting(False, "Accepted either way: the value head needs no vocabulary log-probs.")
+    fused_kernel_options: FusedKernelOptions = section(FusedKernelOptions, "Fused kernel options.")
+    tiled_mlp: TiledMlpConfig = section(TiledMlpConfig, "Tiled MLP options.")
+    mtp: MtpConfig = section(MtpConfig, "Multi-token prediction options (not used by a value model).")
+    lora: dict = setting({}, "verl's Megatron LoRA settings (open dict), read only with strategy=megatron.")
 
 
 @dataclass
@@ -41,7 +65,7 @@ class CriticConfig:
     """The value function (PPO/GAE). Batch sizes follow the actor's rules."""
 
     enable: bool | None = setting(None, "null = auto: enabled iff algorithm.adv_estimator == gae.")
-    strategy: str = setting("fsdp", "Engine strategy (fsdp and fsdp2 both mean FSDP2 here).", choices=("fsdp", "fsdp2", "megatron"))
+    strategy: str = setting("fsdp", "Engine strategy (fsdp and fsdp2 both mean FSDP2 here).", choices=STRATEGIES)
     rollout_n: int = setting(1, "Responses per prompt.", ref="${actor_rollout_ref.rollout.n}")
     optim: OptimConfig = section(lambda: OptimConfig(lr=1e-5), "Critic optimizer.")
     model: CriticModelConfig = section(CriticModelConfig, "Critic model.")
@@ -78,6 +102,12 @@ class CriticConfig:
     checkpoint: CheckpointConfig = section(CheckpointConfig, "Critic checkpoint contents.")
     type: str | None = setting(None, REMOTE_TYPE_DOC, choices=(None, "vllm_api"))
     device_ids: list[int] | None = setting(None, DEVICE_IDS_DOC)
+    loss_scale_factor: float | None = setting(None, "Divisor for seq-mean-token-sum-norm; follows the actor's.",
+                                              ref="${oc.select:actor_rollout_ref.actor.loss_scale_factor,null}")
+    nccl_timeout: int = setting(600, "Seconds before a collective of the critic times out.")
+    profiler: RoleProfilerConfig = section(RoleProfilerConfig, "Profiling of this role (verl).")
+    megatron: dict = setting({}, MEGATRON_DOC)
+    veomni: dict = setting({}, VEOMNI_DOC)
 
 
 @dataclass
@@ -128,7 +158,7 @@ class RewardModelConfig:
     enable_resource_pool: bool = setting(False, "Give the reward model its own devices.")
     n_gpus_per_node: int = setting(8, "Devices per node of verl's reward pool (enable_resource_pool); no effect: use reward_model.device_ids.")
     nnodes: int = setting(0, "Nodes of verl's reward pool (enable_resource_pool); no effect: use reward_model.device_ids.")
-    strategy: str = setting("fsdp", "Engine strategy.", choices=("fsdp", "fsdp2", "megatron"))
+    strategy: str = setting("fsdp", "Engine strategy.", choices=STRATEGIES)
     model: RewardModelModelConfig = section(RewardModelModelConfig, "Reward model.")
     micro_batch_size: int | None = setting(None, "Deprecated global micro batch (rows).")
     micro_batch_size_per_gpu: int | None = setting(None, "Rows per reward forward on each device.")
@@ -166,6 +196,10 @@ class RewardModelConfig:
     )
     type: str | None = setting(None, REMOTE_TYPE_DOC, choices=(None, "vllm_api"))
     device_ids: list[int] | None = setting(None, DEVICE_IDS_DOC)
+    rollout: dict = setting({}, REWARD_ROLLOUT_DOC)
+    profiler: RoleProfilerConfig = section(RoleProfilerConfig, "Profiling of this role (verl).")
+    megatron: dict = setting({}, MEGATRON_DOC)
+    nccl_timeout: int = setting(600, "Seconds before a collective of the reward model times out.")
 
 
 @dataclass

@@ -18,7 +18,6 @@ from hybridrl.config.schema_trainer import LOGGERS, RayKwargsConfig
 from hybridrl.logging.tracker import check_trackers_available
 
 KL_ESTIMATORS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
-GROUP_ESTIMATORS = ("grpo", "grpo_vectorized", "rloo", "rloo_vectorized", "reinforce_plus_plus_baseline")
 
 
 def validate_config(cfg: HybridRLConfig, world_size: int = 1) -> None:
@@ -153,12 +152,7 @@ def _critic_problems(cfg: HybridRLConfig, world_size: int) -> list[str]:
 
 def _algorithm_problems(cfg: HybridRLConfig) -> list[str]:
     estimator, rollout = cfg.algorithm.adv_estimator, cfg.actor_rollout_ref.rollout
-    problems = []
-    if estimator in GROUP_ESTIMATORS and rollout.n < 2:
-        problems.append(
-            f"actor_rollout_ref.rollout.n ({rollout.n}) must be > 1 for algorithm.adv_estimator={estimator}: its "
-            "advantage compares the responses of one prompt; try actor_rollout_ref.rollout.n=5"
-        )
+    problems = []  # a group estimator with rollout.n=1 runs as in verl, with a warning (notices.py)
     if estimator == "remax" and not rollout.do_sample:
         problems.append(
             "algorithm.adv_estimator=remax needs actor_rollout_ref.rollout.do_sample=true: its baseline is a greedy "

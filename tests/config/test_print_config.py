@@ -30,7 +30,7 @@ def test_print_config_with_overrides_and_docs(capsys):
 
 
 def test_print_config_errors_go_to_stderr(capsys):
-    assert main_print_config(["actor_rollout_ref.rollout.name=vllm"]) == 2
+    assert main_print_config(["actor_rollout_ref.rollout.name=lmdeploy"]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and "hybridrl ships its own rollout engine" in captured.err
     assert main_print_config(["--validate"]) == 2  # the defaults leave the micro batch sizes unset, as verl's do
@@ -74,7 +74,7 @@ def test_interpolated_defaults_match_the_dataclass_defaults():
 def test_top_level_keys_are_frozen():
     assert list(config_tree(load_config())) == [
         "data", "actor_rollout_ref", "critic", "reward_model", "reward_manager", "custom_reward_function",
-        "algorithm", "trainer", "ray_kwargs", "global_profiler", "transfer_queue",
+        "algorithm", "trainer", "ray_kwargs", "global_profiler", "transfer_queue", "model_engine", "distillation", "skip",
     ]  # fmt: skip
 
 
