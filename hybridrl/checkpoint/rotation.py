@@ -82,24 +82,29 @@ def rotate(step_dirs: list[tuple[int, str]], retention: Retention, protected: se
     """Remove what `retention` does not keep; returns the removed folders. `before_save`: make room for one more
     save (N - 1 kept for N >= 2; nothing removed for N = 1, whose one checkpoint stays until the next is done)."""
     saves = saved_checkpoints(step_dirs)
-    keep = {path for path in protected}
+    keep = _real(protected)
     removed = []
     actor = _kept(retention.actor, before_save)
     if actor is not None:
-        doomed = [s for s in saves[:len(saves) - actor] if os.path.realpath(s.path) not in _real(keep)]
-        for save in doomed:
-            shutil.rmtree(save.path, ignore_errors=True)
-            removed.append(save.path)
+        for save in _older_than_newest(saves, actor):
+            if os.path.realpath(save.path) not in keep:
+                shutil.rmtree(save.path, ignore_errors=True)
+                removed.append(save.path)
         saves = [s for s in saves if s.path not in removed]
     critic = _kept(retention.critic, before_save)
     if critic is not None:
-        for save in saves[:len(saves) - critic]:
-            if os.path.realpath(save.path) not in _real(keep):
+        for save in _older_than_newest(saves, critic):
+            if os.path.realpath(save.path) not in keep:
                 _drop_critic(save.path)
     if removed:
         log.info("removed %d older checkpoint(s) (trainer.max_actor_ckpt_to_keep=%s): %s", len(removed),
                  retention.actor, ", ".join(os.path.basename(p) for p in removed))
     return removed
+
+
+def _older_than_newest(saves: list[SavedCheckpoint], count: int) -> list[SavedCheckpoint]:
+    """All but the `count` newest of `saves` (oldest first)."""
+    return saves[:max(0, len(saves) - count)]
 
 
 def _kept(limit: int | None, before_save: bool) -> int | None:
