@@ -80,3 +80,18 @@ def _hybridrl_logs_reach_caplog(caplog):
     logger.addHandler(caplog.handler)
     yield
     logger.removeHandler(caplog.handler)
+
+
+@pytest.fixture(autouse=True)
+def _rank_logs_removed():
+    """A rank that dies keeps its log folder in the temp directory, by design, for the user to read; tests that
+    kill ranks read it through the error, and the folders this process's worker groups kept go afterwards, so
+    the suite leaves nothing behind (tests/faults checks it)."""
+    from hybridrl.checkpoint.startup import rank_log_folders
+
+    before = set(rank_log_folders(owner=os.getpid()))
+    yield
+    import shutil
+
+    for folder in set(rank_log_folders(owner=os.getpid())) - before:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -15,3 +15,23 @@ def overrides_for(arith_model_dir, arithmetic_files):
         return tiny_run_overrides(arith_model_dir, arithmetic_files, str(out_dir), steps=steps, extra=list(extra))
 
     return make
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _nothing_left_in_the_temp_dir():
+    """The before/after listing of the temp directory: no rank-log folder of this process or of a child the
+    fault tests started may outlive a test module."""
+    import os
+    import shutil
+
+    from hybridrl.checkpoint.startup import RANK_LOGS, rank_log_folders
+    from tests.faults import runs
+
+    before = set(rank_log_folders())
+    yield
+    ours = {os.getpid()} | runs.STARTED
+    left = [f for f in set(rank_log_folders()) - before
+            if int(RANK_LOGS.match(os.path.basename(f)).group("pid")) in ours]
+    for folder in left:
+        shutil.rmtree(folder, ignore_errors=True)
+    assert not left, f"the fault tests left rank-log folders in the temp directory: {left}"

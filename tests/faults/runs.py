@@ -23,6 +23,7 @@ from hybridrl.trainer.ppo_trainer import PPOTrainer
 
 CLONE_NEWNS = 0x00020000
 _CONTEXT = None
+STARTED: set[int] = set()  # pids of every child started here (whose leftovers the suite checks)
 
 
 def context():
@@ -74,6 +75,7 @@ def in_child(target: Callable[..., Any], args: tuple, result_path: str, tmpfs: t
 def start(target: Callable[..., Any], args: tuple, result_path: str, **kwargs) -> mp.Process:
     proc = context().Process(target=in_child, args=(target, args, result_path), kwargs=kwargs)
     proc.start()
+    STARTED.add(proc.pid)
     return proc
 
 
@@ -113,7 +115,19 @@ def private_tmpfs_unavailable() -> str | None:
     return None
 
 
-# ---------------------------------------------------------------- targets of the disk-full tests
+# ---------------------------------------------------------------- targets of single tests
+def hold_a_worker_group(ready_path: str) -> None:
+    """A controller with one spawned rank that waits to be killed (its rank then exits: the pipe closes)."""
+    import time
+
+    from hybridrl.distributed import LocalWorkerGroup
+    from tests.distributed.toy_workers import ToyWorker
+
+    group = LocalWorkerGroup(ToyWorker, {}, world_size=1, role="actor")
+    with open(ready_path, "w") as f:
+        json.dump({"log_dir": group.log_dir, "rank_pids": group.pids}, f)
+    time.sleep(600)
+
 def save_with_large_json(role_dir: str, json_mb: int) -> None:
     """save_role with a state whose JSON part (an LR-schedule entry) is about `json_mb` MiB: the free-space
     estimate counts tensors, so the check passes and the write itself hits the full disk."""
