@@ -16,7 +16,8 @@ from hybridrl.config.ranges import LIST_RANGES, RANGES
 BASE = ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4", "critic.ppo_micro_batch_size_per_gpu=4"]
-VALUES = ["nan", "inf", "-inf", "-1", "0", "1e30", str(10**30), "0.5", "abc", "[1]", "{a: 1}", "true"]
+VALUES = ["nan", "inf", "-1", "0", str(10**30), "abc"]  # one of each kind; the slow variant tries more
+MORE_VALUES = ["-inf", "1e30", "0.5", "-0.0", str(2**31), str(2**32), "[1]", "{a: 1}", "true", "null"]
 
 
 def numeric_keys() -> list[str]:
