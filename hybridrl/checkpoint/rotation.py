@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 from dataclasses import dataclass
+from typing import Any
 
 from hybridrl.logging.log import get_logger
 
@@ -31,7 +32,8 @@ class Retention:
     critic: int | None = None
 
     @classmethod
-    def from_config(cls, cfg) -> Retention:
+    def from_config(cls, cfg: Any) -> Retention:
+        """From `trainer.max_actor_ckpt_to_keep` / `max_critic_ckpt_to_keep` of a HybridRLConfig."""
         trainer = cfg.trainer
         return cls(_count(trainer.max_actor_ckpt_to_keep), _count(trainer.max_critic_ckpt_to_keep))
 

@@ -13,7 +13,10 @@ import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
+from typing import Any
 
+from hybridrl.checkpoint.manager import TRACKER_FILE, step_dirs
+from hybridrl.checkpoint.rotation import Retention, existing_checkpoints_line
 from hybridrl.logging.log import get_logger
 
 log = get_logger("hybridrl.checkpoint")
@@ -119,12 +122,9 @@ def report_leftovers(run_dir: str) -> Leftovers:
     return found
 
 
-def announce_start(root: str, cfg, resume_dir: str | None) -> None:
+def announce_start(root: str, cfg: Any, resume_dir: str | None) -> None:
     """A fresh run in a used folder: what happens to the checkpoints there. A resume that does not read the
-    weights, or a folder with checkpoints but no tracker: said too."""
-    from hybridrl.checkpoint.manager import TRACKER_FILE, step_dirs
-    from hybridrl.checkpoint.rotation import Retention, existing_checkpoints_line
-
+    weights, or a folder with checkpoints but no tracker: said too. `cfg`: the run's HybridRLConfig."""
     existing = step_dirs(root)
     mode = cfg.trainer.resume_mode
     if mode == "disable":

@@ -71,6 +71,7 @@ class _RunsCode:
         return (open, (self.marker, "w"))
 
 
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")  # torch's note on the bare pickle below
 def test_a_crafted_pickle_is_refused_and_never_runs(tmp_path):
     marker = tmp_path / "pwned"
     bad = tmp_path / "extra_state.pt"
