@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import json
 import os
+import struct
+import sys
 from typing import Any
 
 import numpy as np
 import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
 
 from hybridrl.checkpoint.errors import CheckpointError
 
@@ -30,8 +31,7 @@ _TAG = "__hybridrl__"  # marks an encoded value in the JSON structure
 def save_tensors(path: str, tensors: dict[str, torch.Tensor]) -> None:
     """Write `tensors` (detached, on any device) as one safetensors file; shared tensors once."""
     stored, aliases = _dedupe(tensors)
-    metadata = {ALIASES_KEY: json.dumps(aliases)} if aliases else None
-    save_file({name: _plain(t) for name, t in stored.items()}, path, metadata=metadata)
+    write_safetensors(path, stored, {ALIASES_KEY: json.dumps(aliases)} if aliases else None)
 
 
 def load_tensors(path: str) -> dict[str, torch.Tensor]:
@@ -57,7 +57,7 @@ def save_state(stem: str, state: Any) -> dict[str, torch.Tensor]:
     tensors: dict[str, torch.Tensor] = {}
     structure = _encode(state, tensors, "")
     if tensors:
-        save_file({name: _plain(t) for name, t in tensors.items()}, stem + ".safetensors")
+        write_safetensors(stem + ".safetensors", tensors)
     _write_json(stem + ".json", structure)
     return tensors
 
@@ -79,8 +79,34 @@ def _write_json(path: str, value: Any) -> None:
         json.dump(value, f)
 
 
-def _plain(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor.detach().to("cpu").contiguous()
+_DTYPES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+           torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
+           torch.bool: "BOOL", torch.float8_e4m3fn: "F8_E4M3", torch.float8_e5m2: "F8_E5M2",
+           torch.complex64: "C64"}
+
+
+def write_safetensors(path: str, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:
+    """The safetensors format (8-byte header length, JSON header, raw little-endian bytes), written one tensor at
+    a time: a state on the GPU is never copied to host memory whole (`safetensors.torch.save_file` takes a
+    dict of host tensors), and host tensors are written without a copy. Read back by the safetensors library."""
+    if sys.byteorder != "little":
+        raise CheckpointError("checkpoints are written little-endian, as safetensors requires; this host is not")
+    header: dict[str, Any] = {"__metadata__": metadata} if metadata else {}
+    offset = 0
+    for name, tensor in tensors.items():
+        if tensor.dtype not in _DTYPES:
+            raise TypeError(f"tensor {name!r} has dtype {tensor.dtype}, which a checkpoint cannot store")
+        size = tensor.numel() * tensor.element_size()
+        header[name] = {"dtype": _DTYPES[tensor.dtype], "shape": list(tensor.shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # the data starts 8-byte aligned
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)))
+        f.write(raw)
+        for tensor in tensors.values():
+            host = tensor.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
+            f.write(memoryview(host.numpy()))
 
 
 def _dedupe(tensors: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
