@@ -101,12 +101,15 @@ def write_safetensors(path: str, tensors: dict[str, torch.Tensor], metadata: dic
         offset += size
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)  # the data starts 8-byte aligned
-    with open(path, "wb") as f:
+    # A new file renamed over `path`: tensors read from `path` are memory-mapped, and truncating it under them
+    # would crash the process (SIGBUS) instead of replacing it.
+    with open(path + ".partial", "wb") as f:
         f.write(struct.pack("<Q", len(raw)))
         f.write(raw)
         for tensor in tensors.values():
             host = tensor.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
             f.write(memoryview(host.numpy()))
+    os.replace(path + ".partial", path)
 
 
 def _dedupe(tensors: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
