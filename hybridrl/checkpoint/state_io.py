@@ -37,9 +37,8 @@ def save_tensors(path: str, tensors: dict[str, torch.Tensor]) -> None:
 def load_tensors(path: str) -> dict[str, torch.Tensor]:
     """The `{name: tensor}` written by `save_tensors` (on CPU), aliases restored as the same tensor."""
     try:
-        with safe_open(path, framework="pt", device="cpu") as f:
-            tensors = {name: f.get_tensor(name) for name in f.keys()}
-            aliases = json.loads((f.metadata() or {}).get(ALIASES_KEY, "{}"))
+        tensors, metadata = _read_safetensors(path)
+        aliases = json.loads(metadata.get(ALIASES_KEY, "{}"))
     except (OSError, ValueError, RuntimeError) as err:  # safetensors raises its SafetensorError (an Exception)
         raise CheckpointError(f"{path} is not a readable safetensors file ({err}); the checkpoint is damaged or "
                               f"was not written completely: resume from another global_step_N") from None
@@ -49,6 +48,19 @@ def load_tensors(path: str) -> dict[str, torch.Tensor]:
     for alias, name in aliases.items():
         tensors[alias] = tensors[name]
     return tensors
+
+
+def _read_safetensors(path: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Tensors in ordinary memory, not mapped from the file: an optimizer state restored from a mapping would
+    keep the checkpoint's file (and its disk space) alive for the whole run, and truncating it would crash."""
+    try:
+        handle = safe_open(path, framework="pt", device="cpu", backend="pread")  # read into memory (newer safetensors)
+        copy = False
+    except TypeError:  # older safetensors: memory-mapped, so copied out
+        handle, copy = safe_open(path, framework="pt", device="cpu"), True
+    with handle as f:
+        tensors = {name: f.get_tensor(name).clone() if copy else f.get_tensor(name) for name in f.keys()}
+        return tensors, dict(f.metadata() or {})
 
 
 def save_state(stem: str, state: Any) -> dict[str, torch.Tensor]:
