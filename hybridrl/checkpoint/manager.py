@@ -52,7 +52,7 @@ def begin_save(root: str, step: int, retention: Retention | None = None, protect
         rotate(step_dirs(root), retention, _protected(root, protect), before_save=True)
     tmp = os.path.join(root, f"{TMP_PREFIX}{step}")
     shutil.rmtree(tmp, ignore_errors=True)
-    with disk_full_named(root, 0):
+    with disk_full_named(root):
         os.makedirs(tmp)
     return tmp
 
@@ -75,7 +75,7 @@ def commit_save(root: str, tmp_dir: str, step: int, trainer_state: dict,
     or the actor's count). `trainer_state` gets the save's `save_index` (save order, for rotation)."""
     final = os.path.join(root, f"global_step_{step}")
     state = dict(trainer_state, save_index=next_save_index(step_dirs(root)))
-    with disk_full_named(root, 0):
+    with disk_full_named(root):
         write_state(tmp_dir, state)
         _replace_dir(tmp_dir, final, os.path.join(root, f"{REPLACED_PREFIX}{step}"))
         _write_tracker(root, step)

@@ -54,8 +54,9 @@ def save_role(role_dir: str, state: dict, contents: list[str]) -> None:
     unknown = [name for name in contents if name not in CONTENTS]
     if unknown:  # validate_config refuses these; a direct caller gets the same answer
         raise CheckpointError(f"unknown checkpoint part(s) {unknown}; the parts are {list(CONTENTS)}")
-    os.makedirs(role_dir, exist_ok=True)
     needed = save_bytes(state, contents)
+    with disk_full_named(role_dir, needed):
+        os.makedirs(role_dir, exist_ok=True)
     ensure_free_space(role_dir, needed)
     tensors: dict[str, dict] = {}
     with disk_full_named(role_dir, needed):

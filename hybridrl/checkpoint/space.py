@@ -58,11 +58,13 @@ def ensure_free_space(folder: str, needed: int) -> None:
         raise CheckpointError(no_space_message(folder, needed, free))
 
 
-def no_space_message(folder: str, needed: int, free: int | None = None) -> str:
+def no_space_message(folder: str, needed: int | None, free: int | None = None) -> str:
+    """`needed` None: a small write (a folder, the tracker) failed; the disk is simply full."""
     free = free_bytes(folder) if free is None else free
-    return (f"no space left for the checkpoint in {folder}: the save needs about {_size(needed)} and "
-            f"{_size(free)} are free. Free space there, point trainer.default_local_dir at a larger disk, or keep "
-            f"fewer checkpoints (trainer.max_actor_ckpt_to_keep / max_critic_ckpt_to_keep)")
+    need = f"the save needs about {_size(needed)} and " if needed else ""
+    return (f"no space left for the checkpoint in {folder}: {need}{_size(free)} are free. Free space there, point "
+            f"trainer.default_local_dir at a larger disk, or keep fewer checkpoints "
+            f"(trainer.max_actor_ckpt_to_keep / max_critic_ckpt_to_keep)")
 
 
 def is_disk_full(err: BaseException) -> bool:
@@ -73,7 +75,7 @@ def is_disk_full(err: BaseException) -> bool:
 
 
 @contextmanager
-def disk_full_named(folder: str, needed: int) -> Iterator[None]:
+def disk_full_named(folder: str, needed: int | None = None) -> Iterator[None]:
     """Turn a write failing for lack of space into a CheckpointError that says so."""
     try:
         yield

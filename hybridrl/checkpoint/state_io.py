@@ -39,12 +39,10 @@ def load_tensors(path: str) -> dict[str, torch.Tensor]:
     try:
         tensors, metadata = _read_safetensors(path)
         aliases = json.loads(metadata.get(ALIASES_KEY, "{}"))
-    except (OSError, ValueError, RuntimeError) as err:  # safetensors raises its SafetensorError (an Exception)
-        raise CheckpointError(f"{path} is not a readable safetensors file ({err}); the checkpoint is damaged or "
-                              f"was not written completely: resume from another global_step_N") from None
-    except Exception as err:
-        raise CheckpointError(f"{path} is not a readable safetensors file ({type(err).__name__}: {err}); resume "
-                              f"from another global_step_N") from None
+    except Exception as err:  # OSError, JSON errors, safetensors' own SafetensorError (a plain Exception)
+        raise CheckpointError(f"{path} is not a readable safetensors file ({type(err).__name__}: {err}); the "
+                              f"checkpoint is damaged or was not written completely: resume from another "
+                              f"global_step_N") from None
     for alias, name in aliases.items():
         tensors[alias] = tensors[name]
     return tensors
