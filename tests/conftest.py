@@ -84,14 +84,15 @@ def _hybridrl_logs_reach_caplog(caplog):
 
 @pytest.fixture(autouse=True)
 def _rank_logs_removed():
-    """A rank that dies keeps its log folder in the temp directory, by design, for the user to read; tests that
-    kill ranks read it through the error, and the folders this process's worker groups kept go afterwards, so
-    the suite leaves nothing behind (tests/faults checks it)."""
-    from hybridrl.checkpoint.startup import rank_log_folders
+    """A rank that dies keeps its log folder in the temp directory, by design, for the user to read; so does a
+    controller killed outright. Tests that do either read it through the error, and the folders that appeared
+    during the test and belong to this process or to a controller that is gone (a subprocess the test ran)
+    go afterwards, so the suite leaves nothing behind (tests/faults checks it)."""
+    from hybridrl.checkpoint.startup import rank_log_folders, stale_rank_logs
 
-    before = set(rank_log_folders(owner=os.getpid()))
+    before = set(rank_log_folders())
     yield
     import shutil
 
-    for folder in set(rank_log_folders(owner=os.getpid())) - before:
+    for folder in (set(rank_log_folders(owner=os.getpid())) | set(stale_rank_logs())) - before:
         shutil.rmtree(folder, ignore_errors=True)
