@@ -96,3 +96,17 @@ def _rank_logs_removed():
 
     for folder in (set(rank_log_folders(owner=os.getpid())) | set(stale_rank_logs())) - before:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _session_rank_logs_removed():
+    """The same at the end of the session for groups that outlive a test (module fixtures whose group a test
+    aborted: an aborted group keeps its logs)."""
+    from hybridrl.checkpoint.startup import rank_log_folders
+
+    before = set(rank_log_folders())
+    yield
+    import shutil
+
+    for folder in set(rank_log_folders(owner=os.getpid())) - before:
+        shutil.rmtree(folder, ignore_errors=True)
