@@ -82,3 +82,33 @@ def _hybridrl_logs_reach_caplog(caplog):
     logger.addHandler(caplog.handler)
     yield
     logger.removeHandler(caplog.handler)
+
+
+@pytest.fixture(autouse=True)
+def _rank_logs_removed():
+    """A rank that dies keeps its log folder in the temp directory, by design, for the user to read; so does a
+    controller killed outright. Tests that do either read it through the error, and the folders that appeared
+    during the test and belong to this process or to a controller that is gone (a subprocess the test ran)
+    go afterwards, so the suite leaves nothing behind (tests/faults checks it)."""
+    from hybridrl.checkpoint.startup import rank_log_folders, stale_rank_logs
+
+    before = set(rank_log_folders())
+    yield
+    import shutil
+
+    for folder in (set(rank_log_folders(owner=os.getpid())) | set(stale_rank_logs())) - before:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _session_rank_logs_removed():
+    """The same at the end of the session for groups that outlive a test (module fixtures whose group a test
+    aborted: an aborted group keeps its logs)."""
+    from hybridrl.checkpoint.startup import rank_log_folders
+
+    before = set(rank_log_folders())
+    yield
+    import shutil
+
+    for folder in set(rank_log_folders(owner=os.getpid())) - before:
+        shutil.rmtree(folder, ignore_errors=True)

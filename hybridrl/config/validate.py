@@ -7,11 +7,13 @@ import inspect
 from typing import Any
 
 from hybridrl.config.batch_rules import check_mini_batch, micro_batch_problems, token_budget_problems
+from hybridrl.config.checkpoint_rules import checkpoint_content_problems
 from hybridrl.config.errors import ConfigError
 from hybridrl.config.index import config_tree, get_in, schema_index
 from hybridrl.config.placement import validate_placement
 from hybridrl.config.precision import precision_problems
 from hybridrl.config.profiler_rules import profiler_problems
+from hybridrl.config.ranges import merged_range_problems, range_problems
 from hybridrl.config.roles import critic_enabled, ref_enabled
 from hybridrl.config.schema import HybridRLConfig
 from hybridrl.config.schema_trainer import LOGGERS, RayKwargsConfig
@@ -25,6 +27,11 @@ def validate_config(cfg: HybridRLConfig, world_size: int = 1) -> None:
     if world_size < 1:  # validate_run reports the keys behind a count below 1; this is the Python API's guard
         raise ConfigError(f"world_size ({world_size}) must be >= 1: it is the number of ranks training the actor "
                           "(trainer.nnodes x trainer.n_gpus_per_node, or len(actor_rollout_ref.actor.device_ids))")
+    # -- value ranges (config/ranges.py): values no rule below can compute with (NaN, inf, 2^40) stop here
+    unusable = range_problems(cfg, unusable_only=True)
+    if unusable:
+        raise ConfigError(f"{len(unusable)} config problem(s):\n" + "\n".join(f"  - {p}" for p in unusable))
+    # -- end of ranges
     problems = (
         _choice_problems(cfg)
         + _actor_batch_problems(cfg, world_size)
@@ -38,6 +45,10 @@ def validate_config(cfg: HybridRLConfig, world_size: int = 1) -> None:
         + token_budget_problems(cfg)
         + profiler_problems(cfg.global_profiler)
     )
+    # -- value ranges and checkpoint contents (config/ranges.py, config/checkpoint_rules.py)
+    problems = merged_range_problems(cfg, problems)
+    problems += checkpoint_content_problems(cfg)
+    # -- end of ranges
     if problems:
         raise ConfigError(f"{len(problems)} config problem(s):\n" + "\n".join(f"  - {p}" for p in problems))
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 
-import torch
-
 from hybridrl.checkpoint.hf_export import LORA_ADAPTER_DIR, save_hf_metadata, save_hf_model
-from hybridrl.checkpoint.manager import (begin_save, commit_save, find_resume_dir, load_role, read_trainer_state,
-                                         save_role, set_rng_state)
+from hybridrl.checkpoint.manager import (begin_save, commit_save, discard_on_failure, find_resume_dir,
+                                         load_data_state, read_trainer_state, save_data_state, save_role)
+from hybridrl.checkpoint.role_files import restore_role
+from hybridrl.checkpoint.rotation import Retention
+from hybridrl.checkpoint.startup import announce_start
 from hybridrl.logging.log import get_logger
 from hybridrl.trainer.group_roles import GroupRole
 from hybridrl.trainer.setup import default_local_dir
@@ -23,15 +24,18 @@ def root_dir(cfg) -> str:
 def save(trainer) -> str:
     cfg, roles = trainer.cfg, trainer.roles
     root = root_dir(cfg)
-    tmp = begin_save(root, trainer.global_step)
-    _save_role(os.path.join(tmp, "actor"), roles.actor, trainer.tokenizer,
-               list(cfg.actor_rollout_ref.actor.checkpoint.save_contents))
-    if _has_state(roles.critic):
-        _save_role(os.path.join(tmp, "critic"), roles.critic, trainer.tokenizer,
-                   list(cfg.critic.checkpoint.save_contents))
-    torch.save(trainer.train_loader.state_dict(), os.path.join(tmp, "data.pt"))
-    state = {"global_step": trainer.global_step, "kl_ctrl": trainer.kl_ctrl.state_dict()}
-    final = commit_save(root, tmp, trainer.global_step, state, keep=cfg.trainer.max_actor_ckpt_to_keep)
+    retention, resumed_from = Retention.from_config(cfg), [getattr(trainer, "resumed_from", None)]
+    tmp = begin_save(root, trainer.global_step, retention, protect=resumed_from)
+    with discard_on_failure(tmp):  # a failed save (e.g. disk full) leaves no partial folder behind
+        _save_role(os.path.join(tmp, "actor"), roles.actor, trainer.tokenizer,
+                   list(cfg.actor_rollout_ref.actor.checkpoint.save_contents))
+        if _has_state(roles.critic):
+            _save_role(os.path.join(tmp, "critic"), roles.critic, trainer.tokenizer,
+                       list(cfg.critic.checkpoint.save_contents))
+        save_data_state(tmp, trainer.train_loader.state_dict())
+        state = {"global_step": trainer.global_step, "kl_ctrl": trainer.kl_ctrl.state_dict(),
+                 "resumed_from": resumed_from[0]}
+        final = commit_save(root, tmp, trainer.global_step, state, keep=retention, protect=resumed_from)
     log.info(f"saved checkpoint {final}")
     return final
 
@@ -58,19 +62,21 @@ def _save_role(role_dir: str, worker, tokenizer, contents: list[str]) -> None:
 def maybe_resume(trainer) -> None:
     cfg = trainer.cfg
     path = find_resume_dir(root_dir(cfg), cfg.trainer.resume_mode, cfg.trainer.resume_from_path)
+    announce_start(root_dir(cfg), cfg, path)  # a fresh run in a used folder says what happens to its checkpoints
     if path is None:
         return
     _load_role(os.path.join(path, "actor"), trainer.roles.actor,
                list(cfg.actor_rollout_ref.actor.checkpoint.load_contents))
     if _has_state(trainer.roles.critic):
         _load_role(os.path.join(path, "critic"), trainer.roles.critic, list(cfg.critic.checkpoint.load_contents))
-    data_state = os.path.join(path, "data.pt")
-    if os.path.exists(data_state):
-        trainer.train_loader.load_state_dict(torch.load(data_state, weights_only=False))
+    data_state = load_data_state(path)
+    if data_state is not None:
+        trainer.train_loader.load_state_dict(data_state)
     state = read_trainer_state(path)
     trainer.global_step = state["global_step"]
     trainer.kl_ctrl.load_state_dict(state["kl_ctrl"])
     trainer.roles.rollout.sync_weights(trainer.roles.actor.named_weights())
+    trainer.resumed_from = path  # rotation never removes it
     log.info(f"resumed from {path}: continuing at step {trainer.global_step + 1}")
 
 
@@ -78,7 +84,4 @@ def _load_role(role_dir: str, worker, contents: list[str]) -> None:
     if isinstance(worker, GroupRole):  # every rank reads the unsharded files and loads its shard
         worker.load_checkpoint(role_dir, contents)
         return
-    state = load_role(role_dir, contents)
-    worker.load_checkpoint_state(state)
-    if "extra" in state:
-        set_rng_state(state["extra"]["rng"])
+    restore_role(worker, role_dir, contents)  # checks the restored weights against the checkpoint's manifest

@@ -14,6 +14,7 @@ request. A file is only read once its signal has arrived, so a file is never mis
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -22,6 +23,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from hybridrl.checkpoint.startup import report_leftovers, started_after
 from hybridrl.logging.log import get_logger
 
 log = get_logger("hybridrl.trainer")
@@ -75,20 +77,32 @@ class ElasticController:
         self._previous: dict[int, object] = {}
 
     def install(self) -> bool:
-        """Handlers for SIGUSR1/SIGUSR2 and the pid file; only possible from the main thread."""
+        """Handlers for SIGUSR1/SIGUSR2 and the pid file; only possible from the main thread. An earlier run's
+        leftovers in the folder (stale pid file, partial saves, kept rank logs) are named first."""
+        os.makedirs(self.run_dir, exist_ok=True)
+        report_leftovers(self.run_dir)
         if not hasattr(signal, "SIGUSR1") or threading.current_thread() is not threading.main_thread():
             log.info("rollout control signals are not installed (not the main thread, or no SIGUSR1 here)")
             return False
-        os.makedirs(self.run_dir, exist_ok=True)
         self._drop_stale_requests()
         for name in ACTION_SIGNALS.values():
             number = getattr(signal, name)
             self._previous[number] = signal.signal(number, self._on_signal)
-        tmp = f"{self.pid_path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            f.write(f"{os.getpid()}\n")
-        os.replace(tmp, self.pid_path)
+        self._write_pid_file()
         return True
+
+    def _write_pid_file(self) -> None:
+        """The pid file `hybridrl control` reads; a disk too full to hold it costs only that, not the run."""
+        tmp = f"{self.pid_path}.{os.getpid()}.tmp"
+        try:
+            with open(tmp, "w") as f:
+                f.write(f"{os.getpid()}\n")
+            os.replace(tmp, self.pid_path)
+        except OSError as err:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+            log.warning(f"could not write {self.pid_path} ({err.strerror or err}): `hybridrl control` cannot reach "
+                        f"this run; checkpoints into {self.run_dir} will fail the same way unless space is freed")
 
     def _on_signal(self, signum: int, frame) -> None:
         name = signal.Signals(signum).name
@@ -148,19 +162,6 @@ class ElasticController:
 
 
 # ---------------------------------------------------------------- `hybridrl control`
-def _started_after(pid: int, since: float) -> bool:
-    """Linux: whether process `pid` started after `since` (epoch s), i.e. the pid was reused after the trainer
-    that wrote the pid file died. False where /proc cannot tell."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
-        with open("/proc/stat") as f:
-            boot = next(int(line.split()[1]) for line in f if line.startswith("btime"))
-    except (OSError, ValueError, IndexError, StopIteration):
-        return False
-    return boot + start_ticks / os.sysconf("SC_CLK_TCK") > since + 2.0  # btime has 1 s resolution
-
-
 def _trainer_pid(run_dir: str) -> int:
     path = os.path.join(run_dir, PID_FILE)
     try:
@@ -175,7 +176,7 @@ def _trainer_pid(run_dir: str) -> int:
         os.kill(pid, 0)
     except ProcessLookupError:
         raise RuntimeError(f"the trainer (pid {pid} in {path}) is not running; the pid file is stale") from None
-    if _started_after(pid, written):
+    if started_after(pid, written):
         raise RuntimeError(f"pid {pid} in {path} now belongs to another process (started after the pid file was "
                            f"written); the trainer is gone")
     return pid

@@ -207,12 +207,9 @@ class ColocatedWorker:
 
     def load_checkpoint(self, role: str, role_dir: str, contents: list[str]) -> None:
         """Every rank reads the unsharded files (one node, or a filesystem shared by the nodes)."""
-        from hybridrl.checkpoint.manager import load_role, set_rng_state
+        from hybridrl.checkpoint.role_files import restore_role
 
-        state = load_role(role_dir, contents)
-        self._role(role).load_checkpoint_state(state)
-        if "extra" in state:
-            set_rng_state(state["extra"]["rng"])
+        restore_role(self._role(role), role_dir, contents)  # then rank 0 checks the weights against the manifest
 
     def _role(self, name: str):
         worker = getattr(self, name)
