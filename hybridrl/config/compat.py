@@ -47,6 +47,8 @@ NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
     "actor_rollout_ref.actor.ulysses_sequence_parallel_size": ((1,), f"Ulysses sequence parallelism is {_LATER}"),
     "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size": ((1,), f"Ulysses sequence parallelism is {_LATER}"),
     "actor_rollout_ref.ref.ulysses_sequence_parallel_size": ((1,), f"Ulysses sequence parallelism is {_LATER}"),
+    "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size": ((1,), f"Ulysses sequence parallelism is {_LATER}"),
+    "critic.model.fsdp_config.ulysses_sequence_parallel_size": ((1,), f"Ulysses sequence parallelism is {_LATER}"),
     "critic.ulysses_sequence_parallel_size": ((1,), f"Ulysses sequence parallelism is {_LATER}"),
     "actor_rollout_ref.model.use_liger": ((False,), f"Liger kernels are {_LATER}"),
     "actor_rollout_ref.actor.strategy": (("fsdp", "fsdp2"), _ENGINES),

@@ -93,7 +93,14 @@ _FSDP = {
     "fsdp_size": at_least(1, "ranks per shard group", also=(-1,)),  # -1 = every rank of the role
     "seed": SEED,
     "ulysses_sequence_parallel_size": COUNT,
+    "entropy_from_logits_chunk_size": COUNT,
+    "pad_to_length_bucket": COUNT,
+    "qat.group_size": COUNT,
 }
+_MTP = {"speculative_num_steps": COUNT, "speculative_eagle_topk": COUNT, "speculative_num_draft_tokens": COUNT,
+        "num_speculative_tokens": COUNT, "mtp_loss_scaling_factor": non_negative("a loss weight")}
+_CLIPS = {key: non_negative("a clip epsilon: the ratio is kept in [1 - low, 1 + high]")
+          for key in ("clip_ratio", "clip_ratio_low", "clip_ratio_high")}
 _OPTIM = {
     "lr": non_negative("the learning rate"),
     "lr_warmup_steps_ratio": unit("a fraction of the total steps"),
@@ -141,14 +148,17 @@ RANGES: dict[str, Range] = {
     "actor_rollout_ref.nccl_timeout": at_least(1, "seconds"),
     **_under(_MODEL, _LORA),
     f"{_MODEL}.tiled_mlp.num_shards": COUNT,
-    f"{_MODEL}.mtp.mtp_loss_scaling_factor": non_negative("a loss weight"),
+    **_under(f"{_MODEL}.mtp", _MTP),
     f"{_ACTOR}.ppo_mini_batch_size": at_least(1, "prompts per optimizer step"),
     f"{_ACTOR}.ppo_micro_batch_size": PER_GPU_MICRO,
     f"{_ACTOR}.ppo_micro_batch_size_per_gpu": PER_GPU_MICRO,
     f"{_ACTOR}.ppo_max_token_len_per_gpu": TOKENS,
-    f"{_ACTOR}.clip_ratio": non_negative("a clip epsilon: the ratio is kept in [1 - low, 1 + high]"),
-    f"{_ACTOR}.clip_ratio_low": non_negative("a clip epsilon: the ratio is kept in [1 - low, 1 + high]"),
-    f"{_ACTOR}.clip_ratio_high": non_negative("a clip epsilon: the ratio is kept in [1 - low, 1 + high]"),
+    **_under(_ACTOR, _CLIPS),
+    f"{_ACTOR}.policy_loss.dro_beta": positive("dro's quadratic log-ratio penalty weight"),
+    f"{_ACTOR}.entropy_from_logits_chunk_size": COUNT,
+    f"{_ACTOR}.qat.group_size": COUNT,
+    **{f"{role}.rollout_n": COUNT for role in (_ACTOR, "actor_rollout_ref.ref")},
+    "actor_rollout_ref.ref.entropy_from_logits_chunk_size": COUNT,
     f"{_ACTOR}.tau_pos": positive("a SAPO gate temperature (divides)"),
     f"{_ACTOR}.tau_neg": positive("a SAPO gate temperature (divides)"),
     f"{_ACTOR}.policy_loss.clip_cov_ratio": unit("a fraction of tokens"),
@@ -188,6 +198,13 @@ RANGES: dict[str, Range] = {
     f"{_ROLLOUT}.multi_turn.max_parallel_calls": COUNT,
     f"{_ROLLOUT}.multi_turn.max_tool_response_length": COUNT,
     f"{_ROLLOUT}.multi_turn.num_repeat_rollouts": COUNT,
+    f"{_ROLLOUT}.multi_turn.tool_call_timeout": positive("seconds one tool call may take", infinite_ok=True),
+    f"{_ROLLOUT}.nnodes": COUNT_OR_ZERO,
+    f"{_ROLLOUT}.n_gpus_per_node": COUNT_OR_ZERO,
+    f"{_ROLLOUT}.moe_load_balance_metrics_interval": COUNT_OR_ZERO,
+    **_under(f"{_ROLLOUT}.disaggregation", {"prefill_replicas": COUNT, "decode_replicas": COUNT,
+                                            "decode_tensor_model_parallel_size": COUNT,
+                                            "bootstrap_port": Range(low=0, high=65535, why="a TCP port")}),
     f"{_ROLLOUT}.agent.num_workers": COUNT,
     f"{_ROLLOUT}.checkpoint_engine.update_weights_bucket_megabytes": COUNT,
     f"{_ROLLOUT}.trace.max_samples_per_step_per_worker": COUNT,
@@ -210,6 +227,10 @@ RANGES: dict[str, Range] = {
     "critic.cliprange_value": non_negative("the value clip epsilon; inf = no clipping", infinite_ok=True),
     "critic.ulysses_sequence_parallel_size": COUNT,
     "critic.grad_clip": GRAD_CLIP,
+    "critic.loss_scale_factor": positive("the divisor of seq-mean-token-sum-norm"),
+    "critic.nccl_timeout": at_least(1, "seconds"),
+    "critic.model.tiled_mlp.num_shards": COUNT,
+    **_under("critic.model.mtp", _MTP),
     "reward_model.n_gpus_per_node": COUNT_OR_ZERO,
     "reward_model.nnodes": COUNT_OR_ZERO,
     **_under("reward_model.model.fsdp_config", _FSDP),
@@ -221,6 +242,9 @@ RANGES: dict[str, Range] = {
     "reward_model.sandbox_fusion.memory_limit_mb": COUNT,
     "reward_model.ulysses_sequence_parallel_size": COUNT,
     "reward_model.num_workers": at_least(1, "scoring processes; 1 = in the trainer's process"),
+    "reward_model.nccl_timeout": at_least(1, "seconds"),
+    "reward_model.overlong_buffer.len": COUNT_OR_ZERO,
+    "reward_model.overlong_buffer.penalty_factor": non_negative("the overlong penalty's weight (DAPO)"),
     "algorithm.gamma": unit("a discount factor"),
     "algorithm.lam": unit("the GAE lambda (Schulman et al. 2016)"),
     "algorithm.kl_ctrl.kl_coef": non_negative("a KL weight; a negative one rewards drifting from the reference"),
@@ -228,6 +252,12 @@ RANGES: dict[str, Range] = {
     "algorithm.kl_ctrl.target_kl": positive("the adaptive controller divides by it"),
     "algorithm.pf_ppo.weight_pow": ANY_FLOAT,
     "algorithm.filter_groups.max_num_gen_batches": ANY_INT,  # <= 0 = unlimited
+    "algorithm.filter_groups.max_inflight_gen_batches": COUNT,
+    "distillation.nnodes": COUNT_OR_ZERO,
+    "distillation.n_gpus_per_node": COUNT_OR_ZERO,
+    **_under("distillation.distillation_loss", {
+        "topk": COUNT, "distillation_loss_coef": non_negative("a loss weight"),
+        "loss_max_clamp": positive("the per-token loss cap"), "log_prob_min_clamp": ANY_FLOAT, **_CLIPS}),
     "algorithm.rollout_correction.rollout_is_threshold": positive("the IS weight cap; inf = no cap", infinite_ok=True),
     "algorithm.rollout_correction.rollout_rs_threshold": positive("the rejection threshold", infinite_ok=True),
     "trainer.total_epochs": at_least(1, "passes over the training set"),
@@ -249,7 +279,7 @@ RANGES: dict[str, Range] = {
 LIST_RANGES: dict[str, Range] = {
     f"{prefix}.optim.betas": Range(low=0, high=1, high_open=True, why="Adam's moment decay rates")
     for prefix in (_ACTOR, "critic")
-}
+} | {"algorithm.gdpo_reward_weights": ANY_FLOAT}
 
 
 def range_problems(cfg: Any, *, unusable_only: bool = False) -> list[str]:

@@ -63,7 +63,8 @@ def test_more_values_are_in_range_or_refused_by_name(key):
 
 @pytest.mark.parametrize("key", sorted(LIST_RANGES))
 def test_list_keys_refuse_bad_elements_by_name(key):
-    for text in ("[nan,0.9]", "[0.9,inf]", "[-1,0.9]", "[0.9,1.0]", "[abc,0.9]"):
+    bounded = LIST_RANGES[key].low is not None
+    for text in ("[nan,0.9]", "[0.9,inf]", "[abc,0.9]") + (("[-1,0.9]", "[0.9,1.0]") if bounded else ()):
         cfg, error = outcome([f"{key}={text}"])
         assert error is not None and key in error, (text, error)
     assert outcome([f"{key}=[0.8,0.95]"])[1] is None
