@@ -8,6 +8,7 @@ from typing import Any
 
 from hybridrl.config.batch_rules import check_mini_batch, micro_batch_problems, token_budget_problems
 from hybridrl.config.errors import ConfigError
+from hybridrl.config.estimator_needs import estimator_needs
 from hybridrl.config.index import config_tree, get_in, schema_index
 from hybridrl.config.placement import validate_placement
 from hybridrl.config.precision import precision_problems
@@ -18,7 +19,6 @@ from hybridrl.config.schema_trainer import LOGGERS, RayKwargsConfig
 from hybridrl.logging.tracker import check_trackers_available
 
 KL_ESTIMATORS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
-GROUP_ESTIMATORS = ("grpo", "grpo_vectorized", "rloo", "rloo_vectorized", "reinforce_plus_plus_baseline")
 
 
 def validate_config(cfg: HybridRLConfig, world_size: int = 1) -> None:
@@ -154,14 +154,14 @@ def _critic_problems(cfg: HybridRLConfig, world_size: int) -> list[str]:
 def _algorithm_problems(cfg: HybridRLConfig) -> list[str]:
     estimator, rollout = cfg.algorithm.adv_estimator, cfg.actor_rollout_ref.rollout
     problems = []
-    if estimator in GROUP_ESTIMATORS and rollout.n < 2:
+    if estimator_needs(estimator).groups and rollout.n < 2:
         problems.append(
             f"actor_rollout_ref.rollout.n ({rollout.n}) must be > 1 for algorithm.adv_estimator={estimator}: its "
             "advantage compares the responses of one prompt; try actor_rollout_ref.rollout.n=5"
         )
-    if estimator == "remax" and not rollout.do_sample:
+    if estimator_needs(estimator).greedy_baseline and not rollout.do_sample:
         problems.append(
-            "algorithm.adv_estimator=remax needs actor_rollout_ref.rollout.do_sample=true: its baseline is a greedy "
+            f"algorithm.adv_estimator={estimator} needs actor_rollout_ref.rollout.do_sample=true: its baseline is a greedy "
             "response, so with greedy sampling every advantage is 0"
         )
     if cfg.actor_rollout_ref.actor.optim.lr < 0:

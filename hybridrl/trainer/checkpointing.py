@@ -9,6 +9,7 @@ import torch
 from hybridrl.checkpoint.hf_export import LORA_ADAPTER_DIR, save_hf_metadata, save_hf_model
 from hybridrl.checkpoint.manager import (begin_save, commit_save, find_resume_dir, load_role, read_trainer_state,
                                          save_role, set_rng_state)
+from hybridrl.config.schema import HybridRLConfig
 from hybridrl.logging.log import get_logger
 from hybridrl.trainer.group_roles import GroupRole
 from hybridrl.trainer.setup import default_local_dir
@@ -16,7 +17,7 @@ from hybridrl.trainer.setup import default_local_dir
 log = get_logger("hybridrl.checkpoint")
 
 
-def root_dir(cfg) -> str:
+def root_dir(cfg: HybridRLConfig) -> str:
     return default_local_dir(cfg)
 
 

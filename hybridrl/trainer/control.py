@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from hybridrl.logging.log import get_logger
 
@@ -72,7 +73,7 @@ class ElasticController:
         self.run_dir = run_dir
         self.pid_path = os.path.join(run_dir, PID_FILE)
         self._received: list[str] = []  # signal names, appended by the handler (list.append is atomic)
-        self._previous: dict[int, object] = {}
+        self._previous: dict[int, Any] = {}  # what signal.signal returned: a handler, SIG_DFL, SIG_IGN or None
 
     def install(self) -> bool:
         """Handlers for SIGUSR1/SIGUSR2 and the pid file; only possible from the main thread."""

@@ -27,6 +27,7 @@ from hybridrl.distributed import (
     WorkerError,
     WorkerGroup,
 )
+from hybridrl.config.run_plan import RunPlan
 from hybridrl.logging.log import get_logger
 from hybridrl.rollout import SamplingParams
 from hybridrl.trainer.control import Request
@@ -52,22 +53,18 @@ class ElasticPlacement:
     refusal: str | None = None  # why this run cannot grow at all (e.g. the Ray launcher)
 
 
-def placement_of(cfg, device: torch.device, num_ranks: int) -> ElasticPlacement:
-    from hybridrl.config.placement import device_lists
+def placement_of(plan: RunPlan) -> ElasticPlacement:
     from hybridrl.distributed import num_visible_devices
-    from hybridrl.distributed.ray_launcher import configured_launcher
 
-    visible = num_visible_devices(device.type)
+    visible = num_visible_devices(plan.device)
     refusal = None
-    if configured_launcher(cfg) != "local":  # also a one-rank Ray run: its replicas would start on this node
+    if plan.launcher == "ray":  # also a one-rank Ray run: its replicas would start on this node
         refusal = "growing the rollout needs the local launcher (one node); this run uses Ray"
-    if num_ranks == 1:  # one process: every role on this process's device
-        own = (device.index or 0,) if device.type == "cuda" else (0,)
-        return ElasticPlacement(device.type, max(visible, 1), own, own, (), refusal)
-    lists = device_lists(cfg, num_ranks)  # a null list is the actor's
-    rollout, actor, critic = lists["rollout"], lists["actor"], lists.get("critic", ())
-    return ElasticPlacement(device.type, max(visible, num_ranks) if device.type == "cpu" else visible, rollout,
-                            actor, tuple(d for d in critic if d not in actor and d not in rollout), refusal)
+    rollout, actor = plan.group_of("rollout").device_ids, plan.group_of("actor").device_ids
+    critic = plan.group_of("critic").device_ids if plan.hosts("critic") else ()
+    num_visible = max(visible, plan.world_size) if plan.device == "cpu" else max(visible, 1)
+    return ElasticPlacement(plan.device, num_visible, rollout, actor,
+                            tuple(d for d in critic if d not in actor and d not in rollout), refusal)
 
 
 def grow_devices(placement: ElasticPlacement, borrowed: list[int], wanted: tuple[int, ...] | None) -> list[int] | str:
@@ -268,5 +265,5 @@ def make_elastic_rollout(trainer) -> ElasticRollout:
     def start(device_id: int) -> WorkerGroup:
         return start_rollout_replica(cfg, device_id, device_type, total_steps=trainer.total_steps)
 
-    return ElasticRollout(trainer.roles.rollout, placement_of(cfg, trainer.device, trainer.num_devices), start,
+    return ElasticRollout(trainer.roles.rollout, placement_of(trainer.plan), start,
                           lambda: trainer.roles.actor.named_weights(), trainer.roles.handoff)

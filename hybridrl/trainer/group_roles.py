@@ -2,7 +2,7 @@
 
 World size > 1, or any run that asks for Ray (`configured_launcher`), starts groups of `ColocatedWorker` ranks,
 by default ONE hosting every role (the hybrid placement: actor, rollout, reference and critic share every
-device and take turns); per-role `*.device_ids` lists give roles their own groups (`plan_groups`).
+device and take turns); per-role `*.device_ids` lists give roles their own groups (`config.run_plan`).
 Launchers: local (spawned processes, one node) or Ray (`trainer.launcher`, `choose_launcher`). Each adapter
 below exposes what `PPOTrainer` calls on an in-process worker and maps it onto the group: per-row work is
 split across ranks (`call_sharded`), updates return metrics reduced across ranks (`call_sharded_metrics`),
@@ -15,9 +15,12 @@ the same ranks syncs there; a rollout on other ranks gets them through a `weight
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
+from hybridrl.config import HybridRLConfig
+from hybridrl.config.run_plan import GroupPlan, RunPlan
 from hybridrl.distributed import WorkerGroup
 from hybridrl.distributed.weight_handoff import WeightManifest
 from hybridrl.logging.log import get_logger
@@ -26,41 +29,12 @@ from hybridrl.trainer.weight_sync import RankWeights, WeightHandoff
 from hybridrl.utils.batch import Batch
 from hybridrl.utils.memory import max_merge
 from hybridrl.utils.metrics import reduce_metrics
-from hybridrl.workers.colocated import ROLES, ROLLOUT_METRICS_META, ROW_INDEX_KEY, ColocatedWorker
+from hybridrl.workers.colocated import ROLLOUT_METRICS_META, ROW_INDEX_KEY, ColocatedWorker
 
 log = get_logger("hybridrl.trainer")
 
 
-# ---------------------------------------------------------------- planning and launching
-@dataclass(frozen=True)
-class GroupPlan:
-    name: str  # verl-style: actor_rollout_ref, actor_ref, rollout, critic, ...
-    device_ids: tuple[int, ...]
-    roles: tuple[str, ...]
-
-
-def plan_groups(cfg, num_ranks: int, roles: tuple[str, ...]) -> list[GroupPlan]:
-    """One group per distinct device list; roles with the same list share its ranks (a null list is the actor's,
-    `config.placement.device_lists`). The default (no lists) is one group hosting every role: the hybrid engine.
-    """
-    from hybridrl.config.placement import device_lists
-
-    lists = device_lists(cfg, num_ranks)
-    by_devices: dict[tuple[int, ...], list[str]] = {}
-    for role in ROLES:
-        if role in roles:
-            by_devices.setdefault(lists.get(role, lists["actor"]), []).append(role)
-    return [GroupPlan(_group_name(hosted), ids, tuple(hosted)) for ids, hosted in by_devices.items()]
-
-
-def _group_name(roles: list[str]) -> str:
-    """verl's names (actor_rollout_ref: the actor's group, which also hosts a colocated critic, as by default);
-    a critic beside other roles but not the actor is named too, so its log lines say whose they are."""
-    short = {"actor": "actor", "rollout": "rollout", "reference": "ref"}
-    named = [short[r] for r in roles if r in short] + (["critic"] if "critic" in roles and "actor" not in roles else [])
-    return "_".join(named)
-
-
+# ---------------------------------------------------------------- launching
 @dataclass
 class RankGroups:
     """The running groups by name, each role's group, and what must be released with them."""
@@ -68,7 +42,7 @@ class RankGroups:
     groups: dict[str, WorkerGroup]
     role_group: dict[str, WorkerGroup]
     launcher: str = "local"  # or "ray": decides how weights reach a rollout on other ranks (weight_sync)
-    pools: object | None = None
+    pools: Any = None  # ray_launcher.ResourcePoolManager with the Ray launcher
     owns_ray: bool = False
     timeline_json_file: str | None = None  # ray_kwargs.timeline_json_file: Ray's task timeline, written at shutdown
 
@@ -114,13 +88,12 @@ def fastest_rank_times(per_rank: list[dict[str, float]]) -> dict[str, float]:
     return {f"{key}_min": min(values) for key, values in times.items() if len(values) > 1}
 
 
-def launch_groups(cfg, plans: list[GroupPlan], device_type: str, *, total_steps: int) -> RankGroups:
+def launch_groups(cfg: HybridRLConfig, plan: RunPlan, *, total_steps: int) -> RankGroups:
     """Start every planned group (local processes or Ray actors); on a failure stop the ones started."""
     from hybridrl.distributed import ResourcePoolManager, init_ray
-    from hybridrl.distributed.ray_launcher import configured_launcher
 
     ray_init = dict(cfg.ray_kwargs.ray_init or {})
-    launcher = configured_launcher(cfg)
+    launcher, plans, device_type = plan.launcher, plan.groups, plan.device
     running = RankGroups({}, {}, launcher)
     if launcher == "ray":
         from hybridrl.distributed.ray_launcher import import_ray, starts_local_ray
@@ -134,21 +107,21 @@ def launch_groups(cfg, plans: list[GroupPlan], device_type: str, *, total_steps:
                                             ready_timeout_s=cfg.trainer.ray_wait_register_center_timeout,
                                             ray_started_here=started_here)
     try:
-        for plan in plans:
-            log.info(f"starting {plan.name} ({', '.join(plan.roles)}) on {len(plan.device_ids)} {device_type} "
-                     f"rank(s) with the {launcher} launcher")
-            group = _start_group(plan, launcher, running.pools, device_type,
+        for group_plan in plans:
+            log.info(f"starting {group_plan.name} ({', '.join(group_plan.roles)}) on {len(group_plan.device_ids)} "
+                     f"{device_type} rank(s) with the {launcher} launcher")
+            group = _start_group(group_plan, launcher, running.pools, device_type,
                                  {"cfg": cfg, "total_steps": total_steps, "device_type": device_type,
-                                  "roles": plan.roles}, node_processes=1 + sum(len(p.device_ids) for p in plans))
-            running.groups[plan.name] = group
-            running.role_group.update({role: group for role in plan.roles})
+                                  "roles": group_plan.roles}, node_processes=1 + sum(len(p.device_ids) for p in plans))
+            running.groups[group_plan.name] = group
+            running.role_group.update({role: group for role in group_plan.roles})
     except BaseException:
         running.shutdown()
         raise
     return running
 
 
-def _start_group(plan: GroupPlan, launcher: str, pools, device_type: str, init_kwargs: dict,
+def _start_group(plan: GroupPlan, launcher: str, pools: Any, device_type: str, init_kwargs: dict[str, Any],
                  node_processes: int) -> WorkerGroup:
     from hybridrl.distributed import LocalWorkerGroup, RayWorkerGroup
     from hybridrl.distributed.cpu_threads import PROCESSES_ENV
@@ -280,7 +253,7 @@ def pool_rollout_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
     return reduce_metrics(pooled)
 
 
-def start_rollout_replica(cfg, device_id: int, device_type: str, *, total_steps: int) -> WorkerGroup:
+def start_rollout_replica(cfg: HybridRLConfig, device_id: int, device_type: str, *, total_steps: int) -> WorkerGroup:
     """A one-rank group hosting only a rollout replica on `device_id` (local launcher: a spawned process,
     pinned to that GPU on CUDA); it starts from the model path, so load the current weights into it."""
     from hybridrl.trainer.preflight import world_size

@@ -7,6 +7,7 @@ a test of the algorithm's name.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 
 import torch
@@ -14,13 +15,14 @@ import torch
 from hybridrl.algorithms import agg_loss, apply_kl_penalty, compute_advantage, get_kl_controller
 from hybridrl.algorithms.agreement import rollout_agreement_metrics
 from hybridrl.algorithms.balance import balanced_order
+from hybridrl.config import HybridRLConfig
+from hybridrl.config.run_plan import RunPlan
 from hybridrl.logging.log import get_logger
 from hybridrl.trainer import checkpointing
 from hybridrl.trainer.metrics import compute_data_metrics, compute_throughput_metrics, compute_timing_metrics
-from hybridrl.trainer.roles import Roles, build_roles, runs_on_ranks
+from hybridrl.trainer.roles import Roles, build_roles
 from hybridrl.trainer.preflight import preflight
-from hybridrl.trainer.setup import (build_dataset, build_loader, build_tokenizer, role_needs, seed_everything,
-                                    total_training_steps)
+from hybridrl.trainer.setup import build_dataset, build_loader, build_tokenizer, seed_everything, total_training_steps
 from hybridrl.trainer.validation import validation_metrics
 from hybridrl.utils.batch import Batch
 from hybridrl.utils.gc_time import gc_clock, startup_objects_frozen
@@ -35,36 +37,32 @@ log = get_logger("hybridrl.trainer")
 
 
 class PPOTrainer:
-    def __init__(self, cfg, num_devices: int | None = None):
-        """`num_devices`: ranks to train on; None = trainer.nnodes x trainer.n_gpus_per_node (null: visible GPUs,
-        1 on CPU). More than one, or a run that asks for Ray, starts worker ranks (`group_roles`); `fit()` stops them
-        when it returns."""
-        shape = preflight(cfg, num_devices)
-        self.device, num_devices = shape.device, shape.num_devices
+    def __init__(self, cfg: HybridRLConfig, plan: RunPlan | None = None):
+        """`plan`: what `preflight(cfg)` returns (made here when not given). With worker ranks (several devices,
+        or Ray asked for) `fit()` stops them when it returns."""
+        self.plan = plan if plan is not None else preflight(cfg)
+        self.device = torch.device(self.plan.device)
         # With worker ranks the controller computes nothing on the GPU (unless a reward model runs here):
         # the ranks measure their own phases, and querying CUDA here would put a context on GPU 0.
-        self.on_ranks = runs_on_ranks(cfg, num_devices)  # also one rank, when Ray is asked for
-        on_controller = not self.on_ranks or cfg.reward_model.enable
+        on_controller = not self.plan.on_ranks or cfg.reward_model.enable
         self.memory = PhaseMemory(self.device if on_controller else "cpu")
-        self.actor_ranks = shape.actor_ranks  # the data-parallel split of training phases
         self.cfg = cfg
-        self.num_devices = num_devices
         seed_everything(cfg.trainer.seed)
-        self.needs = role_needs(cfg)
+        self.needs = self.plan.needs
         self.tokenizer = build_tokenizer(cfg)
         self.train_loader = build_loader(cfg, build_dataset(cfg, self.tokenizer, "train"), self.tokenizer, "train")
         self.val_loader = (build_loader(cfg, build_dataset(cfg, self.tokenizer, "val"), self.tokenizer, "val")
                            if cfg.data.val_files else None)
         self.total_steps = total_training_steps(cfg, len(self.train_loader))
-        self.roles: Roles = build_roles(cfg, self.needs, self.tokenizer, self.device, self.total_steps,
-                                        world_size=num_devices)
+        self.roles: Roles = build_roles(cfg, self.plan, self.tokenizer, self.total_steps)
         kl = cfg.algorithm.kl_ctrl
         self.kl_ctrl = get_kl_controller(kl.type, kl.kl_coef, kl.target_kl, kl.horizon)
         self.global_step = 0
         self.profile_spec = ProfileSpec.from_config(cfg.global_profiler)
         self.profiler = StepProfiler("controller", self.memory.device,
                                      cuda_elsewhere=self.memory.device != self.device)  # the ranks hold the GPUs
-        self._reward_pool = None  # reward_model.launch_reward_fn_async: one scoring thread, made on first use
+        self._reward_pool: ThreadPoolExecutor | None = None  # launch_reward_fn_async: one thread, made on first use
+        self._last_reward_extra: dict[str, list] = {}
         if cfg.reward_model.launch_reward_fn_async and getattr(self.roles.reward, "reward_model", None) is not None:
             log.warning("reward_model.launch_reward_fn_async applies to reward functions; with a reward model "
                         "(reward_model.enable=true) scoring stays synchronous")
@@ -90,11 +88,11 @@ class PPOTrainer:
 
     def _cpu_threads(self):
         """With worker ranks on this node, the controller takes its share of the cores (cpu_threads.py)."""
-        if not self.on_ranks or self.cfg.trainer.nnodes > 1:
+        if not self.plan.on_ranks or self.cfg.trainer.nnodes > 1:
             return nullcontext()
         from hybridrl.distributed.cpu_threads import controller_cpu_threads
 
-        return controller_cpu_threads(self.num_devices + 1)
+        return controller_cpu_threads(self.plan.world_size + 1)
 
     def _fit(self) -> dict[str, float]:
         from hybridrl.logging.progress import StepProgress
@@ -182,7 +180,7 @@ class PPOTrainer:
         self._dump_rollouts(batch)
         metrics.update(compute_data_metrics(batch, self.needs.critic, self.cfg.actor_rollout_ref.rollout.response_length))
         metrics.update(compute_timing_metrics(batch, timings))
-        metrics.update(compute_throughput_metrics(batch, timings["step"], self.num_devices))
+        metrics.update(compute_throughput_metrics(batch, timings["step"], self.plan.world_size))
         metrics.update(self._phase_metrics())
         return metrics
 
@@ -191,7 +189,7 @@ class PPOTrainer:
         (verl's `global_seqlen/*` metrics); with one rank nothing moves."""
         if not self.cfg.trainer.balance_batch:
             return batch
-        order, balance = balanced_order(batch["attention_mask"], self.actor_ranks)
+        order, balance = balanced_order(batch["attention_mask"], self.plan.actor_ranks)
         metrics.update(balance)
         return batch.index(order) if order != sorted(order) else batch
 
@@ -290,8 +288,13 @@ class PPOTrainer:
 
     # =========================================================== validation
     def validate(self) -> dict[str, float]:
+        if self.val_loader is None:
+            raise ValueError("validate() needs data.val_files; this run has none")
         rollout_cfg = self.cfg.actor_rollout_ref.rollout
-        sources, uids, scores, extra = [], [], [], {}
+        sources: list[str] = []
+        uids: list[str] = []
+        scores: list[float] = []
+        extra: dict[str, list] = {}
         for chunk_index, prompts in enumerate(self.val_loader):
             prompts["uid"] = _uids(f"val{chunk_index}", len(prompts))
             params = sampling_params(rollout_cfg, validate=True, seed=self.cfg.trainer.seed)
@@ -327,7 +330,7 @@ def _uids(prefix: str, count: int) -> list[str]:
     return [f"{prefix}-{i}" for i in range(count)]
 
 
-def _config_dict(cfg) -> dict:
+def _config_dict(cfg: HybridRLConfig) -> dict:
     from hybridrl.config import config_to_dict
 
     return config_to_dict(cfg)

@@ -1,8 +1,8 @@
 """Construct the role workers a run needs (actor, rollout, reference, critic, reward).
 
-World size 1: in-process workers. World size N, or a run that asks for Ray (`runs_on_ranks`): group-backed
-adapters over worker groups (by default one group of colocated ranks, `group_roles`); reward scoring (and a
-remote critic) stays on the controller.
+One process (`RunPlan.launcher == "in_process"`): in-process workers. Otherwise group-backed adapters over
+worker groups (by default one group of colocated ranks, `group_roles`); reward scoring (and a remote critic)
+stays on the controller.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from hybridrl.config import HybridRLConfig
+from hybridrl.config.run_plan import RunPlan
 from hybridrl.logging.log import get_logger
 from hybridrl.trainer.weight_sync import HANDOFF_BY_LAUNCHER, WeightHandoff
 from hybridrl.workers.actor import ActorWorker
@@ -45,68 +47,57 @@ class Roles:
         self.reward.close()
 
 
-def build_critic(cfg, sizes: BatchSizes, device: torch.device, total_steps: int):
+def build_critic(cfg: HybridRLConfig, plan: RunPlan, sizes: BatchSizes | None, device: torch.device,
+                 total_steps: int):
     """A trainable critic, or a frozen remote value model (`critic.type=vllm_api`, path = its URL)."""
-    from hybridrl.config.placement import remote_critic
-
-    if remote_critic(cfg):
+    if plan.remote_critic:
         from hybridrl.workers.remote_critic import RemoteCriticWorker
 
         critic = RemoteCriticWorker(cfg.critic.model.path)
         log.info(critic.describe())
         return critic
+    assert sizes is not None, "a trainable critic in this process needs its batch sizes"
     return CriticWorker(cfg, sizes, device, total_steps)
 
 
-def _rollout_source(cfg, actor, device: torch.device):
+def _rollout_source(cfg: HybridRLConfig, plan: RunPlan, actor):
     """What the rollout backend is built from: the actor's module, except that our engine cannot read a
     PEFT-wrapped module and is built from the base model directory (then synced with merged weights)."""
-    from hybridrl.rollout import resolve_backend_name
-
-    if actor.lora and resolve_backend_name(cfg.actor_rollout_ref.rollout.name, device.type) == "hybrid":
+    if actor.lora and plan.rollout_backend == "hybrid":
         return cfg.actor_rollout_ref.model.path
     return actor.model
 
 
-def runs_on_ranks(cfg, world_size: int) -> bool:
-    """Whether the roles run on worker ranks rather than in this process: several ranks, or Ray asked for
-    (trainer.launcher=ray, trainer.nnodes > 1 or ray_kwargs.ray_init.address) even for one rank, e.g. a
-    driver on a CPU head node sending a one-GPU job to a cluster: a one-rank Ray group runs the roles there."""
-    from hybridrl.distributed.ray_launcher import configured_launcher
-
-    return world_size > 1 or configured_launcher(cfg) == "ray"
-
-
-def build_roles(cfg, needs, tokenizer, device: torch.device, total_steps: int, world_size: int = 1) -> Roles:
-    if runs_on_ranks(cfg, world_size):
-        return build_group_roles(cfg, needs, tokenizer, device, total_steps, world_size)
-    sizes = BatchSizes.from_config(cfg, world_size)
+def build_roles(cfg: HybridRLConfig, plan: RunPlan, tokenizer, total_steps: int) -> Roles:
+    if plan.on_ranks:
+        return build_group_roles(cfg, plan, tokenizer, total_steps)
+    device, needs = torch.device(plan.device), plan.needs
+    sizes = BatchSizes.from_config(cfg, plan.world_size)
     actor = ActorWorker(cfg, sizes, device, total_steps)
-    rollout = RolloutWorker(cfg, _rollout_source(cfg, actor, device), tokenizer, device.type,
+    rollout = RolloutWorker(cfg, _rollout_source(cfg, plan, actor), tokenizer, device.type,
                             model_context=actor.offloader.for_compute)
     if actor.lora:  # the engine starts from the base weights on disk: give it base + adapter now
         rollout.sync_weights(actor.named_weights())
     reference = build_reference(cfg, actor, sizes.ref_log_prob_micro, device) if needs.reference else None
-    critic = build_critic(cfg, sizes, device, total_steps) if needs.critic else None
+    critic = build_critic(cfg, plan, sizes, device, total_steps) if needs.critic else None
     # for rollout replicas borrowed later (elastic): local processes, so shared memory reaches them
     handoff = WeightHandoff("shared_memory", rollout_weights_dtype(cfg, device.type))
     return Roles(actor=actor, rollout=rollout, reward=RewardWorker(cfg, tokenizer, device), reference=reference,
                  critic=critic, handoff=handoff)
 
 
-def build_group_roles(cfg, needs, tokenizer, device: torch.device, total_steps: int, world_size: int) -> Roles:
+def build_group_roles(cfg: HybridRLConfig, plan: RunPlan, tokenizer, total_steps: int) -> Roles:
     from hybridrl.trainer import group_roles as gr
-    from hybridrl.config.placement import remote_critic
 
-    wanted = ("actor", "rollout") + (("reference",) if needs.reference else ()) + \
-        (("critic",) if needs.critic and not remote_critic(cfg) else ())
-    running = gr.launch_groups(cfg, gr.plan_groups(cfg, world_size, wanted), device.type, total_steps=total_steps)
+    device, needs = torch.device(plan.device), plan.needs
+    running = gr.launch_groups(cfg, plan, total_steps=total_steps)
     try:
         handoff = WeightHandoff(HANDOFF_BY_LAUNCHER[running.launcher], rollout_weights_dtype(cfg, device.type))
         on = running.role_group
         critic = None
         if needs.critic:
-            critic = build_critic(cfg, None, device, total_steps) if remote_critic(cfg) else gr.GroupCritic(on["critic"])
+            critic = (build_critic(cfg, plan, None, device, total_steps) if plan.remote_critic
+                      else gr.GroupCritic(on["critic"]))
         tp = cfg.actor_rollout_ref.rollout.tensor_model_parallel_size
         return Roles(actor=gr.GroupActor(on["actor"]), rollout=gr.GroupRollout(on["rollout"], handoff, tp),
                      reward=RewardWorker(cfg, tokenizer, device), critic=critic, group=running, handoff=handoff,

@@ -92,6 +92,7 @@ class WeightHandoff:
         return payload
 
     def _gather_shared(self, source) -> Payload:
+        assert self.path is not None, "a shared-memory gather needs the buffer's path"
         spec = BufferSpec(self.path, self.dtype, self.max_bytes, self.expected_bytes)
         result = (source.group.call_all("write_actor_weights", spec)[0] if isinstance(source, RankWeights)
                   else write_weights(source, spec))

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 
 import torch
 
 from hybridrl.algorithms import POLICY_LOSSES, agg_loss, kl_penalty
 from hybridrl.algorithms.agreement import rollout_agreement_metrics
 from hybridrl.algorithms.policy_loss import policy_agg_mode
+from hybridrl.config.schema import HybridRLConfig
 from hybridrl.models.compile import compile_decoder_layers
 from hybridrl.models.hf import enable_activation_checkpointing, load_causal_lm
 from hybridrl.utils.batch import Batch
@@ -34,7 +36,7 @@ UPDATE_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "resp
 
 
 class ActorWorker(TrainState):
-    def __init__(self, cfg, sizes: BatchSizes, device: torch.device, total_training_steps: int):
+    def __init__(self, cfg: HybridRLConfig, sizes: BatchSizes, device: torch.device, total_training_steps: int):
         self.cfg = cfg
         self.actor_cfg = cfg.actor_rollout_ref.actor
         self.sizes = sizes
@@ -214,6 +216,7 @@ class ActorWorker(TrainState):
         from hybridrl.models.lora import lora_targets, merged_weights_among
 
         targeted = lora_targets(self.model)
+        units: Iterable[list[str]]
         if self.sharded:
             from hybridrl.distributed.fsdp import unsharded_units
 

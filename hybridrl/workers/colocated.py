@@ -26,6 +26,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from hybridrl.config.schema import HybridRLConfig
 from hybridrl.distributed.weight_handoff import (BufferSpec, SpilledWeights, WeightManifest, cast_to_cpu,
                                                  open_weights, write_weights)
 from hybridrl.models.hf import load_causal_lm, load_policy_tokenizer, resolve_dtype
@@ -63,7 +64,7 @@ def _phase(name: str):
 
 
 class ColocatedWorker:
-    def __init__(self, cfg, *, total_steps: int, device_type: str, roles: tuple[str, ...] = ROLES):
+    def __init__(self, cfg: HybridRLConfig, *, total_steps: int, device_type: str, roles: tuple[str, ...] = ROLES):
         unknown = set(roles) - set(ROLES)
         if unknown:
             raise ValueError(f"unknown role(s) {sorted(unknown)}; a rank can host {ROLES}")
@@ -105,7 +106,7 @@ class ColocatedWorker:
     def stop_profile(self, step: int) -> None:
         self.profiler.stop(step)
 
-    def _build_rollout(self, cfg, device: torch.device) -> RolloutWorker:
+    def _build_rollout(self, cfg: HybridRLConfig, device: torch.device) -> RolloutWorker:
         """A plain copy of the initial policy (the actor's own module may be sharded) behind the backend."""
         model_cfg = cfg.actor_rollout_ref.model
         self.rollout_tp = replica_groups(cfg.actor_rollout_ref.rollout.tensor_model_parallel_size)

@@ -7,6 +7,7 @@ from collections import defaultdict
 import torch
 
 from hybridrl.algorithms import compute_value_loss, masked_mean
+from hybridrl.config.schema import HybridRLConfig
 from hybridrl.models.compile import compile_decoder_layers
 from hybridrl.models.hf import enable_activation_checkpointing, import_external_lib, load_value_model
 from hybridrl.utils.batch import Batch
@@ -30,7 +31,7 @@ UPDATE_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "resp
 
 
 class CriticWorker(TrainState):
-    def __init__(self, cfg, sizes: BatchSizes, device: torch.device, total_training_steps: int):
+    def __init__(self, cfg: HybridRLConfig, sizes: BatchSizes, device: torch.device, total_training_steps: int):
         self.cfg = cfg.critic
         self.sizes = sizes
         self.device = device

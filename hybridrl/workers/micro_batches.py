@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from hybridrl.config.batch_rules import DYNAMIC_BSZ_KEYS, token_budget
+from hybridrl.config.schema import HybridRLConfig
 from hybridrl.logging.log import get_logger
 from hybridrl.utils.batch import Batch
 from hybridrl.workers.sharding import max_over_ranks
@@ -101,7 +102,7 @@ class MicroBatchPlan:
     budget_key: str = ""
 
     @classmethod
-    def for_phase(cls, cfg, phase: str, rows: int) -> "MicroBatchPlan":
+    def for_phase(cls, cfg: HybridRLConfig, phase: str, rows: int) -> "MicroBatchPlan":
         """`phase` is a key of DYNAMIC_BSZ_KEYS (old_log_prob, ref, values, update_critic, update_actor)."""
         return cls(rows, token_budget(cfg, phase), DYNAMIC_BSZ_KEYS[phase][1])
 
@@ -118,7 +119,7 @@ class MicroBatchPlan:
 
     def _warn_oversize(self, lengths: list[int]) -> None:
         longest = max(lengths, default=0)
-        if longest > self.max_tokens and self.budget_key not in _warned_keys:
+        if self.max_tokens is not None and longest > self.max_tokens and self.budget_key not in _warned_keys:
             _warned_keys.add(self.budget_key)
             log.warning("a row holds %d tokens, over %s=%d: it runs as a micro-batch of its own (memory peaks "
                         "there); raise %s to at least %d (warned once)", longest, self.budget_key,

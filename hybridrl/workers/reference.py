@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from hybridrl.config.schema import HybridRLConfig
 from hybridrl.models.compile import compile_decoder_layers
 from hybridrl.models.hf import load_causal_lm
 from hybridrl.utils.batch import Batch
@@ -15,7 +16,7 @@ from hybridrl.workers.sharding import shard_role
 
 
 class ReferenceWorker:
-    def __init__(self, cfg, micro_batch_size: int, device: torch.device):
+    def __init__(self, cfg: HybridRLConfig, micro_batch_size: int, device: torch.device):
         model_cfg = cfg.actor_rollout_ref.model
         ref_cfg = cfg.actor_rollout_ref.ref
         self.precision = resolve_precision(ref_cfg.fsdp_config, device, "actor_rollout_ref.ref.fsdp_config")
@@ -67,7 +68,7 @@ class LoraReferenceWorker:
         return Batch({"ref_log_prob": log_probs.cpu()})
 
 
-def build_reference(cfg, actor, micro_batch_size: int, device: torch.device):
+def build_reference(cfg: HybridRLConfig, actor, micro_batch_size: int, device: torch.device):
     """The frozen initial policy: with LoRA on `actor` (this process's, else None), its base model with the
     adapter disabled (no second copy of the weights); otherwise a frozen copy loaded from the model path."""
     if actor is not None and actor.lora:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from hybridrl.config.placement import is_remote
+from hybridrl.config.schema import HybridRLConfig
 from hybridrl.models.hf import batch_decode
 from hybridrl.rewards.manager import place_scores, score_batch
 from hybridrl.rewards.pool import ScoreFnSpec, ScoringPool
@@ -15,7 +16,7 @@ from hybridrl.utils.batch import Batch
 from hybridrl.workers.rollout import unpadded_rows
 
 
-def score_fn_spec(cfg) -> ScoreFnSpec:
+def score_fn_spec(cfg: HybridRLConfig) -> ScoreFnSpec:
     """`custom_reward_function.path/name` when set (with reward_kwargs), else the built-in table."""
     custom = cfg.custom_reward_function
     if not custom.path:
@@ -30,7 +31,7 @@ def decode_responses(tokenizer, batch: Batch) -> list[str]:
     return batch_decode(tokenizer, unpadded_rows(batch["responses"], batch["response_mask"]), skip_special_tokens=True)
 
 
-def reward_model_devices(cfg, device: torch.device) -> list[torch.device]:
+def reward_model_devices(cfg: HybridRLConfig, device: torch.device) -> list[torch.device]:
     """Where an in-process RM runs (the controller's process): on CUDA one replica per GPU of
     `reward_model.device_ids` (this node's indices), else on the controller's GPU; on CPU the CPU."""
     if device.type != "cuda":
@@ -39,7 +40,7 @@ def reward_model_devices(cfg, device: torch.device) -> list[torch.device]:
     return [torch.device("cuda", device.index or 0)] if ids is None else [torch.device("cuda", i) for i in ids]
 
 
-def build_reward_model(cfg, tokenizer, device: torch.device = torch.device("cpu")):
+def build_reward_model(cfg: HybridRLConfig, tokenizer, device: torch.device = torch.device("cpu")):
     """verl's `reward_model.enable`: an HF token-classification RM in process (on `reward_model_devices`), or a
     remote pooling endpoint."""
     from hybridrl.models.hf import import_external_lib, load_tokenizer
@@ -64,7 +65,7 @@ def build_reward_model(cfg, tokenizer, device: torch.device = torch.device("cpu"
 
 
 class RewardWorker:
-    def __init__(self, cfg, tokenizer, device: torch.device = torch.device("cpu")):
+    def __init__(self, cfg: HybridRLConfig, tokenizer, device: torch.device = torch.device("cpu")):
         """`device`: the controller's, where an in-process reward model runs unless reward_model.device_ids
         names GPUs for it."""
         self.tokenizer = tokenizer

@@ -8,6 +8,7 @@ from contextlib import contextmanager, nullcontext
 import numpy as np
 import torch
 
+from hybridrl.config.schema import HybridRLConfig
 from hybridrl.models.hf import resolve_dtype
 from hybridrl.rollout import SamplingParams, build_rollout_backend, resolve_backend_name
 from hybridrl.rollout.hf_backend import HFRolloutBackend
@@ -26,7 +27,7 @@ def sampling_params(rollout_cfg, *, validate: bool, greedy: bool = False, seed: 
         ignore_eos=rollout_cfg.ignore_eos, eos_token_ids=tuple(eos_token_ids), seed=seed)
 
 
-def rollout_weights_dtype(cfg, device_type: str) -> torch.dtype:
+def rollout_weights_dtype(cfg: HybridRLConfig, device_type: str) -> torch.dtype:
     """The dtype a rollout replica holds its weights in, so a weight handoff sends no more bytes than it
     keeps: our engine's `rollout.dtype`; the hf backend generates with a plain copy of the model loaded in
     the actor's `fsdp_config.model_dtype` (it ignores `rollout.dtype`)."""
@@ -79,7 +80,7 @@ class RolloutWorker:
     free), or with `replica=True` a private plain copy (a data-parallel rank whose actor is FSDP-sharded):
     the hf backend generates with the copy and `sync_weights` copies the gathered weights into it."""
 
-    def __init__(self, cfg, model, tokenizer, device_type: str, *, replica: bool = False, model_context=None,
+    def __init__(self, cfg: HybridRLConfig, model, tokenizer, device_type: str, *, replica: bool = False, model_context=None,
                  tp=None):
         self.cfg = cfg.actor_rollout_ref.rollout
         self.pad_token_id = tokenizer.pad_token_id

@@ -22,6 +22,7 @@ import pytest
 import torch
 
 from hybridrl.config import load_config
+from hybridrl.config.run_plan import build_run_plan
 from hybridrl.distributed import InProcessGroup, WorkerDiedError, num_visible_devices
 from hybridrl.rollout import SamplingParams
 from hybridrl.trainer.control import (
@@ -285,14 +286,15 @@ def test_grow_devices(placement, borrowed, wanted, expected):
     assert got == expected if isinstance(expected, list) else expected in got
 
 
-@pytest.mark.parametrize("overrides, ranks, rollout, refusal", [
-    ([], 1, (0,), None),
-    (["trainer.launcher=ray"], 1, (0,), "needs the local launcher"),  # a one-rank Ray group: replicas elsewhere
-    (["actor_rollout_ref.actor.device_ids=[0,1]", "actor_rollout_ref.rollout.device_ids=[2]"], 3, (2,), None),
-    (["actor_rollout_ref.actor.device_ids=[1]"], 2, (1,), None),  # a null rollout list is the actor's
+@pytest.mark.parametrize("overrides, ranks, launcher, rollout, refusal", [
+    ([], 1, "in_process", (0,), None),
+    (["trainer.launcher=ray"], 1, "ray", (0,), "needs the local launcher"),  # a one-rank Ray group: replicas elsewhere
+    (["actor_rollout_ref.actor.device_ids=[0,1]", "actor_rollout_ref.rollout.device_ids=[2]"], 3, "local", (2,), None),
+    (["actor_rollout_ref.actor.device_ids=[1]"], 2, "local", (1,), None),  # a null rollout list is the actor's
 ])
-def test_placement_of_reads_the_lists_and_the_launcher(overrides, ranks, rollout, refusal):
-    placement = placement_of(load_config(overrides), torch.device("cpu"), ranks)
+def test_placement_of_reads_the_lists_and_the_launcher(overrides, ranks, launcher, rollout, refusal):
+    cfg = load_config(overrides)
+    placement = placement_of(build_run_plan(cfg, device="cpu", world_size=ranks, launcher=launcher))
     assert placement.rollout == rollout
     assert placement.refusal is None if refusal is None else refusal in placement.refusal
 

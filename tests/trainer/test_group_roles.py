@@ -63,7 +63,7 @@ def test_groups_follow_the_device_lists_and_null_lists_join_the_actors_group():
     """The issue's layout with a KL loss: the reference's null list keeps it with the actor, so four groups
     of ranks are not started for three lists. No lists at all: one group hosting every role."""
     from hybridrl.config import load_config
-    from hybridrl.trainer.group_roles import GroupPlan, plan_groups
+    from hybridrl.config.run_plan import GroupPlan, plan_groups
 
     roles = ("actor", "rollout", "reference", "critic")
     cfg = load_config(["algorithm.adv_estimator=gae", "actor_rollout_ref.actor.use_kl_loss=true",
@@ -78,7 +78,7 @@ def test_groups_follow_the_device_lists_and_null_lists_join_the_actors_group():
 
 def test_a_critic_sharing_the_rollouts_ranks_is_in_its_group_name():
     from hybridrl.config import load_config
-    from hybridrl.trainer.group_roles import plan_groups
+    from hybridrl.config.run_plan import plan_groups
 
     cfg = load_config(["algorithm.adv_estimator=gae", "actor_rollout_ref.actor.device_ids=[0]",
                        "actor_rollout_ref.rollout.device_ids=[1]", "critic.device_ids=[1]"])

@@ -87,7 +87,7 @@ def test_two_ranks_give_the_metrics_of_one_process(tmp_path, arith_model_dir, ar
     profile = os.path.join(out, "profile")  # profiling step 2 must not change its metrics either
     trainer = PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, out, ranks=2, steps=2, extra=[
         "global_profiler.tool=torch", "global_profiler.steps=[2]", f"global_profiler.save_path={profile}"])))
-    assert trainer.roles.group is not None and trainer.num_devices == 2
+    assert trainer.roles.group is not None and trainer.plan.world_size == 2
     # Memory: each rank reports its own peak (CPU: its resident set), the controller takes the max;
     # the controller itself measures nothing (on GPUs it would otherwise open a CUDA context).
     assert not trainer.memory.enabled
