@@ -4,7 +4,7 @@ A run has N devices: GPUs on CUDA, gloo ranks (processes) on CPU, N = trainer.nn
 A role's list names some of them. Null: the actor's list for the rollout, reference and critic (they share the
 actor's devices, as in the default hybrid placement), all N for the actor. Roles with the same list share one group of ranks, one process
 per device, taking turns as the hybrid engine does; roles with another list get a group of their own
-(trainer/group_roles.plan_groups). So two lists are identical or disjoint, and every device is in some list:
+(config/run_plan.plan_groups). So two lists are identical or disjoint, and every device is in some list:
 then the run starts exactly N processes, one per device, and the batch rules divide by what really runs.
 """
 
@@ -78,7 +78,7 @@ def placed_roles(cfg: HybridRLConfig, num_devices: int) -> list[RoleDevices]:
 
 
 def device_lists(cfg: HybridRLConfig, num_devices: int) -> dict[str, tuple[int, ...]]:
-    """role -> its devices, sorted, for the roles that start ranks: what trainer/group_roles groups them by."""
+    """role -> its devices, sorted, for the roles that start ranks: what config/run_plan.plan_groups groups them by."""
     return {role.role: tuple(sorted(role.devices)) for role in placed_roles(cfg, num_devices)}
 
 

@@ -3,7 +3,7 @@
 Same `WorkerGroup` interface and worker classes as the local launcher. The only module that imports
 ray (lazily: `choose_launcher` and the hints work without it). Ranks may run on other nodes, which a
 shared-memory buffer does not reach: with this launcher the actor's weights reach a rollout on other
-ranks pickled through Ray's object store (`trainer/weight_sync.py`, `HANDOFF_BY_LAUNCHER`).
+ranks pickled through Ray's object store (`distributed/weight_sync.py`, `HANDOFF_BY_LAUNCHER`).
 """
 
 from __future__ import annotations

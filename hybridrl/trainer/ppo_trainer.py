@@ -20,7 +20,6 @@ from hybridrl.config.run_plan import RunPlan
 from hybridrl.logging.log import get_logger
 from hybridrl.trainer import checkpointing
 from hybridrl.trainer.metrics import compute_data_metrics, compute_throughput_metrics, compute_timing_metrics
-from hybridrl.trainer.roles import Roles, build_roles
 from hybridrl.trainer.preflight import preflight
 from hybridrl.trainer.setup import build_dataset, build_loader, build_tokenizer, seed_everything, total_training_steps
 from hybridrl.trainer.validation import validation_metrics
@@ -31,6 +30,7 @@ from hybridrl.trainer.oom import oom_guard
 from hybridrl.utils.metrics import timed
 from hybridrl.utils.profiling import ProfileSpec, StepProfiler, profiled_step
 from hybridrl.utils.threads import submit_responsive
+from hybridrl.workers.launch import Roles, build_roles
 from hybridrl.workers.rollout import sampling_params
 
 log = get_logger("hybridrl.trainer")
@@ -48,7 +48,6 @@ class PPOTrainer:
         self.memory = PhaseMemory(self.device if on_controller else "cpu")
         self.cfg = cfg
         seed_everything(cfg.trainer.seed)
-        self.needs = self.plan.needs
         self.tokenizer = build_tokenizer(cfg)
         self.train_loader = build_loader(cfg, build_dataset(cfg, self.tokenizer, "train"), self.tokenizer, "train")
         self.val_loader = (build_loader(cfg, build_dataset(cfg, self.tokenizer, "val"), self.tokenizer, "val")
@@ -63,26 +62,26 @@ class PPOTrainer:
                                      cuda_elsewhere=self.memory.device != self.device)  # the ranks hold the GPUs
         self._reward_pool: ThreadPoolExecutor | None = None  # launch_reward_fn_async: one thread, made on first use
         self._last_reward_extra: dict[str, list] = {}
-        if cfg.reward_model.launch_reward_fn_async and getattr(self.roles.reward, "reward_model", None) is not None:
+        if cfg.reward_model.launch_reward_fn_async and self.roles.reward.scores_with_model:
             log.warning("reward_model.launch_reward_fn_async applies to reward functions; with a reward model "
                         "(reward_model.enable=true) scoring stays synchronous")
 
     # ================================================================= loop
     def fit(self) -> dict[str, float]:
         from hybridrl.trainer.control import ElasticController
-        from hybridrl.trainer.elastic import make_elastic_rollout
+        from hybridrl.trainer.elastic import make_elasticity
 
         # Elastic rollout (`hybridrl control`, SIGUSR1/SIGUSR2): requests are applied between steps only.
         self.control = ElasticController(checkpointing.root_dir(self.cfg))
-        self.roles.rollout = make_elastic_rollout(self)
+        self.elasticity = make_elasticity(self.cfg, self.plan, self.roles.rollout, self.total_steps)
         try:
             self.control.install()
             with startup_objects_frozen(), self._cpu_threads():  # gc_time.py; cpu_threads.py
                 return self._fit()
         finally:
             self.control.close()  # the previous signal handlers back, the pid file removed
-            self.roles.rollout = self.roles.rollout.close()  # borrowed replicas stopped; the run's own rollout
-            self.roles.shutdown()  # worker ranks, if any (a failed group is already stopped)
+            self.elasticity.close()  # borrowed replicas stopped
+            self.roles.shutdown()  # the worker ranks (a failed group is already stopped)
             if self._reward_pool is not None:
                 self._reward_pool.shutdown(wait=True)
 
@@ -108,7 +107,7 @@ class PPOTrainer:
         metrics: dict[str, float] = {}
         while self.global_step < self.total_steps:
             for request in self.control.pending():  # a step boundary: grow or shrink the rollout now
-                self.roles.rollout.apply(request)
+                self.elasticity.apply(request)
             prompts, epoch = self.train_loader.next_batch()
             self.global_step += 1
             with profiled_step(self.profile_spec, self.global_step, self.profiler, self._call_ranks):
@@ -144,8 +143,8 @@ class PPOTrainer:
             yield
 
     def _call_ranks(self, method: str, *args) -> list:
-        """`method` on every worker rank (none in one process)."""
-        return self.roles.group.call_all(method, *args) if self.roles.group is not None else []
+        """`method` on every worker rank."""
+        return self.roles.groups.call_all(method, *args)
 
     def run_step(self, prompts: Batch) -> dict[str, float]:
         metrics: dict[str, float] = {}
@@ -154,7 +153,7 @@ class PPOTrainer:
         with timed("step", timings):  # the whole step (phases nest inside)
             with self._phase("gen", timings):
                 batch = self.generate(prompts, metrics)
-            if self.needs.greedy_baseline:
+            if self.plan.needs.greedy_baseline:
                 with self._phase("gen_max", timings):
                     batch["reward_baselines"] = self.greedy_baseline(prompts)
             batch = self._balance(batch, metrics)
@@ -165,10 +164,10 @@ class PPOTrainer:
             if not self.takes_old_log_probs_from_update(len(batch)):
                 with self._phase("old_log_prob", timings):
                     batch = self.old_log_prob(batch, metrics)
-            if self.needs.reference:
+            if self.roles.reference is not None:
                 with self._phase("ref", timings):
                     batch = batch.union(self.roles.reference.compute_ref_log_prob(batch))
-            if self.needs.critic:
+            if self.roles.critic is not None:
                 with self._phase("values", timings):
                     batch = batch.union(self.roles.critic.compute_values(batch))
             if scoring is not None:
@@ -178,7 +177,7 @@ class PPOTrainer:
                 batch = self.advantages(batch, metrics)
             self.update(batch, metrics, timings)
         self._dump_rollouts(batch)
-        metrics.update(compute_data_metrics(batch, self.needs.critic, self.cfg.actor_rollout_ref.rollout.response_length))
+        metrics.update(compute_data_metrics(batch, self.plan.needs.critic, self.cfg.actor_rollout_ref.rollout.response_length))
         metrics.update(compute_timing_metrics(batch, timings))
         metrics.update(compute_throughput_metrics(batch, timings["step"], self.plan.world_size))
         metrics.update(self._phase_metrics())
@@ -198,9 +197,7 @@ class PPOTrainer:
         replicas) each rank's own, the max over all of them; with ranks also timing_s/<phase>_rank."""
         own = self.memory.pop_metrics() if self.device.type == "cuda" else host_memory_metrics()
         own["timing_s/gc"] = gc_clock().end_step()
-        ranks = self.roles.group.phase_metrics() if self.roles.group is not None else {}
-        replicas = getattr(self.roles.rollout, "phase_metrics", None)
-        return max_merge(own, ranks, replicas() if replicas is not None else {})
+        return max_merge(own, self.roles.phase_metrics())
 
     # =============================================================== phases
     def generate(self, prompts: Batch, metrics: dict[str, float]) -> Batch:
@@ -231,8 +228,7 @@ class PPOTrainer:
         old_log_prob / ref / values forwards run (the GIL handed back every 0.2 ms meanwhile: utils/threads.py);
         a Future of `compute_scores`, or None when scoring is synchronous (the key off, or a reward model,
         which needs the GPU itself)."""
-        has_model = getattr(self.roles.reward, "reward_model", None) is not None
-        if not self.cfg.reward_model.launch_reward_fn_async or has_model:
+        if not self.cfg.reward_model.launch_reward_fn_async or self.roles.reward.scores_with_model:
             return None
         if self._reward_pool is None:
             from concurrent.futures import ThreadPoolExecutor
@@ -277,14 +273,14 @@ class PPOTrainer:
         return batch
 
     def update(self, batch: Batch, metrics: dict[str, float], timings: dict[str, float]) -> None:
-        if self.needs.critic:
+        if self.roles.critic is not None:
             with self._phase("update_critic", timings):
                 metrics.update(self.roles.critic.update_critic(batch))
         if self.cfg.trainer.critic_warmup <= self.global_step:
             with self._phase("update_actor", timings):
                 metrics.update(self.roles.actor.update_actor(batch))
             with self._phase("update_weights", timings):  # to rollout ranks elsewhere: perf/update_weights_gb
-                metrics.update(self.roles.rollout.sync_weights(self.roles.actor.named_weights()) or {})
+                metrics.update(self.roles.rollout.sync_weights())
 
     # =========================================================== validation
     def validate(self) -> dict[str, float]:

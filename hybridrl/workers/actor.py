@@ -73,6 +73,11 @@ class ActorWorker(TrainState):
         self.log_prob_plan = MicroBatchPlan.for_phase(cfg, "old_log_prob", sizes.log_prob_micro)
         self.update_plan = MicroBatchPlan.for_phase(cfg, "update_actor", sizes.ppo_micro)
 
+    @property
+    def single_device(self) -> bool:
+        """The whole model on this device and no other rank's (one process, or a one-rank group)."""
+        return not self.sharded and not self.replica_grads.averages
+
     # ------------------------------------------------------------ log-probs
     def compute_log_prob(self, batch: Batch) -> Batch:
         """old_log_probs (B, R) and entropys (B, R) with the current policy."""

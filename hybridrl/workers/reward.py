@@ -74,6 +74,7 @@ class RewardWorker:
         spec = score_fn_spec(cfg)
         self.compute_score = spec.load()  # loaded here too with workers: a bad file fails at start-up
         self.reward_model = build_reward_model(cfg, tokenizer, device) if cfg.reward_model.enable else None
+        self.scores_with_model = self.reward_model is not None  # it needs the device: scoring stays synchronous
         workers = cfg.reward_model.num_workers
         self.pool = ScoringPool(spec, workers, self.on_error) if workers > 1 else None
 

@@ -219,6 +219,7 @@ class TrainState:
     lr_scheduler: torch.optim.lr_scheduler.LRScheduler
     sharded: bool
     offloader: PhaseOffloader  # param_offload / optimizer_offload: everything comes in for save and load
+    lora: bool = False  # a PEFT adapter trains (the actor's LoRA): checkpoints also hold it in peft format
 
     def state_dict(self) -> dict:
         """Unsharded state (collective when sharded: rank 0 gets it, the other ranks get empty dicts)."""

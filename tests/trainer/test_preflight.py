@@ -36,6 +36,15 @@ def test_device_ids_index_the_runs_ranks_on_cpu():
     assert (plan.world_size, plan.actor_ranks) == (2, 2)
 
 
+def test_one_rank_runs_in_this_process_and_more_ranks_or_ray_start_worker_ranks():
+    plan = preflight(load_config(BASE))
+    assert (plan.launcher, plan.world_size, plan.on_ranks) == ("in_process", 1, False)
+    assert plan.groups[0].roles == ("actor", "rollout") and plan.rollout_backend == "hf"
+    two = preflight(load_config(BASE + ["trainer.n_gpus_per_node=2"]))
+    assert (two.launcher, two.world_size, two.groups[0].device_ids) == ("local", 2, (0, 1))
+    assert preflight(load_config(BASE + ["trainer.launcher=ray"])).launcher == "ray"  # one rank, on Ray
+
+
 def test_ranks_beyond_the_visible_cores_are_fine_on_cpu():
     preflight(load_config(BASE + ["trainer.n_gpus_per_node=8", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
                                   "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4"]))
