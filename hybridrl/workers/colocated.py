@@ -3,7 +3,7 @@
 Every run hosts its roles on these ranks; one process is a one-rank group in the controller's own process
 (`InProcessGroup`), the same class with no processes. With every role (the default hybrid placement) it is
 verl's colocated `ActorRolloutRefWorker` (+ critic) in one process: the roles take turns on the rank's
-device. The actor, reference and critic are parallelized over the group (`workers.parallel`). The rollout
+device. The actor, reference and critic are spread over the group by `workers.parallel`. The rollout
 generates the rank's shard of the prompts: with the actor's own module when that module is whole on this
 device alone (one rank), else with a plain copy of the policy, refreshed from the actor after every update
 by gathering the actor's parameters one unit at a time (`sync_rollout_weights`), or, when the rollout has
@@ -23,7 +23,6 @@ from typing import TypeVar
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from hybridrl.config.run_plan import RANK_ROLES, RunPlan
 from hybridrl.config.schema import HybridRLConfig
@@ -33,6 +32,7 @@ from hybridrl.models.hf import load_causal_lm, load_policy_tokenizer, resolve_dt
 from hybridrl.rollout import SamplingParams
 from hybridrl.rollout.engine.parallel import SINGLE, replica_groups
 from hybridrl.utils.batch import Batch
+from hybridrl.utils.collectives import rank_and_world_size
 from hybridrl.utils.profiling import ProfileSpec
 from hybridrl.workers.actor import ActorWorker
 from hybridrl.workers.critic import CriticWorker
@@ -44,13 +44,6 @@ from hybridrl.workers.sizes import BatchSizes
 T = TypeVar("T")
 ROW_INDEX_KEY = "_global_row"  # a prompt row's index in the whole (repeated) batch: keys its sampling noise
 ROLLOUT_METRICS_META = "_rollout_metrics_rank"  # meta key prefix carrying each rank's generation metrics
-
-
-def rank_and_world_size() -> tuple[int, int]:
-    """This rank's place in its group: torch.distributed's, or (0, 1) for a group in the controller's process."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
 
 
 class ColocatedWorker:
@@ -90,7 +83,7 @@ class ColocatedWorker:
         """Beside an actor whole on this device the rollout uses the actor's module; otherwise a plain copy of
         the initial policy, loaded from the model path (the actor's own module may be sharded or elsewhere)."""
         self.rollout_tp = replica_groups(cfg.actor_rollout_ref.rollout.tensor_model_parallel_size)
-        if self.actor is not None and self.actor.single_device and self.rollout_tp.size == 1:
+        if self.actor is not None and self.actor.parallel.single_device and self.rollout_tp.size == 1:
             return self._rollout_beside(cfg, plan, self.actor)
         model_cfg = cfg.actor_rollout_ref.model
         replica = load_causal_lm(model_cfg.path, dtype=resolve_dtype(cfg.actor_rollout_ref.actor.fsdp_config.model_dtype),
