@@ -1,4 +1,5 @@
-"""The type checker over the packages the trainer and its roles live in (pyproject's [tool.mypy] `files`).
+"""The type checker over the packages the trainer, its roles and their groups live in, and the run plan
+(pyproject's [tool.mypy] `files`).
 
 `cfg: HybridRLConfig` on every function taking the config, the run plan and the role interfaces make a
 misspelt key, a role method one path lacks, or a None role called as if present, a test failure here

@@ -47,9 +47,9 @@ class GroupPlan:
 
 def plan_groups(cfg: HybridRLConfig, num_ranks: int, roles: tuple[str, ...]) -> list[GroupPlan]:
     """One group per distinct device list; roles with the same list share its ranks (a null list is the actor's,
-    `config.placement.device_lists`). The default (no lists) is one group hosting every role: the hybrid
+    `config.role_devices.device_lists`). The default (no lists) is one group hosting every role: the hybrid
     engine."""
-    from hybridrl.config.placement import device_lists
+    from hybridrl.config.role_devices import device_lists
 
     lists = device_lists(cfg, num_ranks)
     by_devices: dict[tuple[int, ...], list[str]] = {}
@@ -95,7 +95,7 @@ class RunPlan:
 
 def build_run_plan(cfg: HybridRLConfig, *, device: str, world_size: int, launcher: str) -> RunPlan:
     """The plan of a validated config on `world_size` ranks of `device` started by `launcher` (`LAUNCHERS`)."""
-    from hybridrl.config.placement import remote_critic
+    from hybridrl.config.role_devices import remote_critic
     from hybridrl.config.validate import actor_ranks
 
     if launcher not in LAUNCHERS:

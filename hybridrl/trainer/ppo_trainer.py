@@ -17,6 +17,7 @@ from hybridrl.algorithms.agreement import rollout_agreement_metrics
 from hybridrl.algorithms.balance import balanced_order
 from hybridrl.config import HybridRLConfig
 from hybridrl.config.run_plan import RunPlan
+from hybridrl.errors.oom import oom_guard
 from hybridrl.logging.log import get_logger
 from hybridrl.trainer import checkpointing
 from hybridrl.trainer.metrics import compute_data_metrics, compute_throughput_metrics, compute_timing_metrics
@@ -26,7 +27,6 @@ from hybridrl.trainer.validation import validation_metrics
 from hybridrl.utils.batch import Batch
 from hybridrl.utils.gc_time import gc_clock, startup_objects_frozen
 from hybridrl.utils.memory import PhaseMemory, host_memory_metrics, max_merge
-from hybridrl.trainer.oom import oom_guard
 from hybridrl.utils.metrics import timed
 from hybridrl.utils.profiling import ProfileSpec, StepProfiler, profiled_step
 from hybridrl.utils.threads import submit_responsive
@@ -68,8 +68,8 @@ class PPOTrainer:
 
     # ================================================================= loop
     def fit(self) -> dict[str, float]:
-        from hybridrl.trainer.control import ElasticController
-        from hybridrl.trainer.elastic import make_elasticity
+        from hybridrl.elastic.control import ElasticController
+        from hybridrl.elastic.rollout import make_elasticity
 
         # Elastic rollout (`hybridrl control`, SIGUSR1/SIGUSR2): requests are applied between steps only.
         self.control = ElasticController(checkpointing.root_dir(self.cfg))

@@ -55,7 +55,7 @@ def resolve_device(name: str, on_ray: bool = False) -> torch.device:
 
 def check_driver_without_gpu(cfg: HybridRLConfig) -> None:
     """A Ray driver without a GPU (e.g. a CPU head node): the ranks get GPUs, the controller's own process none."""
-    from hybridrl.config.placement import is_remote, reward_model_ids
+    from hybridrl.config.role_devices import is_remote, reward_model_ids
 
     problems = []
     if cfg.trainer.n_gpus_per_node is None:

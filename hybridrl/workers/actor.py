@@ -9,13 +9,13 @@ import torch
 from hybridrl.algorithms import POLICY_LOSSES, agg_loss, kl_penalty
 from hybridrl.algorithms.agreement import rollout_agreement_metrics
 from hybridrl.algorithms.policy_loss import policy_agg_mode
+from hybridrl.config.batch_sizes import BatchSizes
 from hybridrl.config.schema import HybridRLConfig
 from hybridrl.models.hf import load_causal_lm
 from hybridrl.utils.batch import Batch
 from hybridrl.workers.forward import batched_log_probs, response_log_probs
 from hybridrl.workers.loss_scope import MicroBatchWeights
 from hybridrl.workers.micro_batches import MicroBatchPlan
-from hybridrl.workers.sizes import BatchSizes
 from hybridrl.workers.trainable import RoleSpec, TrainState, build_trainable
 from hybridrl.workers.update_metrics import as_metric, means
 

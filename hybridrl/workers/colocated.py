@@ -24,6 +24,7 @@ from typing import TypeVar
 import numpy as np
 import torch
 
+from hybridrl.config.batch_sizes import BatchSizes
 from hybridrl.config.run_plan import RANK_ROLES, RunPlan
 from hybridrl.config.schema import HybridRLConfig
 from hybridrl.distributed.weight_handoff import (BufferSpec, SpilledWeights, WeightManifest, cast_to_cpu,
@@ -39,7 +40,6 @@ from hybridrl.workers.critic import CriticWorker
 from hybridrl.workers.rank_phases import RankPhases
 from hybridrl.workers.reference import build_reference
 from hybridrl.workers.rollout import RolloutWorker
-from hybridrl.workers.sizes import BatchSizes
 
 T = TypeVar("T")
 ROW_INDEX_KEY = "_global_row"  # a prompt row's index in the whole (repeated) batch: keys its sampling noise

@@ -7,13 +7,13 @@ from collections import defaultdict
 import torch
 
 from hybridrl.algorithms import compute_value_loss, masked_mean
+from hybridrl.config.batch_sizes import BatchSizes
 from hybridrl.config.schema import HybridRLConfig
 from hybridrl.models.hf import import_external_lib, load_value_model
 from hybridrl.utils.batch import Batch
 from hybridrl.workers.forward import response_values
 from hybridrl.workers.loss_scope import MicroBatchWeights
 from hybridrl.workers.micro_batches import MicroBatchPlan
-from hybridrl.workers.sizes import BatchSizes
 from hybridrl.workers.trainable import RoleSpec, TrainState, build_trainable
 from hybridrl.workers.update_metrics import as_metric, means
 

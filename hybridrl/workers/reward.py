@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from hybridrl.config.placement import is_remote
+from hybridrl.config.role_devices import is_remote
 from hybridrl.config.schema import HybridRLConfig
 from hybridrl.models.hf import batch_decode
 from hybridrl.rewards.manager import place_scores, score_batch

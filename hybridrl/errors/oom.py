@@ -4,7 +4,7 @@ A raw OOM is a wall of traceback ending in allocator statistics that do not say 
 `oom_guard(phase, cfg, device)` wraps one phase of the RL step and re-raises an OOM as `PhaseOOMError`
 whose message names the phase, the memory figures at the time, the verl settings in force for that
 phase and two or three overrides with computed values (real key names, so they can be pasted onto the
-command line). `hybridrl.errors` prints that message before the traceback.
+command line). `hybridrl.errors.run_with_actionable_errors` prints that message before the traceback.
 
 Suggestions only name things that free memory *in the failing phase*: e.g. `optimizer_offload` keeps
 the optimizer state off the device while it is idle (gen, log-prob forwards), not during the update
@@ -130,7 +130,7 @@ def memory_line(device: torch.device | str | None, figures: dict[str, float] | N
 def _effective_sizes(cfg: HybridRLConfig):
     """Per-device row counts (unset micro batch = whole mini batch); None if the config cannot say."""
     try:
-        from hybridrl.workers.sizes import BatchSizes
+        from hybridrl.config.batch_sizes import BatchSizes
 
         return BatchSizes.from_config(cfg)
     except Exception:

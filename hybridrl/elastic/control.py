@@ -25,7 +25,7 @@ from typing import Any
 
 from hybridrl.logging.log import get_logger
 
-log = get_logger("hybridrl.trainer")
+log = get_logger("hybridrl.elastic")
 PID_FILE = "trainer.pid"
 CONTROL_DIR = "control"
 COMMANDS = {"grow-rollout": "grow", "shrink-rollout": "shrink"}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hybridrl.config import resolve_micro_batch_size_per_gpu
+from hybridrl.config.batch_rules import resolve_micro_batch_size_per_gpu
 from hybridrl.config.schema import HybridRLConfig
 
 

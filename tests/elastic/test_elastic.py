@@ -25,7 +25,7 @@ from hybridrl.config import load_config
 from hybridrl.config.run_plan import build_run_plan
 from hybridrl.distributed import InProcessGroup, WorkerDiedError, num_visible_devices
 from hybridrl.rollout import SamplingParams
-from hybridrl.trainer.control import (
+from hybridrl.elastic.control import (
     PID_FILE,
     ElasticController,
     Request,
@@ -33,7 +33,7 @@ from hybridrl.trainer.control import (
     write_request,
 )
 from hybridrl.distributed.weight_sync import WeightHandoff
-from hybridrl.trainer.elastic import ElasticPlacement, RolloutElasticity, grow_devices, placement_of
+from hybridrl.elastic.rollout import ElasticPlacement, RolloutElasticity, grow_devices, placement_of
 from hybridrl.trainer.ppo_trainer import PPOTrainer
 from hybridrl.utils.batch import Batch
 from hybridrl.workers.colocated import ROLLOUT_METRICS_META, ROW_INDEX_KEY

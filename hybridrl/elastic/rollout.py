@@ -20,10 +20,10 @@ from hybridrl.config.run_plan import RunPlan
 from hybridrl.config.schema import HybridRLConfig
 from hybridrl.distributed import WorkerGroup
 from hybridrl.logging.log import get_logger
-from hybridrl.trainer.control import Request
+from hybridrl.elastic.control import Request
 from hybridrl.workers.protocols import RolloutRole
 
-log = get_logger("hybridrl.trainer")
+log = get_logger("hybridrl.elastic")
 
 
 @dataclass(frozen=True)
