@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 
 from benchmarks.common import model_shapes  # noqa: E402
 from hybridrl.distributed import LocalWorkerGroup  # noqa: E402
-from hybridrl.distributed.weight_handoff import cast_to_cpu, open_weights, write_weights  # noqa: E402
+from hybridrl.distributed.weight_handoff import cast_to_cpu, write_weights  # noqa: E402
 from hybridrl.distributed.weight_sync import WeightHandoff  # noqa: E402
 
 MODES = {"pickle_fp32": ("pickle", None), "pickle_bf16": ("pickle", torch.bfloat16),
@@ -61,7 +61,7 @@ class BenchRollout:
 
     @torch.no_grad()
     def load_rollout_weights(self, payload) -> None:
-        for name, tensor in open_weights(payload):
+        for name, tensor in payload.open():
             self.params[name].copy_(tensor)
 
     def checksum(self) -> float:

@@ -28,11 +28,10 @@ from hybridrl.logging.log import get_logger
 
 from .weight_handoff import (
     BufferSpec,
-    SpilledWeights,
-    WeightManifest,
+    Payload,
+    PickledWeights,
     default_buffer_dir,
     new_buffer_path,
-    payload_bytes,
     remove_buffer,
     sweep_stale_buffers,
 )
@@ -44,7 +43,6 @@ HANDOFF_MODES = ("shared_memory", "pickle")
 # reaches them, and the replicas an elastic rollout borrows); Ray's may run on other nodes, so weights keep
 # travelling pickled through Ray's object store.
 HANDOFF_BY_LAUNCHER = {"in_process": "shared_memory", "local": "shared_memory", "ray": "pickle"}
-Payload = WeightManifest | dict[str, torch.Tensor]
 
 
 class WeightHandoff:
@@ -78,31 +76,28 @@ class WeightHandoff:
 
     def gather(self, actor: WorkerGroup) -> Payload:
         """The actor's full weights, gathered by every rank of its group (a collective), as a payload for `load`."""
-        payload, self.last_shared = self._gather_shared(actor) if self.path is not None else \
-            (self._gather_pickled(actor), False)
-        self.last_bytes = payload_bytes(payload)
+        payload = self._gather_shared(actor) if self.path is not None else \
+            PickledWeights(actor.call_all("actor_weights", self.dtype)[0])
+        self.last_bytes, self.last_shared = payload.nbytes, payload.shared
         return payload
 
-    def _gather_shared(self, actor: WorkerGroup) -> tuple[Payload, bool]:
-        """(payload, whether shared memory carries it): rank 0 writes the buffer, or spills the tensors."""
+    def _gather_shared(self, actor: WorkerGroup) -> Payload:
+        """Rank 0 writes the buffer, or spills the tensors when it cannot hold them."""
         assert self.path is not None, "a shared-memory gather needs the buffer's path"
         spec = BufferSpec(self.path, self.dtype, self.max_bytes, self.expected_bytes)
         result = actor.call_all("write_actor_weights", spec)[0]
-        if isinstance(result, SpilledWeights):
+        if not result.shared:  # spilled
             if not self.spilling:
                 log.warning(f"shared-memory weight handoff not possible: {result.reason}; sending the weights "
                             f"pickled through the launcher's pipes instead (slower). Fix: make /dev/shm larger "
                             f"than {result.needed_bytes / 2**30:.2f} GiB plus what else uses it (docker: "
                             f"--shm-size; Kubernetes: an emptyDir with medium Memory at /dev/shm)")
             self.spilling, self.expected_bytes = True, result.needed_bytes
-            return result.tensors, False
+            return result
         if self.spilling:
             log.info("shared-memory weight handoff works again (enough free space in /dev/shm)")
         self.spilling, self.expected_bytes = False, result.nbytes
-        return result, True
-
-    def _gather_pickled(self, actor: WorkerGroup) -> dict[str, torch.Tensor]:
-        return actor.call_all("actor_weights", self.dtype)[0]
+        return result
 
     def load(self, group: WorkerGroup, payload: Payload) -> None:
         """Every rank of a rollout group loads the payload into its engine (`load_rollout_weights`)."""

@@ -27,8 +27,7 @@ import torch
 from hybridrl.config.batch_sizes import BatchSizes
 from hybridrl.config.run_plan import RANK_ROLES, RunPlan
 from hybridrl.config.schema import HybridRLConfig
-from hybridrl.distributed.weight_handoff import (BufferSpec, SpilledWeights, WeightManifest, cast_to_cpu,
-                                                 open_weights, write_weights)
+from hybridrl.distributed.weight_handoff import BufferSpec, Payload, cast_to_cpu, write_weights
 from hybridrl.models.hf import load_causal_lm, load_policy_tokenizer, resolve_dtype
 from hybridrl.rollout import SamplingParams
 from hybridrl.rollout.engine.parallel import SINGLE, replica_groups
@@ -162,7 +161,7 @@ class ColocatedWorker:
                     weights[name] = cast_to_cpu(tensor, dtype, copy=True)
         return weights
 
-    def write_actor_weights(self, spec: BufferSpec) -> WeightManifest | SpilledWeights | None:
+    def write_actor_weights(self, spec: BufferSpec) -> Payload | None:
         """Rank 0 writes the actor's full weights into the shared-memory buffer `spec` one tensor at a time and
         returns where each lies (None elsewhere); every rank takes part in the gather (collective)."""
         with self.phases.phase("update_weights"):
@@ -173,10 +172,10 @@ class ColocatedWorker:
                 pass
             return None
 
-    def load_rollout_weights(self, weights: WeightManifest | dict[str, torch.Tensor]) -> None:
+    def load_rollout_weights(self, weights: Payload) -> None:
         """Load a handoff (a shared-memory manifest, or tensors sent pickled) into the rollout's engine."""
         with self.phases.phase("update_weights"):
-            self._rollout().sync_weights(open_weights(weights))
+            self._rollout().sync_weights(weights.open())
 
     # ------------------------------------------------------------------ checkpoints (collective)
     def save_checkpoint(self, role: str, role_dir: str, contents: list[str]) -> None:

@@ -19,7 +19,7 @@ from dataclasses import replace
 import torch
 
 from hybridrl.distributed import GroupClosedError, WorkerDiedError, WorkerError, WorkerGroup
-from hybridrl.distributed.weight_handoff import WeightManifest
+from hybridrl.distributed.weight_handoff import Payload
 from hybridrl.distributed.weight_sync import WeightHandoff
 from hybridrl.logging.log import get_logger
 from hybridrl.rollout import SamplingParams
@@ -119,7 +119,7 @@ class GroupRollout:
         self._load_borrowed(list(self.borrowed), payload)
         return self.handoff.metrics()
 
-    def _load_borrowed(self, devices: list[int], payload: WeightManifest | dict[str, torch.Tensor]) -> None:
+    def _load_borrowed(self, devices: list[int], payload: Payload) -> None:
         """The same payload into each borrowed replica, in parallel; a replica that fails is returned."""
         with ThreadPoolExecutor(max_workers=max(len(devices), 1)) as pool:
             futures = {d: pool.submit(self.handoff.load, self.borrowed[d], payload) for d in devices}

@@ -328,7 +328,7 @@ class FakeReplica:
         return batch
 
     def load_rollout_weights(self, weights):
-        self.weights = weights
+        self.weights = dict(weights.open())  # a handoff payload, as ColocatedWorker opens it
 
 
 class FakeActorRank(FakeReplica):
