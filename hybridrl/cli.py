@@ -33,7 +33,7 @@ def _train(argv: list[str]) -> int:
 
 
 def _control(argv: list[str]) -> int:
-    from hybridrl.trainer.control import main_control
+    from hybridrl.elastic.control import main_control
 
     return main_control(argv)
 

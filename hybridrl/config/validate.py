@@ -9,6 +9,7 @@ from typing import Any
 from hybridrl.config.batch_rules import check_mini_batch, micro_batch_problems, token_budget_problems
 from hybridrl.config.checkpoint_rules import checkpoint_content_problems
 from hybridrl.config.errors import ConfigError
+from hybridrl.config.estimator_needs import estimator_needs
 from hybridrl.config.index import config_tree, get_in, schema_index
 from hybridrl.config.placement import validate_placement
 from hybridrl.config.precision import precision_problems
@@ -164,9 +165,9 @@ def _critic_problems(cfg: HybridRLConfig, world_size: int) -> list[str]:
 def _algorithm_problems(cfg: HybridRLConfig) -> list[str]:
     estimator, rollout = cfg.algorithm.adv_estimator, cfg.actor_rollout_ref.rollout
     problems = []  # a group estimator with rollout.n=1 runs as in verl, with a warning (notices.py)
-    if estimator == "remax" and not rollout.do_sample:
+    if estimator_needs(estimator).greedy_baseline and not rollout.do_sample:
         problems.append(
-            "algorithm.adv_estimator=remax needs actor_rollout_ref.rollout.do_sample=true: its baseline is a greedy "
+            f"algorithm.adv_estimator={estimator} needs actor_rollout_ref.rollout.do_sample=true: its baseline is a greedy "
             "response, so with greedy sampling every advantage is 0"
         )
     if cfg.actor_rollout_ref.actor.optim.lr < 0:

@@ -3,7 +3,7 @@
 Same `WorkerGroup` interface and worker classes as the local launcher. The only module that imports
 ray (lazily: `choose_launcher` and the hints work without it). Ranks may run on other nodes, which a
 shared-memory buffer does not reach: with this launcher the actor's weights reach a rollout on other
-ranks pickled through Ray's object store (`trainer/weight_sync.py`, `HANDOFF_BY_LAUNCHER`).
+ranks pickled through Ray's object store (`distributed/weight_sync.py`, `HANDOFF_BY_LAUNCHER`).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def choose_launcher(trainer_launcher: str, nnodes: int, ray_address: str | None)
 def configured_launcher(cfg) -> str:
     """`choose_launcher` for a run's config: Ray for trainer.launcher=ray, trainer.nnodes > 1 or a Ray address
     (ray_kwargs.ray_init.address, else RAY_ADDRESS, which `ray job submit` sets), whatever the number of ranks.
-    Called several times per run (preflight, roles, ...); each warning about unused Ray settings is given once."""
+    A run asks once (preflight: the plan keeps it); each warning about unused Ray settings is given once."""
     address, address_source = _ray_address_and_source(cfg)
     launcher = choose_launcher(cfg.trainer.launcher, cfg.trainer.nnodes, address)
     if launcher == "local":

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import sys
 
+from hybridrl.config.schema import HybridRLConfig
 from hybridrl.logging.log import get_logger
 
 log = get_logger("hybridrl")
 
 
-def run_ppo(cfg) -> dict[str, float]:
+def run_ppo(cfg: HybridRLConfig) -> dict[str, float]:
     from hybridrl.trainer.preflight import preflight
 
-    preflight(cfg)  # batch sizes, placement, loggers: seconds, before the trainer's imports
+    plan = preflight(cfg)  # batch sizes, placement, loggers: seconds, before the trainer's imports
     from hybridrl.trainer.ppo_trainer import PPOTrainer
 
-    return PPOTrainer(cfg).fit()
+    return PPOTrainer(cfg, plan).fit()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 
 import torch
 
@@ -52,7 +53,7 @@ def collate_sft(examples, pad_id: int) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
-def run_sft(model_path: str, train_files: list[str], out_dir: str, *, epochs: float = 1.0, lr: float = 1e-3,
+def run_sft(model_path: str, train_files: list[str | Path], out_dir: str, *, epochs: float = 1.0, lr: float = 1e-3,
             batch_size: int = 64, response_key: str = "reward_model.ground_truth", seed: int = 0,
             max_prompt_length: int = 64) -> dict[str, float]:
     """Train and save an HF model directory to `out_dir`; returns {'loss_first', 'loss_last', 'steps'}."""

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from hybridrl.config.placement import is_remote
+from hybridrl.config.role_devices import is_remote
+from hybridrl.config.schema import HybridRLConfig
 from hybridrl.models.hf import batch_decode
 from hybridrl.rewards.manager import place_scores
 from hybridrl.rewards.managers import RewardRows, build_reward_manager
@@ -29,7 +30,7 @@ def decode_responses(tokenizer, batch: Batch) -> list[str]:
                         skip_special_tokens=True)
 
 
-def reward_model_devices(cfg, device: torch.device) -> list[torch.device]:
+def reward_model_devices(cfg: HybridRLConfig, device: torch.device) -> list[torch.device]:
     """Where an in-process RM runs (the controller's process): on CUDA one replica per GPU of
     `reward_model.device_ids` (this node's indices), else on the controller's GPU; on CPU the CPU."""
     if device.type != "cuda":
@@ -38,7 +39,7 @@ def reward_model_devices(cfg, device: torch.device) -> list[torch.device]:
     return [torch.device("cuda", device.index or 0)] if ids is None else [torch.device("cuda", i) for i in ids]
 
 
-def build_reward_model(cfg, tokenizer, device: torch.device = torch.device("cpu")):
+def build_reward_model(cfg: HybridRLConfig, tokenizer, device: torch.device = torch.device("cpu")):
     """verl's `reward_model.enable`: an HF token-classification RM in process (on `reward_model_devices`), or a
     remote pooling endpoint."""
     from hybridrl.models.hf import import_external_lib, load_tokenizer
@@ -62,7 +63,7 @@ def build_reward_model(cfg, tokenizer, device: torch.device = torch.device("cpu"
                              max_length=rm.max_length, trust_remote_code=trust)
 
 
-def reward_extra_infos(batch: Batch) -> list[dict]:
+def reward_extra_infos(batch: Batch) -> list[dict | None]:
     """Each row's extra_info (a copy) with verl's additions: `num_turns` (an agent loop's `__num_turns__`, else
     None) and `rollout_reward_scores` (scores an agent loop set, `reward_scores`, else {})."""
     rows = len(batch)
@@ -73,7 +74,7 @@ def reward_extra_infos(batch: Batch) -> list[dict]:
 
 
 class RewardWorker:
-    def __init__(self, cfg, tokenizer, device: torch.device = torch.device("cpu")):
+    def __init__(self, cfg: HybridRLConfig, tokenizer, device: torch.device = torch.device("cpu")):
         """`device`: the controller's, where an in-process reward model runs unless reward_model.device_ids
         names GPUs for it."""
         self.tokenizer = tokenizer
@@ -81,6 +82,7 @@ class RewardWorker:
         # reward_manager.name / source: the function is loaded here, so a bad file fails at start-up
         self.manager = build_reward_manager(cfg, tokenizer)
         self.reward_model = build_reward_model(cfg, tokenizer, device) if cfg.reward_model.enable else None
+        self.scores_with_model = self.reward_model is not None  # it needs the device: scoring stays synchronous
 
     @property
     def pool(self):

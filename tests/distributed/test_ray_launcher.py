@@ -63,7 +63,7 @@ def fresh_launcher_warnings(monkeypatch, caplog):
 
 
 def launcher_of_a_run(cfg) -> str:
-    """configured_launcher as a run calls it: from preflight, roles, group_roles and elastic."""
+    """configured_launcher called several times (preflight, tests, tools): each warning must still come once."""
     for _ in range(3):
         configured_launcher(cfg)
     return configured_launcher(cfg)

@@ -4,7 +4,7 @@ A raw OOM is a wall of traceback ending in allocator statistics that do not say 
 `oom_guard(phase, cfg, device)` wraps one phase of the RL step and re-raises an OOM as `PhaseOOMError`
 whose message names the phase, the memory figures at the time, the verl settings in force for that
 phase and two or three overrides with computed values (real key names, so they can be pasted onto the
-command line). `hybridrl.errors` prints that message before the traceback.
+command line). `hybridrl.errors.run_with_actionable_errors` prints that message before the traceback.
 
 Suggestions only name things that free memory *in the failing phase*: e.g. `optimizer_offload` keeps
 the optimizer state off the device while it is idle (gen, log-prob forwards), not during the update
@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from hybridrl.config.batch_rules import DYNAMIC_BSZ_KEYS
+from hybridrl.config.schema import HybridRLConfig
 from hybridrl.utils.memory import allocated_bytes, external_bytes, peak_allocated_bytes
 
 ARR = "actor_rollout_ref"
@@ -85,9 +86,9 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
-def get_key(cfg, key: str) -> Any:
+def get_key(cfg: HybridRLConfig, key: str) -> Any:
     """`cfg`'s value at dotted `key` (None when a section or field is missing)."""
-    node = cfg
+    node: Any = cfg
     for part in key.split("."):
         node = getattr(node, part, None)
         if node is None:
@@ -126,10 +127,10 @@ def memory_line(device: torch.device | str | None, figures: dict[str, float] | N
 
 
 # ----------------------------------------------------------------------------------- settings
-def _effective_sizes(cfg):
+def _effective_sizes(cfg: HybridRLConfig):
     """Per-device row counts (unset micro batch = whole mini batch); None if the config cannot say."""
     try:
-        from hybridrl.workers.sizes import BatchSizes
+        from hybridrl.config.batch_sizes import BatchSizes
 
         return BatchSizes.from_config(cfg)
     except Exception:
@@ -146,7 +147,7 @@ MICRO_FIELDS = {
 }
 
 
-def settings_in_force(cfg, phase: str) -> dict[str, str]:
+def settings_in_force(cfg: HybridRLConfig, phase: str) -> dict[str, str]:
     """The settings that shape this phase's memory, as display strings (unset micro batches resolved)."""
     sizes = _effective_sizes(cfg)
     shown: dict[str, str] = {}
@@ -167,7 +168,7 @@ def _largest_divisor_at_most(number: int, limit: int) -> int:
     return max(d for d in range(1, max(limit, 1) + 1) if number % d == 0)
 
 
-def _halve_token_budget(cfg, micro_key: str) -> Override | None:
+def _halve_token_budget(cfg: HybridRLConfig, micro_key: str) -> Override | None:
     """With use_dynamic_bsz on for the phase of `micro_key`, its token budget is what sizes micro batches."""
     for switch, budget, key in DYNAMIC_BSZ_KEYS.values():
         now = get_key(cfg, budget)
@@ -177,7 +178,7 @@ def _halve_token_budget(cfg, micro_key: str) -> Override | None:
     return None
 
 
-def _halve_micro(cfg, key: str) -> Override | None:
+def _halve_micro(cfg: HybridRLConfig, key: str) -> Override | None:
     budget = _halve_token_budget(cfg, key)
     if budget is not None:
         return budget
@@ -193,7 +194,7 @@ def _halve_micro(cfg, key: str) -> Override | None:
     return Override(key, value, shown, "fewer rows per micro batch: activations and logits shrink in proportion")
 
 
-def _lower_gpu_util(cfg) -> Override | None:
+def _lower_gpu_util(cfg: HybridRLConfig) -> Override | None:
     key = f"{ROLLOUT}.gpu_memory_utilization"
     now = get_key(cfg, key)
     if now is None or now <= 0.15:
@@ -204,14 +205,14 @@ def _lower_gpu_util(cfg) -> Override | None:
 
 def _switch(key: str, value: bool, why: str) -> Callable[[Any], Override | None]:
     """Suggest `key=value` while the config holds the other boolean."""
-    def make(cfg) -> Override | None:
+    def make(cfg: HybridRLConfig) -> Override | None:
         now = get_key(cfg, key)
         return None if now is None or bool(now) == value else Override(key, value, now, why)
     return make
 
 
 def _halve_int(key: str, why: str, floor: int = 1) -> Callable[[Any], Override | None]:
-    def make(cfg) -> Override | None:
+    def make(cfg: HybridRLConfig) -> Override | None:
         now = get_key(cfg, key)
         return Override(key, max(floor, now // 2), now, why) if isinstance(now, int) and now > floor else None
     return make
@@ -237,7 +238,7 @@ CRITIC_OPT_OFFLOAD = _switch("critic.model.fsdp_config.optimizer_offload", True,
 
 def _shard_copies(prefix: str, role: str) -> Callable[[Any], Override | None]:
     """fsdp_size=1 keeps a whole copy of the role on every rank: shard it over the ranks instead."""
-    def make(cfg) -> Override | None:
+    def make(cfg: HybridRLConfig) -> Override | None:
         key = f"{prefix}.fsdp_config.fsdp_size"
         now = get_key(cfg, key)
         return Override(key, -1, now, f"the {role}'s parameters, gradients and optimizer state are sharded over "
@@ -276,7 +277,7 @@ def _accepted(override: Override) -> bool:
     return entry is None or override.value in entry[0]
 
 
-def suggest_overrides(cfg, phase: str, limit: int = MAX_SUGGESTIONS) -> list[Override]:
+def suggest_overrides(cfg: HybridRLConfig, phase: str, limit: int = MAX_SUGGESTIONS) -> list[Override]:
     """Up to `limit` overrides that lower this phase's peak, most effective and least invasive first."""
     found: list[Override] = []
     for make in CANDIDATES.get(phase, CANDIDATES["update_actor"]):
@@ -296,7 +297,7 @@ def _allocator_hint(figures: dict[str, float] | None) -> str | None:
     return None
 
 
-def oom_message(phase: str, cfg, err: BaseException, device, figures: dict[str, float] | None) -> str:
+def oom_message(phase: str, cfg: HybridRLConfig, err: BaseException, device, figures: dict[str, float] | None) -> str:
     what = PHASE_WHAT.get(phase, "a trainer phase")
     lines = [f"CUDA out of memory in phase '{phase}': {what}.", memory_line(device, figures)]
     asked = re.search(r"Tried to allocate [0-9.]+ [KMGT]?i?B", str(err))
@@ -313,13 +314,13 @@ def oom_message(phase: str, cfg, err: BaseException, device, figures: dict[str, 
     return "\n".join(lines)
 
 
-def translate_oom(phase: str, cfg, err: BaseException, device) -> PhaseOOMError:
+def translate_oom(phase: str, cfg: HybridRLConfig, err: BaseException, device) -> PhaseOOMError:
     """The actionable error for an OOM `err` raised in `phase` (raise it `from err`)."""
     return PhaseOOMError(oom_message(phase, cfg, err, device, memory_figures(device)))
 
 
 @contextmanager
-def oom_guard(phase: str, cfg, device) -> Iterator[None]:
+def oom_guard(phase: str, cfg: HybridRLConfig, device) -> Iterator[None]:
     """Re-raise an out-of-memory error inside the block as `PhaseOOMError` naming `phase`; others pass.
 
     Nested guards keep the innermost phase (a PhaseOOMError passes through untouched).

@@ -22,19 +22,22 @@ import pytest
 import torch
 
 from hybridrl.config import load_config
+from hybridrl.config.run_plan import build_run_plan
 from hybridrl.distributed import InProcessGroup, WorkerDiedError, num_visible_devices
 from hybridrl.rollout import SamplingParams
-from hybridrl.trainer.control import (
+from hybridrl.elastic.control import (
     PID_FILE,
     ElasticController,
     Request,
     main_control,
     write_request,
 )
-from hybridrl.trainer.elastic import ElasticPlacement, ElasticRollout, grow_devices, placement_of
+from hybridrl.distributed.weight_sync import WeightHandoff
+from hybridrl.elastic.rollout import ElasticPlacement, RolloutElasticity, grow_devices, placement_of
 from hybridrl.trainer.ppo_trainer import PPOTrainer
 from hybridrl.utils.batch import Batch
 from hybridrl.workers.colocated import ROLLOUT_METRICS_META, ROW_INDEX_KEY
+from hybridrl.workers.rollout_group import GroupRollout
 from tests.trainer.helpers import tiny_run_overrides
 from tests.trainer.test_multi_process import assert_same_metrics
 from tests.trainer.test_ppo_trainer import read_metrics
@@ -285,14 +288,15 @@ def test_grow_devices(placement, borrowed, wanted, expected):
     assert got == expected if isinstance(expected, list) else expected in got
 
 
-@pytest.mark.parametrize("overrides, ranks, rollout, refusal", [
-    ([], 1, (0,), None),
-    (["trainer.launcher=ray"], 1, (0,), "needs the local launcher"),  # a one-rank Ray group: replicas elsewhere
-    (["actor_rollout_ref.actor.device_ids=[0,1]", "actor_rollout_ref.rollout.device_ids=[2]"], 3, (2,), None),
-    (["actor_rollout_ref.actor.device_ids=[1]"], 2, (1,), None),  # a null rollout list is the actor's
+@pytest.mark.parametrize("overrides, ranks, launcher, rollout, refusal", [
+    ([], 1, "in_process", (0,), None),
+    (["trainer.launcher=ray"], 1, "ray", (0,), "needs the local launcher"),  # a one-rank Ray group: replicas elsewhere
+    (["actor_rollout_ref.actor.device_ids=[0,1]", "actor_rollout_ref.rollout.device_ids=[2]"], 3, "local", (2,), None),
+    (["actor_rollout_ref.actor.device_ids=[1]"], 2, "local", (1,), None),  # a null rollout list is the actor's
 ])
-def test_placement_of_reads_the_lists_and_the_launcher(overrides, ranks, rollout, refusal):
-    placement = placement_of(load_config(overrides), torch.device("cpu"), ranks)
+def test_placement_of_reads_the_lists_and_the_launcher(overrides, ranks, launcher, rollout, refusal):
+    cfg = load_config(overrides)
+    placement = placement_of(build_run_plan(cfg, device="cpu", world_size=ranks, launcher=launcher))
     assert placement.rollout == rollout
     assert placement.refusal is None if refusal is None else refusal in placement.refusal
 
@@ -304,9 +308,6 @@ class FakeRollout:
         rows = prompts.repeat(params.n, interleave=True)
         rows["responses"] = torch.arange(len(rows)) + params.row_offset
         return rows, {"rollout/rows": float(len(rows))}
-
-    def sync_weights(self, named_tensors):
-        self.weights = dict(named_tensors)
 
 
 class FakeReplica:
@@ -327,7 +328,21 @@ class FakeReplica:
         return batch
 
     def load_rollout_weights(self, weights):
-        self.weights = weights
+        self.weights = dict(weights.open())  # a handoff payload, as ColocatedWorker opens it
+
+
+class FakeActorRank(FakeReplica):
+    """The run's own rank: the actor (its weights) beside a rollout replica."""
+
+    def __init__(self, actor_weights: dict):
+        super().__init__()
+        self.actor = actor_weights
+
+    def sync_rollout_weights(self) -> None:
+        self.weights = dict(self.actor)
+
+    def actor_weights(self, dtype=None) -> dict:
+        return dict(self.actor)
 
 
 def test_replicas_generate_their_slice_and_a_failed_one_is_returned(caplog):
@@ -338,26 +353,30 @@ def test_replicas_generate_their_slice_and_a_failed_one_is_returned(caplog):
         return InProcessGroup(replicas[device], role=f"rollout_borrowed{device}")
 
     weights = {"w": torch.ones(2)}
-    elastic = ElasticRollout(FakeRollout(), ElasticPlacement("cpu", 4, (0,), (0,), ()), start,
-                             lambda: iter(weights.items()))
+    own = FakeActorRank(weights)
+    group = InProcessGroup(own, role="actor_rollout")
+    rollout = GroupRollout(group, group, WeightHandoff("pickle", None), device_ids=(0,))
+    elastic = RolloutElasticity(rollout, ElasticPlacement("cpu", 4, (0,), (0,), ()), start)
     prompts = Batch({"input_ids": torch.arange(10).unsqueeze(1)})
     params = SamplingParams(n=3, seed=1)
-    alone, _ = elastic.generate_sequences(prompts, params)
+    alone, _ = rollout.generate_sequences(prompts, params)
     elastic.apply(Request("grow", (2, 3), "test"))
-    assert elastic.devices == [0, 2, 3] and replicas[2].weights["w"].equal(weights["w"])  # current weights loaded
-    grown, metrics = elastic.generate_sequences(prompts, params)
+    assert rollout.devices == [0, 2, 3] and replicas[2].weights["w"].equal(weights["w"])  # current weights loaded
+    grown, metrics = rollout.generate_sequences(prompts, params)
     assert grown["responses"].equal(alone["responses"]) and grown["input_ids"].equal(alone["input_ids"])
     assert metrics["rollout/rows"] == 10  # 30 rows over 3 devices, pooled
     replicas[2].peak_gb, replicas[3].peak_gb = 3.0, 5.0  # borrowed ranks report their peaks; the max is kept
-    assert elastic.phase_metrics() == {"perf/max_memory_allocated_gb": 5.0, "perf/max_memory_allocated_gb/gen": 2.5}
-    elastic.sync_weights(iter({"w": torch.zeros(2)}.items()))
-    assert replicas[3].weights["w"].equal(torch.zeros(2)) and elastic.base.weights["w"].equal(torch.zeros(2))
+    assert rollout.replica_phase_metrics() == {"perf/max_memory_allocated_gb": 5.0,
+                                               "perf/max_memory_allocated_gb/gen": 2.5}
+    own.actor = {"w": torch.zeros(2)}  # an update
+    rollout.sync_weights()
+    assert replicas[3].weights["w"].equal(torch.zeros(2)) and own.weights["w"].equal(torch.zeros(2))
     replicas[2].fail = True
-    failed, _ = elastic.generate_sequences(prompts, params)
-    assert failed["responses"].equal(alone["responses"]) and elastic.devices == [0, 3]
+    failed, _ = rollout.generate_sequences(prompts, params)
+    assert failed["responses"].equal(alone["responses"]) and rollout.devices == [0, 3]
     assert "rollout replica on device 2 returned: it failed while generating (WorkerDiedError" in caplog.text
     elastic.apply(Request("shrink", (0,), "test"))
-    assert "the rollout's own [0] are never returned" in caplog.text and elastic.devices == [0, 3]
+    assert "the rollout's own [0] are never returned" in caplog.text and rollout.devices == [0, 3]
     elastic.apply(Request("shrink", None, "test"))
-    assert elastic.devices == [0] and "rollout shrunk to 1 device: [0]" in caplog.text
-    assert elastic.phase_metrics() == {}
+    assert rollout.devices == [0] and "rollout shrunk to 1 device: [0]" in caplog.text
+    assert rollout.replica_phase_metrics() == {}

@@ -1,5 +1,6 @@
 """GroupRollout's sharding of prompts: whole prompts per replica when they divide, repeated rows otherwise;
-either way one process's rows, in one process's order, with one process's sample keys."""
+either way one process's rows, in one process's order, with one process's sample keys. Also borrowed replica
+groups (elastic rollout): each generates its slice, a failed one is returned and its slice redone."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import torch
 
 from hybridrl.distributed.worker_group import RankCalls
 from hybridrl.rollout.base import SamplingParams
-from hybridrl.trainer.group_roles import GroupRollout
+from hybridrl.workers.rollout_group import GroupRollout
 from hybridrl.utils.batch import Batch
 from hybridrl.workers.colocated import ROLLOUT_METRICS_META, ROW_INDEX_KEY
 
@@ -51,35 +52,9 @@ def test_replicas_sample_what_one_process_would_whether_or_not_the_prompts_divid
     # sampled there); over 4 and 5 the 24 repeated rows are split (5: padded to 25, the copy dropped after)
     for world_size, received, returned in ((2, 3, 12), (3, 2, 8), (4, 6, 6), (5, 5, 5)):
         group = InProcessRanks(world_size)
-        batch, metrics = GroupRollout(group, handoff=None).generate_sequences(prompts(6), params)
+        batch, metrics = GroupRollout(group, group, handoff=None).generate_sequences(prompts(6), params)
         assert batch["sample_key"].tolist() == list(range(24)), world_size  # one process's keys, in its order
         assert batch["input_ids"][:, 0].tolist() == [p for p in range(6) for _ in range(4)]
         assert list(batch["uid"]) == [f"p{p}" for p in range(6) for _ in range(4)]
         assert [rank.received for rank in group.ranks] == [received] * world_size
         assert ROW_INDEX_KEY not in batch and metrics["rollout/rows"] == returned
-
-
-def test_groups_follow_the_device_lists_and_null_lists_join_the_actors_group():
-    """The issue's layout with a KL loss: the reference's null list keeps it with the actor, so four groups
-    of ranks are not started for three lists. No lists at all: one group hosting every role."""
-    from hybridrl.config import load_config
-    from hybridrl.trainer.group_roles import GroupPlan, plan_groups
-
-    roles = ("actor", "rollout", "reference", "critic")
-    cfg = load_config(["algorithm.adv_estimator=gae", "actor_rollout_ref.actor.use_kl_loss=true",
-                       "actor_rollout_ref.actor.device_ids=[0,1,2,3]", "critic.device_ids=[4,5]",
-                       "actor_rollout_ref.rollout.device_ids=[6,7]"])
-    assert plan_groups(cfg, 8, roles) == [GroupPlan("actor_ref", (0, 1, 2, 3), ("actor", "reference")),
-                                          GroupPlan("rollout", (6, 7), ("rollout",)),
-                                          GroupPlan("critic", (4, 5), ("critic",))]
-    assert plan_groups(load_config(["algorithm.adv_estimator=gae"]), 2, roles) == [
-        GroupPlan("actor_rollout_ref", (0, 1), roles)]
-
-
-def test_a_critic_sharing_the_rollouts_ranks_is_in_its_group_name():
-    from hybridrl.config import load_config
-    from hybridrl.trainer.group_roles import plan_groups
-
-    cfg = load_config(["algorithm.adv_estimator=gae", "actor_rollout_ref.actor.device_ids=[0]",
-                       "actor_rollout_ref.rollout.device_ids=[1]", "critic.device_ids=[1]"])
-    assert [plan.name for plan in plan_groups(cfg, 2, ("actor", "rollout", "critic"))] == ["actor", "rollout_critic"]

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hybridrl.config import resolve_micro_batch_size_per_gpu
+from hybridrl.config.batch_rules import resolve_micro_batch_size_per_gpu
+from hybridrl.config.schema import HybridRLConfig
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,7 @@ class BatchSizes:
     critic_forward_micro: int
 
     @classmethod
-    def from_config(cls, cfg, world_size: int = 1) -> "BatchSizes":
+    def from_config(cls, cfg: HybridRLConfig, world_size: int = 1) -> "BatchSizes":
         arr, n = cfg.actor_rollout_ref, cfg.actor_rollout_ref.rollout.n
         actor, critic = arr.actor, cfg.critic
 

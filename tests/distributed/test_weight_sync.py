@@ -19,17 +19,19 @@ import pytest
 import torch
 
 from hybridrl.config import load_config
+from hybridrl.config.run_plan import build_run_plan
 from hybridrl.distributed import LocalWorkerGroup, WorkerDiedError
-from hybridrl.trainer.group_roles import GroupRollout
-from hybridrl.trainer.weight_sync import RankWeights, WeightHandoff
-from tests.trainer.handoff_workers import InspectableWorker
+from hybridrl.distributed.weight_sync import WeightHandoff
+from hybridrl.workers.rollout_group import GroupRollout
+from tests.distributed.handoff_workers import InspectableWorker
 from tests.trainer.helpers import tiny_run_overrides
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def start(cfg, roles: tuple[str, ...], ranks: int, name: str) -> LocalWorkerGroup:
-    return LocalWorkerGroup(InspectableWorker, {"cfg": cfg, "total_steps": 2, "device_type": "cpu", "roles": roles},
+    plan = build_run_plan(cfg, device="cpu", world_size=1, launcher="local")  # what the ranks read: device, backend
+    return LocalWorkerGroup(InspectableWorker, {"cfg": cfg, "plan": plan, "total_steps": 2, "roles": roles},
                             world_size=ranks, role=name)
 
 
@@ -62,7 +64,7 @@ def test_a_handoff_gives_every_rollout_rank_the_actors_weights_in_the_rollout_dt
     try:
         for factor in (1.37, 0.81):  # twice: the second step rewrites the same buffer
             actor.call_all("scale_actor", factor)
-            metrics = GroupRollout(rollout, handoff).sync_weights(RankWeights(actor))
+            metrics = GroupRollout(rollout, actor, handoff).sync_weights()
             assert_rollout_holds(rollout, actor, torch.bfloat16)
         want_bytes = sum(t.numel() * 2 for t in actor.call_all("actor_weights")[0].values())
         assert metrics["perf/update_weights_shared_memory"] == 1.0
@@ -78,14 +80,14 @@ def test_a_buffer_over_the_limit_falls_back_to_pickling_and_says_so(groups, capl
     handoff = WeightHandoff("shared_memory", torch.bfloat16, max_bytes=1024)
     try:
         actor.call_all("scale_actor", 1.11)
-        metrics = GroupRollout(rollout, handoff).sync_weights(RankWeights(actor))
+        metrics = GroupRollout(rollout, actor, handoff).sync_weights()
         assert_rollout_holds(rollout, actor, torch.bfloat16)
         assert metrics["perf/update_weights_shared_memory"] == 0.0 and metrics["perf/update_weights_gb"] > 0
         assert "shared-memory weight handoff not possible: the weights need " in caplog.text
         assert "only 1.0 KiB are available" in caplog.text and "sending the weights pickled" in caplog.text
         assert not os.path.exists(handoff.path)
         caplog.clear()
-        GroupRollout(rollout, handoff).sync_weights(RankWeights(actor))  # known too big: no second attempt,
+        GroupRollout(rollout, actor, handoff).sync_weights()  # known too big: no second attempt,
         assert "not possible" not in caplog.text and not os.path.exists(handoff.path)  # nor a second warning
     finally:
         handoff.close()
@@ -95,7 +97,7 @@ def test_ray_hands_weights_over_pickled(groups):
     actor, rollout = groups
     handoff = WeightHandoff("pickle", torch.bfloat16)
     actor.call_all("scale_actor", 0.9)
-    metrics = GroupRollout(rollout, handoff).sync_weights(RankWeights(actor))
+    metrics = GroupRollout(rollout, actor, handoff).sync_weights()
     assert handoff.path is None and metrics["perf/update_weights_shared_memory"] == 0.0
     assert_rollout_holds(rollout, actor, torch.bfloat16)
 
@@ -105,11 +107,11 @@ def test_the_buffer_is_removed_when_the_writer_died(cfg, groups):
     actor = start(cfg, ("actor",), 1, "actor_doomed")
     handoff = WeightHandoff("shared_memory", torch.bfloat16)
     try:
-        GroupRollout(rollout, handoff).sync_weights(RankWeights(actor))
+        GroupRollout(rollout, actor, handoff).sync_weights()
         assert os.path.exists(handoff.path)
         os.kill(actor.pids[0], signal.SIGKILL)
         with pytest.raises(WorkerDiedError, match="actor_doomed worker rank 0 died"):
-            GroupRollout(rollout, handoff).sync_weights(RankWeights(actor))
+            GroupRollout(rollout, actor, handoff).sync_weights()
     finally:
         handoff.close()  # what the trainer's shutdown does on its way out
         actor.shutdown()
@@ -117,12 +119,20 @@ def test_the_buffer_is_removed_when_the_writer_died(cfg, groups):
 
 
 def test_an_in_process_actors_buffer_is_removed_at_interpreter_exit(tmp_path):
-    """One process (elastic replicas of a one-process run): the controller writes; exiting removes the buffer."""
+    """One process (elastic replicas of a one-process run): the actor's group is in the controller's process, so
+    the controller writes; exiting removes the buffer."""
     script = textwrap.dedent(f"""
         import torch
-        from hybridrl.trainer.weight_sync import WeightHandoff
+        from hybridrl.distributed import InProcessGroup
+        from hybridrl.distributed.weight_handoff import write_weights
+        from hybridrl.distributed.weight_sync import WeightHandoff
+
+        class Actor:
+            def write_actor_weights(self, spec):
+                return write_weights([("w", torch.ones(1000)), ("b", torch.zeros(3))], spec)
+
         handoff = WeightHandoff("shared_memory", torch.bfloat16, directory={str(tmp_path)!r})
-        manifest = handoff.gather([("w", torch.ones(1000)), ("b", torch.zeros(3))])
+        manifest = handoff.gather(InProcessGroup(Actor(), role="actor"))
         assert manifest.nbytes == 2048 + 6 and handoff.metrics()["perf/update_weights_shared_memory"] == 1.0
         print(handoff.path)
     """)

@@ -2,15 +2,16 @@
 
 When the rollout has devices of its own (per-role `*.device_ids`) or borrows some (elastic rollout), the
 actor's full weights must reach other processes after every update. `WeightHandoff` gathers them once
-per step (the actor's rank 0, or the controller for an in-process actor, casts each tensor to the
-dtype the rollout holds as it is gathered) and hands every rollout group the same payload:
+per step from the actor's group (its rank 0 casts each tensor to the dtype the rollout holds as the ranks
+gather it; in a one-process run that rank is the controller itself) and hands every rollout group the
+same payload:
 
 - `shared_memory` (the local launcher: every rank is on this node): the writer fills ONE flat buffer in
   /dev/shm, reused every step, and only a small `WeightManifest` travels through the launcher's pipes;
   rollout ranks map the buffer read-only and copy from it (`distributed.weight_handoff`). If /dev/shm is
   too small the tensors go pickled instead, with a warning naming the size needed.
-- `pickle` (Ray, whose ranks may sit on other nodes, which shared memory does not span; also in-process
-  groups): the tensors travel pickled through the controller (Ray's object store).
+- `pickle` (Ray, whose ranks may sit on other nodes, which shared memory does not span): the tensors
+  travel pickled through the controller (Ray's object store).
 
 The controller's calls are sequential (gather, then every load), so a buffer is never rewritten while a
 rollout rank reads it. The buffer is removed by `close()` (trainer shutdown, also after a worker died)
@@ -20,38 +21,28 @@ and at interpreter exit; see `distributed.weight_handoff` for the other ways it 
 from __future__ import annotations
 
 import atexit
-from dataclasses import dataclass
 
 import torch
 
-from hybridrl.distributed import WorkerGroup
-from hybridrl.distributed.weight_handoff import (
+from hybridrl.logging.log import get_logger
+
+from .weight_handoff import (
     BufferSpec,
-    SpilledWeights,
-    WeightManifest,
-    cast_to_cpu,
+    Payload,
+    PickledWeights,
     default_buffer_dir,
     new_buffer_path,
-    payload_bytes,
     remove_buffer,
     sweep_stale_buffers,
-    write_weights,
 )
-from hybridrl.logging.log import get_logger
+from .worker_group import WorkerGroup
 
 log = get_logger("hybridrl.trainer")
 HANDOFF_MODES = ("shared_memory", "pickle")
-# Chosen by launcher, explicitly: the local launcher's ranks all run on this node (shared memory reaches
-# them); Ray's may run on other nodes, so weights keep travelling pickled through Ray's object store.
-HANDOFF_BY_LAUNCHER = {"local": "shared_memory", "ray": "pickle"}
-Payload = WeightManifest | dict[str, torch.Tensor]
-
-
-@dataclass(frozen=True)
-class RankWeights:
-    """The actor's weights, which stay on the ranks of `group` until a handoff gathers them."""
-
-    group: WorkerGroup
+# Chosen by launcher, explicitly: the in-process and local launchers' ranks all run on this node (shared memory
+# reaches them, and the replicas an elastic rollout borrows); Ray's may run on other nodes, so weights keep
+# travelling pickled through Ray's object store.
+HANDOFF_BY_LAUNCHER = {"in_process": "shared_memory", "local": "shared_memory", "ray": "pickle"}
 
 
 class WeightHandoff:
@@ -83,35 +74,30 @@ class WeightHandoff:
         self.path = new_buffer_path(directory)  # created by the first write
         atexit.register(self.close)
 
-    def gather(self, source: RankWeights | list[tuple[str, torch.Tensor]]) -> Payload:
-        """The actor's weights as a payload for `load`: from its group (a `RankWeights`) or (name, tensor)
-        pairs of an in-process actor."""
-        payload = self._gather_shared(source) if self.path is not None else self._gather_pickled(source)
-        self.last_bytes = payload_bytes(payload)
-        self.last_shared = isinstance(payload, WeightManifest)
+    def gather(self, actor: WorkerGroup) -> Payload:
+        """The actor's full weights, gathered by every rank of its group (a collective), as a payload for `load`."""
+        payload = self._gather_shared(actor) if self.path is not None else \
+            PickledWeights(actor.call_all("actor_weights", self.dtype)[0])
+        self.last_bytes, self.last_shared = payload.nbytes, payload.shared
         return payload
 
-    def _gather_shared(self, source) -> Payload:
+    def _gather_shared(self, actor: WorkerGroup) -> Payload:
+        """Rank 0 writes the buffer, or spills the tensors when it cannot hold them."""
+        assert self.path is not None, "a shared-memory gather needs the buffer's path"
         spec = BufferSpec(self.path, self.dtype, self.max_bytes, self.expected_bytes)
-        result = (source.group.call_all("write_actor_weights", spec)[0] if isinstance(source, RankWeights)
-                  else write_weights(source, spec))
-        if isinstance(result, SpilledWeights):
+        result = actor.call_all("write_actor_weights", spec)[0]
+        if not result.shared:  # spilled
             if not self.spilling:
                 log.warning(f"shared-memory weight handoff not possible: {result.reason}; sending the weights "
                             f"pickled through the launcher's pipes instead (slower). Fix: make /dev/shm larger "
                             f"than {result.needed_bytes / 2**30:.2f} GiB plus what else uses it (docker: "
                             f"--shm-size; Kubernetes: an emptyDir with medium Memory at /dev/shm)")
             self.spilling, self.expected_bytes = True, result.needed_bytes
-            return result.tensors
+            return result
         if self.spilling:
             log.info("shared-memory weight handoff works again (enough free space in /dev/shm)")
         self.spilling, self.expected_bytes = False, result.nbytes
         return result
-
-    def _gather_pickled(self, source) -> dict[str, torch.Tensor]:
-        if isinstance(source, RankWeights):
-            return source.group.call_all("actor_weights", self.dtype)[0]
-        return {name: cast_to_cpu(tensor, self.dtype, copy=True) for name, tensor in source}
 
     def load(self, group: WorkerGroup, payload: Payload) -> None:
         """Every rank of a rollout group loads the payload into its engine (`load_rollout_weights`)."""

@@ -22,11 +22,12 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from hybridrl.checkpoint.startup import report_leftovers, started_after
 from hybridrl.logging.log import get_logger
 
-log = get_logger("hybridrl.trainer")
+log = get_logger("hybridrl.elastic")
 PID_FILE = "trainer.pid"
 CONTROL_DIR = "control"
 COMMANDS = {"grow-rollout": "grow", "shrink-rollout": "shrink"}
@@ -74,7 +75,7 @@ class ElasticController:
         self.run_dir = run_dir
         self.pid_path = os.path.join(run_dir, PID_FILE)
         self._received: list[str] = []  # signal names, appended by the handler (list.append is atomic)
-        self._previous: dict[int, object] = {}
+        self._previous: dict[int, Any] = {}  # what signal.signal returned: a handler, SIG_DFL, SIG_IGN or None
 
     def install(self) -> bool:
         """Handlers for SIGUSR1/SIGUSR2 and the pid file; only possible from the main thread. An earlier run's

@@ -9,7 +9,7 @@ import torch
 
 from hybridrl.config import load_config
 from hybridrl.config import compat
-from hybridrl.trainer.oom import PhaseOOMError, oom_guard, suggest_overrides, translate_oom
+from hybridrl.errors.oom import PhaseOOMError, oom_guard, suggest_overrides, translate_oom
 
 PHASES = ("gen", "old_log_prob", "ref", "values", "update_critic", "update_actor", "update_weights")
 OVERRIDES = ["data.train_batch_size=64", "actor_rollout_ref.rollout.n=8", "actor_rollout_ref.rollout.response_length=256",
