@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-SHARED_DIR = Path(__file__).resolve().parents[1].parent / "shared"
+# shared/ sits beside the clone (CI); HYBRIDRL_SHARED_DIR points elsewhere (a git worktree's checkout).
+SHARED_DIR = Path(os.environ.get("HYBRIDRL_SHARED_DIR", Path(__file__).resolve().parents[1].parent / "shared"))
 GSM8K_DIR = SHARED_DIR / "data" / "gsm8k"
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

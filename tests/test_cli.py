@@ -90,3 +90,49 @@ def test_verl_gsm8k_grpo_command_line_runs(tmp_path, gsm8k_dir, tiny_model_dir):
     records = [json.loads(line) for line in open(os.path.join(out_dir, "metrics.jsonl"))]
     assert [r["step"] for r in records] == [0, 1, 2]
     assert os.path.isdir(os.path.join(out_dir, "global_step_2", "actor"))
+
+
+def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
+    code = cli_main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_every_command_answers_help(capsys):
+    from hybridrl.cli import COMMANDS
+
+    for command in COMMANDS:
+        for flag in ("--help", "-h"):
+            code, out, err = run_cli([command, flag], capsys)
+            assert code == 0, (command, flag, err)
+            assert "usage" in out.lower() and f"hybridrl {command}" in out, (command, flag, out)
+
+
+def test_train_help_lists_common_overrides_and_points_at_the_docs(capsys):
+    code, out, _ = run_cli(["train", "--help"], capsys)
+    assert code == 0
+    for needle in ("data.train_files=", "actor_rollout_ref.model.path=", "actor_rollout_ref.rollout.n=",
+                   "trainer.total_epochs=", "hybridrl print-config --docs", "HYDRA_FULL_ERROR=1"):
+        assert needle in out, needle
+    assert run_cli(["help", "train"], capsys)[1] == out  # `hybridrl help train` says the same
+
+
+def test_main_ppo_help_needs_no_trainer():
+    out = run_py("-c", "import sys; from hybridrl.trainer.main_ppo import main; rc = main(['-h']); "
+                       "print(rc, 'hybridrl.trainer.ppo_trainer' in sys.modules)")
+    assert out.stdout.strip().endswith("0 False") and "common overrides" in out.stdout
+
+
+def test_version_and_top_level_help(capsys):
+    import hybridrl
+
+    assert run_cli(["--version"], capsys)[:2] == (0, f"hybridrl {hybridrl.__version__}\n")
+    code, out, _ = run_cli(["-h"], capsys)
+    assert code == 0 and "print-config" in out and "--version" in out
+    out = run_py("-m", "hybridrl", "--version")
+    assert out.returncode == 0 and out.stdout.strip() == f"hybridrl {hybridrl.__version__}"
+
+
+def test_usage_errors_exit_two_without_a_traceback(capsys):
+    code, _, err = run_cli(["export"], capsys)  # its two positional arguments are missing
+    assert code == 2 and "the following arguments are required" in err and "Traceback" not in err

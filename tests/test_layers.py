@@ -8,7 +8,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "hybridrl"
 LAYERS = [
-    {"cli", "__main__", "quickstart", "model_merger", "trainer/main_ppo"},
+    {"cli", "cli_help", "__main__", "quickstart", "model_merger", "trainer/main_ppo"},
     {"trainer"},
     {"workers"},
     {"rollout", "distributed", "checkpoint", "serving"},

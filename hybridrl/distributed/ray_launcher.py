@@ -37,7 +37,10 @@ def import_ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise ImportError("the Ray launcher needs ray, which is not installed: pip install 'hybridrl[ray]'") from None
+        from hybridrl.logging.backends import MissingDependencyError
+
+        raise MissingDependencyError("the Ray launcher (trainer.launcher=ray, a Ray address or several nodes) needs "
+                                     "ray, which is not installed: pip install 'hybridrl[ray]'") from None
     return ray
 
 
