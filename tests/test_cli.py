@@ -82,14 +82,26 @@ def test_verl_gsm8k_grpo_command_line_runs(tmp_path, gsm8k_dir, tiny_model_dir):
         "trainer.project_name='verl_grpo_example_gsm8k'", "trainer.experiment_name='tiny_function_rm'",
         "trainer.n_gpus_per_node=1", "trainer.nnodes=1", "trainer.save_freq=2", "trainer.test_freq=2",
         "trainer.total_training_steps=2", f"trainer.default_local_dir={out_dir}", "trainer.device=cpu",
+        "trainer.log_val_generations=2", f"trainer.validation_data_dir={tmp_path / 'val_dump'}",
     ]
-    out = run_py(*args)
+    out = run_py(*args)  # stdout is not a TTY here: progress lines instead of a bar
     assert out.returncode == 0, out.stderr[-3000:]
-    lines = [line for line in out.stdout.splitlines() if line.startswith("step:")]
-    assert len(lines) == 3 and "val-core/openai/gsm8k/reward/mean@1" in lines[0]
+    console = out.stdout
+    # what a person watching it reads: the banner, one readable line per step, progress, samples, the summary
+    assert console.index("hybridrl ") < console.index("step:1 | policy") < console.index("done: 2 steps")
+    for needle in (f"model      {tiny_model_dir}", "train 16 prompts", "4 prompts x 2 samples = 8 sequences per step",
+                   "progress: step 2/2 (100%)", "validation generations at step 0 (2 samples",
+                   "best val    val-core/openai/gsm8k/reward/mean@1", f"hybridrl export {out_dir}/global_step_2"):
+        assert needle in console, needle
+    lines = [line for line in console.splitlines() if line.startswith("step:")]
+    assert len(lines) == 3 and "val openai/gsm8k reward@1" in lines[0]
+    assert all(len(line) < 400 for line in lines) and " tok/s" in lines[1]
     records = [json.loads(line) for line in open(os.path.join(out_dir, "metrics.jsonl"))]
-    assert [r["step"] for r in records] == [0, 1, 2]
+    assert [r["step"] for r in records] == [0, 1, 2] and len(records[1]) > 40  # every key still goes to the file
     assert os.path.isdir(os.path.join(out_dir, "global_step_2", "actor"))
+    dumped = [json.loads(line) for line in open(tmp_path / "val_dump" / "2.jsonl")]  # verl's validation dump
+    assert len(dumped) == 4 and {"input", "output", "gts", "score", "step"} <= set(dumped[0])
+    assert len(open(os.path.join(out_dir, "val_generations.jsonl")).readlines()) == 2 * 2  # steps 0 and 2
 
 
 def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:

@@ -97,16 +97,16 @@ class PPOTrainer:
         return controller_cpu_threads(self.num_devices + 1)
 
     def _fit(self) -> dict[str, float]:
-        from hybridrl.logging.progress import StepProgress
         from hybridrl.logging.tracker import build_trackers
 
         checkpointing.maybe_resume(self)
-        trackers = build_trackers(self.cfg.trainer.logger, project_name=self.cfg.trainer.project_name,
-                                  experiment_name=self.cfg.trainer.experiment_name,
-                                  local_dir=checkpointing.root_dir(self.cfg), config_dict=_config_dict(self.cfg))
+        self.trackers = trackers = build_trackers(
+            self.cfg.trainer.logger, project_name=self.cfg.trainer.project_name,
+            experiment_name=self.cfg.trainer.experiment_name, local_dir=checkpointing.root_dir(self.cfg),
+            config_dict=_config_dict(self.cfg))
+        trackers.add("run_console", self._run_console())  # console: the banner now, progress per step, summary at end
         if self.val_loader is not None and self.cfg.trainer.val_before_train and self.global_step == 0:
             trackers.log(self.validate(), step=0)
-        progress = StepProgress(self.total_steps, initial_step=self.global_step)
         metrics: dict[str, float] = {}
         while self.global_step < self.total_steps:
             for request in self.control.pending():  # a step boundary: grow or shrink the rollout now
@@ -119,10 +119,26 @@ class PPOTrainer:
                             "perf/rollout_num_devices": len(self.roles.rollout.devices)})
             self._after_step(metrics)
             trackers.log(metrics, step=self.global_step)
-            progress.update(self.global_step, metrics)
-        progress.close()
         trackers.finish()
         return metrics
+
+    # ---- console (logging/run_console.py, logging/banner.py): what the banner and the summary report ----
+    def _run_console(self):
+        from hybridrl import __version__
+        from hybridrl.config import rollout_backend_name
+        from hybridrl.logging.banner import run_facts
+        from hybridrl.logging.run_console import RunConsole
+
+        train_set, val_set = self.train_loader.dataset, self.val_loader.dataset if self.val_loader else None
+        return RunConsole(run_facts(
+            self.cfg, needs_critic=self.needs.critic, needs_reference=self.needs.reference,
+            device_type=self.device.type, num_devices=self.num_devices,
+            rollout_backend=rollout_backend_name(self.cfg, self.device.type), train_rows=len(train_set),
+            val_rows=len(val_set) if val_set is not None else None,
+            prompt_lengths=getattr(train_set, "prompt_lengths", []), steps_per_epoch=len(self.train_loader),
+            total_steps=self.total_steps, start_step=self.global_step, output_dir=checkpointing.root_dir(self.cfg),
+            version=__version__))
+    # ---- end console ----
 
     def _after_step(self, metrics: dict[str, float]) -> None:
         """Validation and checkpointing at their frequencies (and always at the last step, as verl)."""
@@ -292,6 +308,7 @@ class PPOTrainer:
     def validate(self) -> dict[str, float]:
         rollout_cfg = self.cfg.actor_rollout_ref.rollout
         sources, uids, scores, extra = [], [], [], {}
+        texts: dict[str, list] = {"inputs": [], "outputs": [], "gts": []}  # the validation hook (below)
         for chunk_index, prompts in enumerate(self.val_loader):
             prompts["uid"] = _uids(f"val{chunk_index}", len(prompts))
             params = sampling_params(rollout_cfg, validate=True, seed=self.cfg.trainer.seed)
@@ -302,7 +319,33 @@ class PPOTrainer:
             scores += scored["token_level_scores"].sum(-1).tolist()
             for key, values in chunk_extra.items():
                 extra.setdefault(key, []).extend(values)
+            self._collect_val_texts(batch, texts)
+        self._log_val_generations(texts, scores, extra)
         return validation_metrics(sources, uids, scores, extra, rollout_cfg.val_kwargs.n)
+
+    # ---- validation hook: trainer.log_val_generations and trainer.validation_data_dir (logging/val_generations.py) ----
+    def _collect_val_texts(self, batch: Batch, texts: dict[str, list]) -> None:
+        if self.cfg.trainer.log_val_generations > 0 or self.cfg.trainer.validation_data_dir:
+            from hybridrl.models.hf import batch_decode
+            from hybridrl.workers.reward import decode_responses
+
+            texts["inputs"] += batch_decode(self.tokenizer, batch["prompts"].tolist(), skip_special_tokens=True)
+            texts["outputs"] += decode_responses(self.tokenizer, batch)
+            texts["gts"] += [(info or {}).get("ground_truth") for info in batch["reward_model"]]
+
+    def _log_val_generations(self, texts: dict[str, list], scores: list[float], extra: dict[str, list]) -> None:
+        from hybridrl.logging.rollout_dump import dump_rollout_jsonl
+        from hybridrl.logging.val_generations import log_val_generations
+
+        trainer = self.cfg.trainer
+        if trainer.log_val_generations > 0:
+            log_val_generations(self.trackers, trainer.log_val_generations, texts["inputs"], texts["outputs"],
+                                scores, self.global_step)
+        if trainer.validation_data_dir:  # verl's dump: one <step>.jsonl of every validation sample
+            dump_rollout_jsonl(trainer.validation_data_dir, self.global_step, texts["inputs"], texts["outputs"],
+                               scores, {"gts": texts["gts"], **{k: v for k, v in extra.items() if k not in
+                                                                ("input", "output", "score", "step", "gts")}})
+    # ---- end validation hook ----
 
     # ============================================================== helpers
     def _rollout_seed(self) -> int:
