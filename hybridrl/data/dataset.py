@@ -73,6 +73,9 @@ class RLDataset:
         self.num_filtered = 0
         # origins[i] = (file, row number in that file) so errors point at the exact source row.
         self.rows, self.origins = self._read_files()
+        if not self.rows:
+            raise DatasetError(f"the data files hold no rows: {', '.join(self.files)}; check data.train_files / "
+                               f"data.val_files")
         self.prompt_lengths: list[int] = []
         self._keep(_subsample_indices(len(self.rows), max_samples, seed))
         self._scan(filter_overlong_prompts, require_ground_truth)

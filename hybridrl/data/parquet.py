@@ -38,9 +38,14 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise DataFileNotFoundError(f"data file {path} does not exist; check data.train_files / data.val_files")
     if path.suffix == ".parquet":
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        return pq.read_table(path).to_pylist()
+        try:
+            return pq.read_table(path).to_pylist()
+        except (pa.ArrowInvalid, OSError) as error:
+            raise DatasetError(f"data file {path} is not a readable parquet file ({error}); rewrite it, e.g. "
+                               f"with `hybridrl preprocess`") from error
     if path.suffix in (".jsonl", ".json"):
         return _read_json_rows(path)
     raise DatasetError(f"data file {path} has an unsupported type {path.suffix!r}; use one of {ROW_FILE_SUFFIXES}")

@@ -210,3 +210,14 @@ def test_prompt_lengths_follow_filtering_and_subsets(tmp_path, char_tokenizer):
     dataset = RLDataset(path, char_tokenizer, max_prompt_length=4, filter_overlong_prompts=True)
     assert dataset.prompt_lengths == [3, 4]
     assert [len(dataset[i]["input_ids"]) for i in range(len(dataset))] == dataset.prompt_lengths
+
+
+def test_empty_and_unreadable_files_are_dataset_errors(tmp_path, char_tokenizer):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(DatasetError, match="hold no rows"):
+        RLDataset(str(empty), char_tokenizer)
+    broken = tmp_path / "broken.parquet"
+    broken.write_bytes(b"not parquet at all")
+    with pytest.raises(DatasetError, match="not a readable parquet file"):
+        RLDataset(str(broken), char_tokenizer)
