@@ -1,5 +1,6 @@
 """verl's `trainer.log_val_generations`: N (input, output, score) samples of each validation, to the console and
-every tracker (W&B table, TensorBoard text, MLflow artifact, SwanLab table, the JSONL file).
+every tracker (W&B table, TensorBoard text, MLflow artifact, SwanLab table, the JSONL file); and verl's
+`trainer.validation_data_dir`: every validation sample as `<step>.jsonl`.
 
 The samples are chosen as verl's `_maybe_log_val_generations` chooses them: sorted by input text, shuffled with
 `np.random.RandomState(42)`, the first N; so the same prompts are shown at every validation and their outputs can
@@ -70,3 +71,23 @@ def log_val_generations(trackers: Any, count: int, inputs: Sequence[str], output
     samples = select_val_generations(inputs, outputs, scores, count)
     trackers.log_generations(samples, step)
     return samples
+
+
+def wants_validation_texts(trainer_cfg: Any) -> bool:
+    """Whether validation must decode its prompts and responses (`trainer.*` keys: either feature is on)."""
+    return trainer_cfg.log_val_generations > 0 or bool(trainer_cfg.validation_data_dir)
+
+
+def record_validation_samples(trackers: Any, trainer_cfg: Any, texts: dict[str, list], scores: Sequence[float],
+                              extra: dict[str, list], step: int) -> None:
+    """`texts` (inputs, outputs, gts: one per sample) to the trackers (log_val_generations) and to
+    `<validation_data_dir>/<step>.jsonl` with the scores and the reward's extra keys, as verl dumps them."""
+    if trainer_cfg.log_val_generations > 0:
+        log_val_generations(trackers, trainer_cfg.log_val_generations, texts["inputs"], texts["outputs"], scores,
+                            step)
+    if trainer_cfg.validation_data_dir:
+        from hybridrl.logging.rollout_dump import dump_rollout_jsonl
+
+        fixed = ("input", "output", "score", "step", "gts")
+        dump_rollout_jsonl(trainer_cfg.validation_data_dir, step, texts["inputs"], texts["outputs"], list(scores),
+                           {"gts": texts["gts"], **{k: v for k, v in extra.items() if k not in fixed}})

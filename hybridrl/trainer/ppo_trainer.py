@@ -323,9 +323,11 @@ class PPOTrainer:
         self._log_val_generations(texts, scores, extra)
         return validation_metrics(sources, uids, scores, extra, rollout_cfg.val_kwargs.n)
 
-    # ---- validation hook: trainer.log_val_generations and trainer.validation_data_dir (logging/val_generations.py) ----
+    # ---- validation hook: trainer.log_val_generations, trainer.validation_data_dir (logging/val_generations.py) ----
     def _collect_val_texts(self, batch: Batch, texts: dict[str, list]) -> None:
-        if self.cfg.trainer.log_val_generations > 0 or self.cfg.trainer.validation_data_dir:
+        from hybridrl.logging.val_generations import wants_validation_texts
+
+        if wants_validation_texts(self.cfg.trainer):
             from hybridrl.models.hf import batch_decode
             from hybridrl.workers.reward import decode_responses
 
@@ -334,17 +336,9 @@ class PPOTrainer:
             texts["gts"] += [(info or {}).get("ground_truth") for info in batch["reward_model"]]
 
     def _log_val_generations(self, texts: dict[str, list], scores: list[float], extra: dict[str, list]) -> None:
-        from hybridrl.logging.rollout_dump import dump_rollout_jsonl
-        from hybridrl.logging.val_generations import log_val_generations
+        from hybridrl.logging.val_generations import record_validation_samples
 
-        trainer = self.cfg.trainer
-        if trainer.log_val_generations > 0:
-            log_val_generations(self.trackers, trainer.log_val_generations, texts["inputs"], texts["outputs"],
-                                scores, self.global_step)
-        if trainer.validation_data_dir:  # verl's dump: one <step>.jsonl of every validation sample
-            dump_rollout_jsonl(trainer.validation_data_dir, self.global_step, texts["inputs"], texts["outputs"],
-                               scores, {"gts": texts["gts"], **{k: v for k, v in extra.items() if k not in
-                                                                ("input", "output", "score", "step", "gts")}})
+        record_validation_samples(self.trackers, self.cfg.trainer, texts, scores, extra, self.global_step)
     # ---- end validation hook ----
 
     # ============================================================== helpers

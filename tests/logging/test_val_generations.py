@@ -98,3 +98,19 @@ def test_swanlab_gets_a_table(monkeypatch, tmp_path):
     trackers.log_generations([("1+1=", "2", 1.0)], step=4)
     table = calls[-1][1][0]["val/generations"]
     assert table.added == [(["step", "input", "output", "score"], [[4, "1+1=", "2", 1.0]])]
+
+
+def test_validation_dump_writes_every_sample_with_ground_truth_and_extras(tmp_path, capsys):
+    from hybridrl.logging.val_generations import record_validation_samples, wants_validation_texts
+
+    settings = types.SimpleNamespace(log_val_generations=0, validation_data_dir=str(tmp_path / "val"))
+    assert wants_validation_texts(settings)
+    trackers = build_trackers(["console"], project_name="p", experiment_name="e", local_dir=str(tmp_path),
+                              config_dict={})
+    texts = {"inputs": ["1+1=", "2+2="], "outputs": ["2", "5"], "gts": ["2", "4"]}
+    record_validation_samples(trackers, settings, texts, [1.0, 0.0], {"acc": [1, 0], "score": [9, 9]}, step=6)
+    assert capsys.readouterr().out == ""  # log_val_generations=0: nothing on the console
+    records = [json.loads(line) for line in open(tmp_path / "val" / "6.jsonl", encoding="utf-8")]
+    assert records == [{"input": "1+1=", "output": "2", "score": 1.0, "step": 6, "gts": "2", "acc": 1},
+                       {"input": "2+2=", "output": "5", "score": 0.0, "step": 6, "gts": "4", "acc": 0}]
+    assert not wants_validation_texts(types.SimpleNamespace(log_val_generations=0, validation_data_dir=None))
