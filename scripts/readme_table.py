@@ -23,6 +23,7 @@ README = REPO / "README.md"
 T = ("--hybridrl-override reward_model.launch_reward_fn_async=true --hybridrl-override "
      "actor_rollout_ref.actor.use_dynamic_bsz=true --hybridrl-override "
      "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=49152")
+C = "--response-length 1024 --gpu-memory-utilization 1.0 --trial-timeout 300 --time-budget 565 --granularity 32"
 QUICKSTART_JSON = "quickstart_cpu_2core.json"
 
 
@@ -87,8 +88,10 @@ ROWS: tuple[Row, ...] = (
         ("python benchmarks/rl_step_bench.py --only hybrid,hybrid_offload,separate --steps 4 --warmup-steps 2",)),
     Row("Largest batch, 1024-token responses, one generation wave (2 H200s, one mode each, same call)",
         ("capacity_x2_session7a_hybrid.json", "capacity_x2_session7a_separate.json"), _capacity,
-        ("CUDA_VISIBLE_DEVICES=0 python benchmarks/capacity_bench.py --modes hybrid $C",
-         "CUDA_VISIBLE_DEVICES=1 python benchmarks/capacity_bench.py --modes separate $C")),
+        ("CUDA_VISIBLE_DEVICES=0 python benchmarks/capacity_bench.py --modes hybrid $C --start-prompts 1280 "
+         "--max-prompts 1312",
+         "CUDA_VISIBLE_DEVICES=1 python benchmarks/capacity_bench.py --modes separate $C --start-prompts 1040 "
+         "--max-prompts 1072")),
     Row("GRPO step on 2 H200s (FSDP2, colocated) against 1, same call",
         ("rl_step_x2_session11_g1_run1.json", "rl_step_x2_session11_g2_run1.json"), _two_gpus,
         ("CUDA_VISIBLE_DEVICES=0 python benchmarks/rl_step_bench.py --only hybrid --steps 4 --warmup-steps 2 $T",
@@ -111,8 +114,7 @@ def benchmark_table() -> str:
         lines.append(f"| {row.what} [{len(notes) + 1}] | {ours} | {peer} | {ratio} |")
         sources = ", ".join(f"[`{f}`](benchmarks/results/{f})" for f in row.files)
         notes.append(f"{len(notes) + 1}. " + " and ".join(f"`{c}`" for c in row.commands) + f" → {sources}")
-    variables = (f"`$T` = `{T}`; `$C` = `--response-length 1024 --start-prompts 64 --gpu-memory-utilization 1.0 "
-                 "--trial-timeout 330 --time-budget 505`. Workloads and every other figure: "
+    variables = (f"`$T` = `{T}`; `$C` = `{C}`. Workloads and every other figure: "
                  "[benchmarks/README.md](benchmarks/README.md).")
     return "\n".join(lines + [""] + notes + ["", variables])
 

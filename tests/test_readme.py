@@ -8,6 +8,7 @@ import importlib.util
 import os
 import re
 import shlex
+import sys
 from pathlib import Path
 
 from hybridrl.config import load_config
@@ -29,6 +30,7 @@ def readme_training_overrides() -> list[str]:
 def readme_table_module():
     spec = importlib.util.spec_from_file_location("readme_table", REPO / "scripts" / "readme_table.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
     spec.loader.exec_module(module)
     return module
 
