@@ -192,8 +192,11 @@ def main_comparison(model, config, prompts, args) -> dict[str, Any]:
     if not args.skip_hf:
         result["hf"] = run_hf(model, prompts, args.n, args.response_length, args.device, config.pad_token_id)
         if not args.skip_hf_static:
-            result["hf_static"] = run_hf(model, prompts, args.n, args.response_length, args.device,
-                                         config.pad_token_id, static=True)
+            try:
+                result["hf_static"] = run_hf(model, prompts, args.n, args.response_length, args.device,
+                                             config.pad_token_id, static=True)
+            except Exception as exc:  # a peer that fails to compile is reported, not fatal (the others still run)
+                result["hf_static_error"] = repr(exc)[:500]
     engine = make_engine(model, args, max_num_seqs=len(prompts) * args.n, max_model_len=max_len)
     result["engine"] = run_engine(engine, prompts, params, args.device)
     for peer in ("hf", "hf_static"):  # ratios only between numbers of this run
