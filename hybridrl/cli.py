@@ -15,11 +15,15 @@ commands:
   control <run_dir> shrink-rollout [--devices 1]
                                           ask a running trainer to extend generation onto more devices (default:
                                           the actor's) or return borrowed ones; applied at the next step
-  print-config [key=value ...]            print the fully resolved config as YAML (--docs: with key docs)
+  print-config [--docs] [--validate] [key=value ...]
+                                          the resolved config as YAML; --docs: with each key's doc line;
+                                          --validate: every check train makes before its first step (paths, data)
   preprocess {gsm8k,math} [flags]         write verl-format train/test parquet files
-  export <global_step_dir> <out_dir>      write a plain HF model (safetensors) from a checkpoint
-  plot <metrics.jsonl> [--keys ...] [-o curves.png]
-  sft [key=value ...]                     small supervised fine-tuning run (warm start)
+  export <checkpoint> <out_dir>           write a plain HF model (safetensors) from a checkpoint (actor/critic)
+  plot <metrics.jsonl> [more ...] [-o curves.png]
+                                          curves of one run or several (the algorithm's panels, stacked timing)
+  sft --model DIR --train-files F --out DIR
+                                          small supervised fine-tuning run (warm start)
   quickstart [--out DIR]                  the embedded demo: tiny model, digit-reversal task, SFT then GRPO
   convert megatron-to-hf --input DIR --output DIR [--hf-config DIR] [--tokenizer DIR]
   convert hf-to-megatron --input HF_DIR --output DIR --tp N [--pp M]

@@ -66,3 +66,14 @@ def test_readme_links_resolve_and_it_stays_a_front_page():
     assert len(text.splitlines()) <= 130, "the README is a front page: move detail into docs/"
     for word in ("session", "work period", "device call", "was lent"):
         assert word not in text.lower(), f"development history ({word!r}) belongs in benchmarks/README.md"
+
+
+def test_rollout_row_reads_a_warm_peers_report():
+    """The rollout row (generated once the H200 report exists) takes its ratios from one report's numbers."""
+    table = readme_table_module()
+    report = {"main": {"engine": {"gen_tok_s": 150_000.0}, "hf": {"gen_tok_s": 15_000.0},
+                       "hf_static": {"gen_tok_s": 30_000.0}}}
+    assert table._rollout([report]) == ("150.0k generated tokens/s",
+                                        "HF `generate`: 15.0k; static cache + `torch.compile`: 30.0k", "10.0x; 5.0x")
+    del report["main"]["hf_static"]
+    assert table._rollout([report])[2] == "10.0x" and "failed" in table._rollout([report])[1]
