@@ -85,10 +85,13 @@ def memory_plan(cfg: Any, num_parameters: int | None, needs_critic: bool, needs_
     trained = num_parameters * BYTES_PER_TRAINED_PARAMETER
     offload = [name for name, on in (("parameters", arr.actor.fsdp_config.param_offload),
                                      ("optimizer state", arr.actor.fsdp_config.optimizer_offload)) if on]
+    dtype_bytes = 2 if device_type == "cuda" else 4
+    if arr.model.lora_rank:  # only the adapter trains; the reference is the base with the adapter disabled
+        return [f"actor: {human_bytes(num_parameters * dtype_bytes)}{shards} of frozen base weights plus the LoRA "
+                f"adapter's training state (rank {arr.model.lora_rank}); the reference shares the base weights"]
     lines = [f"actor: {human_bytes(trained)}{shards} (fp32 weights, gradients, AdamW)"
              + (f"; {' and '.join(offload)} on the CPU between phases" if offload else "")]
     if needs_reference:
-        dtype_bytes = 2 if device_type == "cuda" else 4
         where = " (on the CPU between phases)" if arr.ref.fsdp_config.param_offload else ""
         lines.append(f"reference: {human_bytes(num_parameters * dtype_bytes)}{shards}{where}")
     if needs_critic:

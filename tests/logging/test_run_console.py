@@ -52,6 +52,9 @@ def test_banner_lists_role_placement_and_the_gpu_kv_budget(arith_model_dir, tmp_
     assert "actor on [0, 1]; rollout on [2, 3]; roles not listed follow the actor" in banner
     assert "rollout KV cache: up to 40% of each GPU while generating, freed after each generation" in banner
     assert "resuming after step 2" in banner
+    lora = format_banner(facts_for(["actor_rollout_ref.model.lora_rank=8"], arith_model_dir, str(tmp_path),
+                                   device_type="cuda"))
+    assert "LoRA rank 8 (only the adapter trains)" in lora and "frozen base weights plus the LoRA adapter" in lora
 
 
 def test_summary_reports_best_validation_time_throughput_and_export(arith_model_dir, tmp_path, capsys):
