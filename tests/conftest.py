@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
-# ../shared beside the repo; a git worktree (e.g. /work/wt/<name>) finds it one level further up.
-SHARED_DIR = next((parent / "shared" for parent in Path(__file__).resolve().parents[1:4]
-                   if (parent / "shared" / "data").is_dir()), Path(__file__).resolve().parents[1].parent / "shared")
+# shared/ sits beside the clone (CI); HYBRIDRL_SHARED_DIR points elsewhere; a git worktree (e.g.
+# /work/wt/<name>) finds it one level further up.
+SHARED_DIR = Path(os.environ["HYBRIDRL_SHARED_DIR"]) if os.environ.get("HYBRIDRL_SHARED_DIR") else next(
+    (parent / "shared" for parent in Path(__file__).resolve().parents[1:4] if (parent / "shared" / "data").is_dir()),
+    Path(__file__).resolve().parents[1].parent / "shared")
 GSM8K_DIR = SHARED_DIR / "data" / "gsm8k"
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "hybridrl"
 LAYERS = [
-    {"cli", "__main__", "quickstart", "model_merger", "trainer/main_ppo"},
+    {"cli", "cli_help", "__main__", "quickstart", "model_merger", "trainer/main_ppo"},
     {"trainer"},
     {"elastic"},
     {"workers"},
@@ -21,7 +21,7 @@ LAYERS = [
 MAX_LINES = 400
 # Files over MAX_LINES when this test was written, with their size then. The list may only shrink: a listed file
 # may not grow, and one back under the limit (or gone) must leave the list. Split by what the code does.
-OVER_MAX_LINES = {"distributed/ray_launcher.py": 426}
+OVER_MAX_LINES: dict[str, int] = {}
 
 
 def layer_of(module_path: str) -> int:

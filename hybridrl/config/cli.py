@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import sys
+from typing import Callable
 
 from hybridrl.config.errors import ConfigError
 from hybridrl.config.index import config_tree, get_in, schema_index
+from hybridrl.config.input_paths import check_input_paths
 from hybridrl.config.load import config_to_yaml, load_config, parse_cli_args
 from hybridrl.config.schema import HybridRLConfig
 from hybridrl.config.validate import validate_run
@@ -49,12 +51,35 @@ def _option(argv: list[str], name: str, choices: tuple[str, ...]) -> tuple[str |
     return value, rest
 
 
-def main_print_config(argv: list[str]) -> int:
+PRINT_CONFIG_HELP = """usage: hybridrl print-config [--config FILE] [--docs] [--validate [--device cuda|cpu]] [key=value ...]
+
+Print the fully resolved configuration as YAML: defaults, then the config file, then the overrides (verl's grammar:
+`a.b=1`, `+a.b=1`, `++a.b=1`, `~a.b`).
+
+options:
+  -h, --help     show this help and exit
+  --config FILE  a YAML file of keys; the overrides apply on top
+  --docs         one line per key: its value and its doc line
+  --validate     also run every check `hybridrl train` makes before its first step: batch sizes, placement and
+                 loggers on the configured devices; that every data, model, reward-function and tool file exists;
+                 and one pass over the data (overlong prompts under data.truncation=error, rows without
+                 reward_model.ground_truth). Exit status 2 names what to fix.
+  --device D     with --validate: check trainer.device=auto as a machine with D (cuda or cpu) would; without it
+                 print-config, which imports no torch, counts auto as cpu
+"""
+
+
+def main_print_config(argv: list[str], scan_data: Callable[[HybridRLConfig], None] | None = None) -> int:
     """Print the resolved config (YAML, or key docs with --docs); errors go to stderr with exit code 2.
 
     --validate also runs the checks `hybridrl train` makes before loading anything (`validate_run`), on the
-    configured devices (`configured_run`); `--device cuda` validates trainer.device=auto as a GPU machine would.
+    configured devices (`configured_run`; `--device cuda` validates trainer.device=auto as a GPU machine would),
+    then `check_input_paths` and `scan_data` (the data pass: it needs the tokenizer, so `hybridrl print-config`
+    hands it in from the layer that may load one).
     """
+    if any(arg in ("-h", "--help") for arg in argv):
+        print(PRINT_CONFIG_HELP)
+        return 0
     flags = {"--docs", "--validate"}
     wanted = {arg for arg in argv if arg in flags}
     try:
@@ -63,6 +88,9 @@ def main_print_config(argv: list[str]) -> int:
         cfg = load_config(overrides, config_file)
         if "--validate" in wanted:
             validate_run(cfg, *configured_run(cfg, device))
+            check_input_paths(cfg)
+            if scan_data is not None:
+                scan_data(cfg)
     except (ConfigError, MissingDependencyError) as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2

@@ -43,7 +43,6 @@ NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
        for role in FSDP_ROLES},
     "actor_rollout_ref.model.enable_activation_offload": ((False,), f"activation offload is {_LATER}"),
     "trainer.val_only": ((False,), f"validation-only runs are {_LATER}"),
-    "trainer.validation_data_dir": ((None,), f"dumping validation generations is {_LATER}"),
     "actor_rollout_ref.actor.ulysses_sequence_parallel_size": ((1,), f"Ulysses sequence parallelism is {_LATER}"),
     "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size": ((1,), f"Ulysses sequence parallelism is {_LATER}"),
     "actor_rollout_ref.ref.ulysses_sequence_parallel_size": ((1,), f"Ulysses sequence parallelism is {_LATER}"),
@@ -99,8 +98,6 @@ NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
     "actor_rollout_ref.rollout.enable_rollout_routing_replay": ((False,), f"MoE routing replay is {_LATER}"),
     "reward_model.enable_resource_pool": ((False,), "a separate Ray resource pool for the reward model is not built; "
                                                     "give it its own devices with reward_model.device_ids"),
-    "trainer.log_val_generations": ((0,), f"logging validation generations to the trackers is {_LATER}; "
-                                          "trainer.rollout_data_dir dumps training generations as JSONL"),
     "actor_rollout_ref.model.tiled_mlp.enabled": ((False,), f"tiled MLP is {_LATER}; bound activation memory with "
                                                             "enable_gradient_checkpointing and use_dynamic_bsz token budgets"),
     "actor_rollout_ref.rollout.logprobs_mode": (("processed_logprobs",), "the engine returns each sampled token's "

@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterator, Protocol
 import numpy as np
 import torch
 
+from hybridrl.data.errors import DatasetError
 from hybridrl.utils.batch import Batch
 
 logger = logging.getLogger("hybridrl.data")
@@ -33,7 +34,7 @@ class StatefulLoader:
         if batch_size < 1:
             raise ValueError(f"data.train_batch_size={batch_size} must be at least 1")
         if batch_size > len(dataset):
-            raise ValueError(f"data.train_batch_size={batch_size} is larger than the dataset ({len(dataset)} rows); "
+            raise DatasetError(f"data.train_batch_size={batch_size} is larger than the dataset ({len(dataset)} rows); "
                              f"lower data.train_batch_size or add data")
         self.dataset = dataset
         self.batch_size = batch_size

@@ -11,9 +11,11 @@ log = get_logger("hybridrl")
 
 
 def run_ppo(cfg: HybridRLConfig) -> dict[str, float]:
+    from hybridrl.config.input_paths import check_input_paths
     from hybridrl.trainer.preflight import preflight
 
     plan = preflight(cfg)  # batch sizes, placement, loggers: seconds, before the trainer's imports
+    check_input_paths(cfg)  # every data, model and reward file named at once, before anything loads
     from hybridrl.trainer.ppo_trainer import PPOTrainer
 
     return PPOTrainer(cfg, plan).fit()
@@ -25,6 +27,11 @@ def main(argv: list[str] | None = None) -> int:
     from hybridrl.errors import run_with_actionable_errors
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    from hybridrl.cli_help import train_help, wants_help
+
+    if wants_help(argv):
+        print(train_help())
+        return 0
 
     def load_and_run():
         config_file, overrides = parse_cli_args(argv)

@@ -95,16 +95,16 @@ class PPOTrainer:
         return controller_cpu_threads(self.plan.world_size + 1)
 
     def _fit(self) -> dict[str, float]:
-        from hybridrl.logging.progress import StepProgress
         from hybridrl.logging.tracker import build_trackers
 
         checkpointing.maybe_resume(self)
-        trackers = build_trackers(self.cfg.trainer.logger, project_name=self.cfg.trainer.project_name,
-                                  experiment_name=self.cfg.trainer.experiment_name,
-                                  local_dir=checkpointing.root_dir(self.cfg), config_dict=_config_dict(self.cfg))
+        self.trackers = trackers = build_trackers(
+            self.cfg.trainer.logger, project_name=self.cfg.trainer.project_name,
+            experiment_name=self.cfg.trainer.experiment_name, local_dir=checkpointing.root_dir(self.cfg),
+            config_dict=_config_dict(self.cfg))
+        trackers.add("run_console", self._run_console())  # console: the banner now, progress per step, summary at end
         if self.val_loader is not None and self.cfg.trainer.val_before_train and self.global_step == 0:
             trackers.log(self.validate(), step=0)
-        progress = StepProgress(self.total_steps, initial_step=self.global_step)
         metrics: dict[str, float] = {}
         while self.global_step < self.total_steps:
             for request in self.control.pending():  # a step boundary: grow or shrink the rollout now
@@ -117,10 +117,25 @@ class PPOTrainer:
                             "perf/rollout_num_devices": len(self.roles.rollout.devices)})
             self._after_step(metrics)
             trackers.log(metrics, step=self.global_step)
-            progress.update(self.global_step, metrics)
-        progress.close()
         trackers.finish()
         return metrics
+
+    # ---- console (logging/run_console.py, logging/banner.py): what the banner and the summary report ----
+    def _run_console(self):
+        from hybridrl import __version__
+        from hybridrl.logging.banner import run_facts
+        from hybridrl.logging.run_console import RunConsole
+
+        train_set, val_set = self.train_loader.dataset, self.val_loader.dataset if self.val_loader else None
+        return RunConsole(run_facts(
+            self.cfg, needs_critic=self.plan.needs.critic, needs_reference=self.plan.needs.reference,
+            device_type=self.device.type, num_devices=self.plan.world_size,
+            rollout_backend=self.plan.rollout_backend, train_rows=len(train_set),
+            val_rows=len(val_set) if val_set is not None else None,
+            prompt_lengths=getattr(train_set, "prompt_lengths", []), steps_per_epoch=len(self.train_loader),
+            total_steps=self.total_steps, start_step=self.global_step, output_dir=checkpointing.root_dir(self.cfg),
+            version=__version__))
+    # ---- end console ----
 
     def _after_step(self, metrics: dict[str, float]) -> None:
         """Validation and checkpointing at their frequencies (and always at the last step, as verl)."""
@@ -294,6 +309,7 @@ class PPOTrainer:
         uids: list[str] = []
         scores: list[float] = []
         extra: dict[str, list] = {}
+        texts: dict[str, list] = {"inputs": [], "outputs": [], "gts": []}  # the validation hook (below)
         for chunk_index, prompts in enumerate(self.val_loader):
             prompts["uid"] = _uids(f"val{chunk_index}", len(prompts))
             params = sampling_params(rollout_cfg, validate=True, seed=self.cfg.trainer.seed)
@@ -304,7 +320,27 @@ class PPOTrainer:
             scores += scored["token_level_scores"].sum(-1).tolist()
             for key, values in chunk_extra.items():
                 extra.setdefault(key, []).extend(values)
+            self._collect_val_texts(batch, texts)
+        self._log_val_generations(texts, scores, extra)
         return validation_metrics(sources, uids, scores, extra)
+
+    # ---- validation hook: trainer.log_val_generations, trainer.validation_data_dir (logging/val_generations.py) ----
+    def _collect_val_texts(self, batch: Batch, texts: dict[str, list]) -> None:
+        from hybridrl.logging.val_generations import wants_validation_texts
+
+        if wants_validation_texts(self.cfg.trainer):
+            from hybridrl.models.hf import batch_decode
+            from hybridrl.workers.reward import decode_responses
+
+            texts["inputs"] += batch_decode(self.tokenizer, batch["prompts"].tolist(), skip_special_tokens=True)
+            texts["outputs"] += decode_responses(self.tokenizer, batch)
+            texts["gts"] += [(info or {}).get("ground_truth") for info in batch["reward_model"]]
+
+    def _log_val_generations(self, texts: dict[str, list], scores: list[float], extra: dict[str, list]) -> None:
+        from hybridrl.logging.val_generations import record_validation_samples
+
+        record_validation_samples(self.trackers, self.cfg.trainer, texts, scores, extra, self.global_step)
+    # ---- end validation hook ----
 
     # ============================================================== helpers
     def _rollout_seed(self) -> int:

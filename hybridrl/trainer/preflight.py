@@ -50,7 +50,7 @@ def describe_registered_estimator(name: str) -> None:
 def configured_launcher_or_local(cfg: HybridRLConfig) -> str:
     """`configured_launcher`: "local" or "ray". trainer.launcher=local on several nodes is refused by
     validate_run, which names the keys; until then it reads as local."""
-    from hybridrl.distributed.ray_launcher import configured_launcher
+    from hybridrl.distributed.launcher_choice import configured_launcher
 
     try:
         return configured_launcher(cfg)

@@ -47,7 +47,8 @@ def build_dataset(cfg: HybridRLConfig, tokenizer, split: str) -> RLDataset:
                      filter_overlong_prompts=data.filter_overlong_prompts, max_samples=max_samples,
                      return_raw_chat=data.return_raw_chat, apply_chat_template_kwargs=data.apply_chat_template_kwargs,
                      seed=data.seed if data.seed is not None else cfg.trainer.seed,
-                     media_keys=(data.image_key, data.video_key))
+                     media_keys=(data.image_key, data.video_key),
+                     require_ground_truth=True)  # the reward role reads reward_model.ground_truth of every row
 
 
 def build_loader(cfg: HybridRLConfig, dataset: RLDataset, tokenizer, split: str) -> StatefulLoader:

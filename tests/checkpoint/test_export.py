@@ -81,3 +81,9 @@ def test_model_merger_spelling_exports_actor_and_critic(tmp_path, arith_model_di
     with torch.no_grad():
         expected = local_worker(trainer).critic.model.eval()(ids).logits
         assert torch.allclose(critic(ids).logits, expected, atol=1e-5)
+    # `hybridrl export` on the critic/ folder itself needs no --role: the folder names the role
+    assert export_main([os.path.join(step, "critic"), str(tmp_path / "critic_export")]) == 0
+    exported = AutoModelForTokenClassification.from_pretrained(str(tmp_path / "critic_export"))
+    with torch.no_grad():
+        assert torch.allclose(exported(ids).logits, expected, atol=1e-5)
+    assert export_main([os.path.join(step, "critic"), str(tmp_path / "x"), "--role", "actor"]) == 2

@@ -93,7 +93,6 @@ def test_v04_sync_mode_and_fsdp_strategy_accepted():
         ("actor_rollout_ref.actor.fsdp_config.full_determinism=true", "full_determinism) are not implemented"),
         ("actor_rollout_ref.actor.use_prefix_grouper=true", "prompt prefix in the training forward is not implemented"),
         ("reward_model.enable_resource_pool=true", "give it its own devices with reward_model.device_ids"),
-        ("trainer.log_val_generations=10", "trainer.rollout_data_dir dumps"),
     ],
 )
 def test_not_implemented_values_are_refused(override, phrase):

@@ -45,9 +45,19 @@ QUICKSTART_GRPO = [
 ]
 
 
-def test_validate_runs_the_checks_train_runs_before_loading(capsys):
+def existing_inputs(root: Path) -> list[str]:
+    """Data and model paths that exist (--validate also checks every input path; data/ tests scan real rows)."""
+    (root / "model").mkdir()
+    for name in ("train.parquet", "test.parquet"):
+        (root / name).touch()
+    return [f"data.train_files={root / 'train.parquet'}", f"data.val_files={root / 'test.parquet'}",
+            f"actor_rollout_ref.model.path={root / 'model'}"]
+
+
+def test_validate_runs_the_checks_train_runs_before_loading(capsys, tmp_path):
     """The placement, launcher and device-count checks, not only the value rules: what train refuses."""
-    assert main_print_config(["--validate", *QUICKSTART_GRPO, "trainer.n_gpus_per_node=2"]) == 0
+    assert main_print_config(["--validate", *QUICKSTART_GRPO, "trainer.n_gpus_per_node=2",
+                              *existing_inputs(tmp_path)]) == 0
     capsys.readouterr()
     assert main_print_config(["--validate", *QUICKSTART_GRPO, "trainer.n_gpus_per_node=2",
                               "actor_rollout_ref.actor.device_ids=[0,5]"]) == 2

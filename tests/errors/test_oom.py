@@ -108,17 +108,21 @@ def test_nested_guards_keep_the_innermost_phase(cfg):
             raise torch.OutOfMemoryError("CUDA out of memory.")
 
 
-def test_user_facing_error_prints_message_first(cfg, capsys):
+def test_user_facing_error_prints_message_first(cfg, capsys, monkeypatch):
     from hybridrl.errors import run_with_actionable_errors
 
     def step():
         with oom_guard("update_actor", cfg, CPU):
             raise torch.OutOfMemoryError("CUDA out of memory.")
 
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
     assert run_with_actionable_errors(step) == 1
     err = capsys.readouterr().err
     assert err.startswith("hybridrl: PhaseOOMError: CUDA out of memory in phase 'update_actor'")
-    assert err.index("Try one of") < err.index("Traceback")
+    assert "Try one of" in err and "Traceback" not in err and "HYDRA_FULL_ERROR=1" in err
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")  # verl's opt-in: the traceback too
+    assert run_with_actionable_errors(step) == 1
+    assert "Traceback" in capsys.readouterr().err
 
 
 @pytest.mark.gpu

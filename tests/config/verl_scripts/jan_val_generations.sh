@@ -1,4 +1,4 @@
-# expect: refused logging validation generations to the trackers is not implemented
+# expect: pass
 python3 -m verl.trainer.main_ppo \
     algorithm.adv_estimator=grpo \
     data.train_files=$HOME/data/gsm8k/train.parquet \
