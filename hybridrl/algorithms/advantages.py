@@ -47,8 +47,9 @@ def compute_grpo_outcome_advantage(token_level_rewards: torch.Tensor, response_m
                                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """GRPO (Shao et al. 2024): a_i = (s_i − mean_g)/(std_g + ε), std unbiased; Dr.GRPO drops the /std.
 
-    s_i = Σ_t r_{i,t}; a group of one response gets mean 0, std 1. Broadcast over tokens × mask.
-    Also serves verl's `grpo_vectorized`, whose variance floor at ε differs only when a group's std < 1e-3.
+    s_i = Σ_t r_{i,t}; a group of one response (rollout.n=1) gets mean 0, std 1, so a_i = s_i/(1 + ε)
+    (s_i with Dr.GRPO), as verl. Broadcast over tokens × mask. Also serves verl's `grpo_vectorized`
+    (equal at verl HEAD; its January 2026 version floored the variance at ε).
     """
     scores = token_level_rewards.sum(dim=-1)  # (B,)
     group_ids = group_ids_from_index(index, scores.shape[0], scores.device)
@@ -91,16 +92,19 @@ def compute_rloo_vectorized_outcome_advantage(token_level_rewards: torch.Tensor,
 @torch.no_grad()
 def compute_reinforce_plus_plus_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
                                                   gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """REINFORCE++ (Hu 2025): G_t = r_t + γ·G_{t+1}, reset to 0 after masked tokens; A = whiten(G)·mask.
+    """REINFORCE++ (Hu 2025, arXiv 2501.03262): G_t = r_t + γ·G_{t'} over valid tokens only; A = whiten(G)·mask.
 
-    returns = G (unwhitened).
+    A mask-0 token (padding, or a tool observation inside a multi-turn response) is skipped: its return
+    is 0 and the running return passes through it undiscounted, so inserting observation tokens between
+    assistant tokens leaves every valid token's return unchanged (verl #7278). returns = G (unwhitened).
     """
     returns = torch.zeros_like(token_level_rewards)
     running_return = torch.zeros_like(token_level_rewards[:, 0])
+    mask = response_mask.to(token_level_rewards.dtype)
     for t in reversed(range(token_level_rewards.shape[1])):
-        running_return = token_level_rewards[:, t] + gamma * running_return
-        returns[:, t] = running_return
-        running_return = running_return * response_mask[:, t]  # reset after EOS
+        new_running_return = token_level_rewards[:, t] + gamma * running_return
+        returns[:, t] = new_running_return * mask[:, t]
+        running_return = new_running_return * mask[:, t] + running_return * (1 - mask[:, t])
     advantages = masked_whiten(returns, response_mask) * response_mask
     return advantages, returns
 

@@ -48,11 +48,17 @@ class DataConfig:
     )
     tool_config_path: str | None = setting(
         None,
-        "Tool schema file for multi-turn prompts.",
+        "verl counts its tool schemas in prompt-length filtering; here the agent loop left-cuts a prompt that "
+        "exceeds rollout.prompt_length with its tools, warned and counted (agent_loop/num_prompts_truncated).",
         ref="${oc.select:actor_rollout_ref.rollout.multi_turn.tool_config_path,null}",
     )
+    function_tool_path: str | None = setting(
+        None,
+        "As tool_config_path, for multi_turn.function_tool_path.",
+        ref="${oc.select:actor_rollout_ref.rollout.multi_turn.function_tool_path,null}",
+    )
     return_raw_input_ids: bool = setting(False, "verl: prompt ids without the chat template for a reward model with its own tokenizer; no effect here (the reward model re-renders the chat with its own template).")
-    return_raw_chat: bool = setting(True, "Also return the raw chat messages.")
+    return_raw_chat: bool = setting(True, "Also return the raw chat messages (agent loops need them).")
     return_full_prompt: bool = setting(False, "verl: the templated prompt text in the batch; no effect here (rollout dumps and reward functions get the decoded text).")
     shuffle: bool = setting(True, "Shuffle the training set every epoch.")
     seed: int | None = setting(None, "Shuffling seed; null = 1 as in verl.")
@@ -73,6 +79,10 @@ class DataConfig:
     return_multi_modal_inputs: bool = setting(True, "Return processor outputs for multimodal rows; no effect (multimodal rows are refused).")
     sampler: SamplerConfig = section(SamplerConfig, "A custom (curriculum) sampler.")
     datagen: ClassRefConfig = section(ClassRefConfig, "A dynamic data generator class.")
-    apply_chat_template_kwargs: dict = setting({}, "Extra kwargs for apply_chat_template, e.g. enable_thinking.")
+    apply_chat_template_kwargs: dict = setting({}, "Extra kwargs for apply_chat_template, e.g. enable_thinking "
+                                               "(prompts and agent-loop turns).")
     cache_dir: str = setting("~/.cache/verl/rlhf", "Where remote (HDFS) dataset files are copied; no effect (data files are local paths).", plus=True)
-    need_tools_kwargs: bool = setting(False, "Rows carry tools_kwargs for multi-turn tools; no effect (multi-turn rollouts are refused).", plus=True)
+    need_tools_kwargs: bool = setting(False, "Rows carry extra_info.tools_kwargs for multi-turn tools (the tool "
+                                      "agent reads them whenever present; either value).", plus=True)
+    audio_key: str = setting("audios", "Column holding audio; rows with any are refused (multimodal is not supported yet).")
+    mm_processor_kwargs: dict = setting({}, "Extra kwargs of the multimodal processor; no effect (multimodal rows are refused).")

@@ -3,6 +3,8 @@
 `build_char_tokenizer` makes a real `PreTrainedTokenizerFast` (saveable, loadable with
 `AutoTokenizer.from_pretrained`) whose vocabulary is single characters plus special tokens and whose
 chat template concatenates user contents and ends the prompt with "=" style separator `<sep>`.
+With `chat_format="chatml"` it speaks Qwen2.5's ChatML dialect instead (tool role, `<tool_call>` and
+`<tool_response>` blocks, `<|im_end|>` followed by a newline), for agent-loop tests and tool tasks.
 `build_tiny_model` makes a randomly initialised HF causal LM of a real architecture.
 """
 
@@ -11,7 +13,7 @@ from __future__ import annotations
 import string
 
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerFast
 
 SPECIAL_TOKENS = ["<pad>", "<eos>", "<bos>", "<unk>", "<sep>"]
@@ -27,6 +29,45 @@ CHAT_TEMPLATE = (
 )
 
 
+# ChatML as Qwen2.5 renders it, compacted for a character-level model: the tools are listed by signature
+# rather than as JSON schemas, and the tool-call / tool-response blocks carry no inner newlines. What
+# matters for agent loops is kept exactly: `<|im_end|>` closes every turn and the template renders a
+# newline after it, which generation (stopping at `<|im_end|>`) does not produce (Qwen's boundary case);
+# tool responses are grouped into one user turn; the generation prompt is `<|im_start|>assistant\n`.
+CHATML_SPECIAL_TOKENS = ["<|im_start|>", "<|im_end|>"]
+# Qwen2.5 registers these as added tokens that are not "special": decoding with skip_special_tokens keeps them.
+CHATML_TOOL_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
+CHATML_CHARS = "".join(ch for ch in string.printable if ch not in "\r\x0b\x0c")
+CHATML_TEMPLATE = (
+    "{%- if tools %}"
+    "{{ '<|im_start|>system\\n' }}"
+    "{%- if messages[0]['role'] == 'system' %}{{ messages[0]['content'] + '\\n' }}{%- endif %}"
+    "{{ '# Tools\\n' }}"
+    "{%- for tool in tools %}{%- set fn = tool['function'] if tool['function'] is defined else tool %}"
+    "{{ fn['name'] + '(' + (fn['parameters']['properties'] | list | join(', ')) + ')\\n' }}"
+    "{%- endfor %}"
+    "{{ '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message['role'] == 'system' and loop.first and tools %}"
+    "{%- elif message['role'] == 'tool' %}"
+    "{%- if loop.first or messages[loop.index0 - 1]['role'] != 'tool' %}{{ '<|im_start|>user\\n' }}{%- endif %}"
+    "{{ '<tool_response>' + message['content'] + '</tool_response>' }}"
+    "{%- if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}{{ '<|im_end|>\\n' }}{%- endif %}"
+    "{%- else %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + (message['content'] or '') }}"
+    "{%- for tool_call in message['tool_calls'] or [] %}"
+    "{%- set call = tool_call['function'] if tool_call['function'] is defined else tool_call %}"
+    "{{ '<tool_call>' + ({'name': call['name'], 'arguments': call['arguments']} | tojson) + '</tool_call>' }}"
+    "{%- endfor %}"
+    "{{ '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+CHAT_FORMATS = ("plain", "chatml")
+
+
 def _byte_level_symbol(ch: str) -> str:
     """GPT-2's printable stand-in for a one-byte character (e.g. " " -> "Ġ", "\\n" -> "Ċ")."""
     code = ord(ch)
@@ -38,8 +79,16 @@ def _byte_level_symbol(ch: str) -> str:
     return chr(256 + [b for b in range(256) if b not in printable].index(code))
 
 
-def build_char_tokenizer(chars: str = DEFAULT_CHARS) -> PreTrainedTokenizerFast:
-    """A character-level tokenizer: ids 0-4 are <pad>,<eos>,<bos>,<unk>,<sep>, then one id per char."""
+def build_char_tokenizer(chars: str | None = None, chat_format: str = "plain") -> PreTrainedTokenizerFast:
+    """A character-level tokenizer: ids 0-4 are <pad>,<eos>,<bos>,<unk>,<sep>, then one id per char.
+
+    `chat_format="plain"`: the `<sep>` template above (chars default to DEFAULT_CHARS). `"chatml"`: the ChatML
+    template with a tool role; `<|im_start|>`, `<|im_end|>` and the four tool tags follow the characters as
+    single tokens (chars default to every printable ASCII character, which JSON tool calls need)."""
+    if chat_format not in CHAT_FORMATS:
+        raise ValueError(f"chat_format={chat_format!r} is not one of {CHAT_FORMATS}")
+    if chars is None:
+        chars = CHATML_CHARS if chat_format == "chatml" else DEFAULT_CHARS
     # Byte-level symbols (space -> "Ġ") and a merge-free BPE: one token per character, and the same
     # tokenization when transformers re-creates the tokenizer as a Qwen2 (byte-level BPE) tokenizer.
     vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
@@ -58,7 +107,15 @@ def build_char_tokenizer(chars: str = DEFAULT_CHARS) -> PreTrainedTokenizerFast:
     )
     tokenizer.chat_template = CHAT_TEMPLATE
     tokenizer.padding_side = "left"
+    if chat_format == "chatml":
+        _add_chatml_tokens(tokenizer)
     return tokenizer
+
+
+def _add_chatml_tokens(tokenizer: PreTrainedTokenizerFast) -> None:
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<sep>", *CHATML_SPECIAL_TOKENS]})
+    tokenizer.add_tokens([AddedToken(token, special=False, normalized=False) for token in CHATML_TOOL_TOKENS])
+    tokenizer.chat_template = CHATML_TEMPLATE
 
 
 TINY_ARCHS = {
@@ -101,13 +158,13 @@ def build_tiny_model(arch: str = "qwen2", seed: int = 0, dtype: torch.dtype = to
     return model
 
 
-def save_tiny_model_dir(path: str, arch: str = "qwen2", seed: int = 0, chars: str = DEFAULT_CHARS,
-                        **config_overrides) -> str:
+def save_tiny_model_dir(path: str, arch: str = "qwen2", seed: int = 0, chars: str | None = None,
+                        chat_format: str = "plain", **config_overrides) -> str:
     """Write a tiny model + char tokenizer as a local HF model directory (what `model.path` points at)."""
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-    tokenizer = build_char_tokenizer(chars)
+    tokenizer = build_char_tokenizer(chars, chat_format=chat_format)
     config_overrides.setdefault("vocab_size", len(tokenizer))
     model = build_tiny_model(arch, seed=seed, **config_overrides)
     model.save_pretrained(path)

@@ -33,11 +33,17 @@ class RewardFunctionError(RuntimeError):
 @dataclass
 class ScoredBatch:
     """Per-row scores, extra info aligned to rows (None where a row had none), and how many rows errored or
-    ran past the per-call deadline (both scored 0 under on_error=zero)."""
+    ran past the per-call deadline (both scored 0 under on_error=zero).
+
+    `metrics`: a reward manager's own (e.g. DAPO's overlong share). `token_level_scores`: (B, R) scores a
+    manager placed itself (a verl reward-manager class returns them); None = place `scores` at each row's
+    last response token."""
     scores: list[float]
     extra: dict[str, list] = field(default_factory=dict)
     num_errors: int = 0
     num_timeouts: int = 0
+    metrics: dict[str, float] = field(default_factory=dict)
+    token_level_scores: torch.Tensor | None = None
 
 
 @dataclass
@@ -102,9 +108,7 @@ def score_row(fn: Callable, row: int, call: tuple, on_error: str, timeout_s: flo
             "exit, or return 0.0 where it gives up")) from exit_
     except Exception as error:
         if on_error == "raise":
-            raise RewardFunctionError(describe(fn, data_source, row) + (
-                f" raised {type(error).__name__}: {error}. Fix the function, or set reward_model.on_error=zero "
-                f"to score such rows 0 (counted in reward/num_errors)")) from error
+            raise RewardFunctionError(describe_error(fn, data_source, row, error)) from error
         return RowOutcome(0.0, {}, errored=True)
     score, extra = split_result(result, fn, data_source, row)
     return RowOutcome(score, extra)
@@ -124,11 +128,23 @@ def timeout_outcome(fn_name: str, row: int, data_source: str, timeout_s: float |
 
 def collect(outcomes: Sequence[RowOutcome]) -> ScoredBatch:
     """Row outcomes (in row order) as one ScoredBatch; a key some rows lack is None on those rows."""
-    keys = dict.fromkeys(key for outcome in outcomes for key in outcome.extra)
     return ScoredBatch(scores=[outcome.score for outcome in outcomes],
-                       extra={key: [outcome.extra.get(key) for outcome in outcomes] for key in keys},
+                       extra=rows_extra([outcome.extra for outcome in outcomes]),
                        num_errors=sum(outcome.errored for outcome in outcomes),
                        num_timeouts=sum(outcome.timed_out for outcome in outcomes))
+
+
+def describe_error(fn: Callable, data_source: str, index: int, error: BaseException) -> str:
+    """The message of a reward function that raised on row `index`, with the two ways out."""
+    return describe(fn, data_source, index) + (
+        f" raised {type(error).__name__}: {error}. Fix the function, or set reward_model.on_error=zero "
+        f"to score such rows 0 (counted in reward/num_errors)")
+
+
+def rows_extra(row_extras: Sequence[dict[str, Any]]) -> dict[str, list]:
+    """Per-row extra dicts as one dict of row-aligned lists (None where a row lacks a key)."""
+    keys = dict.fromkeys(key for extra in row_extras for key in extra)
+    return {key: [extra.get(key) for extra in row_extras] for key in keys}
 
 
 def concat_scored(parts: Sequence[ScoredBatch]) -> ScoredBatch:

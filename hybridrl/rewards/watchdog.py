@@ -23,8 +23,9 @@ import ctypes
 import signal
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from hybridrl.logging.log import get_logger
 
@@ -107,13 +108,29 @@ class ScoringClock:
         return line + f" ({limit})"
 
 
+_stuck_handlers = threading.local()  # per thread: who to tell about a call that could not be stopped
+
+
+@contextmanager
+def stuck_calls_reported_to(handler: Callable[[RowInFlight], None]) -> Iterator[None]:
+    """Within this block, the watchdogs of this thread's scoring tell `handler` about a stuck call (the waiter
+    of a scoring thread: it stops waiting), whichever reward manager runs the calls."""
+    previous = getattr(_stuck_handlers, "handler", None)
+    _stuck_handlers.handler = handler
+    try:
+        yield
+    finally:
+        _stuck_handlers.handler = previous
+
+
 class CallWatchdog:
     """The calls of one `score_batch` on the current thread: progress lines and the per-call deadline.
 
     Use as a context manager around the batch, and `call(row, data_source, fn, args)` for each call."""
 
     def __init__(self, clock: ScoringClock, on_stuck: Callable[[RowInFlight], None] | None = None) -> None:
-        self.clock, self.on_stuck = clock, on_stuck
+        self.clock = clock
+        self.on_stuck = on_stuck or getattr(_stuck_handlers, "handler", None)
         self._thread = threading.current_thread()
         self._on_main = self._thread is threading.main_thread()
         self._lock = threading.Lock()

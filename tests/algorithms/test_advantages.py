@@ -105,12 +105,54 @@ def test_gae_skips_masked_observation_tokens():
 
 
 def test_reinforce_plus_plus_returns_by_hand():
-    # gamma 0.5, rewards (0, 1, 7) with mask (1, 1, 0): t=2: G = 7 (then reset: 7*0 = 0);
-    # t=1: G = 1; t=0: G = 0 + 0.5*1 = 0.5. Returns (0.5, 1, 7); advantages whiten only (0.5, 1): ±0.707107.
+    # gamma 0.5, rewards (0, 1, 7) with mask (1, 1, 0): t=2 is masked: return 0, nothing carried (running 0);
+    # t=1: G = 1; t=0: G = 0 + 0.5*1 = 0.5. Returns (0.5, 1, 0); advantages whiten only (0.5, 1): ±0.707107.
     rewards, mask = torch.tensor([[0.0, 1.0, 7.0]]), torch.tensor([[1.0, 1.0, 0.0]])
     advantages, returns = compute_reinforce_plus_plus_outcome_advantage(rewards, mask, gamma=0.5)
-    torch.testing.assert_close(returns, torch.tensor([[0.5, 1.0, 7.0]]))
+    torch.testing.assert_close(returns, torch.tensor([[0.5, 1.0, 0.0]]))
     torch.testing.assert_close(advantages, torch.tensor([[-0.707107, 0.707107, 0.0]]), rtol=1e-4, atol=1e-4)
+
+
+def test_reinforce_plus_plus_carries_the_return_across_observation_tokens():
+    # verl #7278. gamma 0.5, mask (1, 0, 0, 1), reward 4 on the last token: t=3: G = 4; t=2, t=1 (a tool
+    # observation): return 0, the running 4 passes undiscounted; t=0: G = 0 + 0.5*4 = 2. Returns (2, 0, 0, 4).
+    # The old reset gave t=0 a return of 0: the first assistant turn never saw the final reward.
+    rewards, mask = torch.tensor([[0.0, 0.0, 0.0, 4.0]]), torch.tensor([[1.0, 0.0, 0.0, 1.0]])
+    _, returns = compute_reinforce_plus_plus_outcome_advantage(rewards, mask, gamma=0.5)
+    torch.testing.assert_close(returns, torch.tensor([[2.0, 0.0, 0.0, 4.0]]))
+
+
+def _insert_observation_columns(tensor, columns, fill):
+    """`tensor (B, T)` with a column of `fill` inserted before each index of `columns` (original positions)."""
+    parts, start = [], 0
+    for column in columns:
+        parts += [tensor[:, start:column], torch.full((tensor.shape[0], 1), fill, dtype=tensor.dtype)]
+        start = column
+    return torch.cat(parts + [tensor[:, start:]], dim=1)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_observation_tokens_leave_valid_returns_unchanged(seed):
+    """Inserting mask-0 observation tokens between assistant tokens changes no valid token's return or
+    advantage, for REINFORCE++ (verl #7278) and GAE (verl skips values and TD errors on them)."""
+    rewards, mask, _ = random_batch(seed)
+    mask[:, :3] = 1.0  # every row has at least 3 assistant tokens, so the insertions land inside responses
+    rewards = torch.randn(rewards.shape, generator=torch.Generator().manual_seed(seed)) * mask
+    values = torch.randn(rewards.shape, generator=torch.Generator().manual_seed(seed + 5))
+    columns = [1, 2, 2]
+    wide_rewards = _insert_observation_columns(rewards, columns, 0.0)
+    wide_mask = _insert_observation_columns(mask, columns, 0.0)
+    wide_values = _insert_observation_columns(values, columns, 3.0)  # a critic's guess there must not matter
+    valid = wide_mask.bool()
+    plain = compute_reinforce_plus_plus_outcome_advantage(rewards, mask, gamma=0.9)
+    wide = compute_reinforce_plus_plus_outcome_advantage(wide_rewards, wide_mask, gamma=0.9)
+    for got, want in zip(wide, plain):
+        torch.testing.assert_close(got[valid], want[mask.bool()])
+    assert torch.all(wide[1][~valid] == 0)  # observation positions get return 0
+    plain = compute_gae_advantage_return(rewards, values, mask, gamma=0.9, lam=0.8)
+    wide = compute_gae_advantage_return(wide_rewards, wide_values, wide_mask, gamma=0.9, lam=0.8)
+    for got, want in zip(wide, plain):
+        torch.testing.assert_close(got[valid], want[mask.bool()])
 
 
 def test_remax_by_hand():

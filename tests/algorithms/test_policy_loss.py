@@ -1,110 +1,88 @@
-"""PPO dual-clip and GSPO losses: hand-derived values, clip fractions, gradients, registry."""
-
-import math
+"""The policy-loss table and verl's registry API: names, one signature for all, user registration."""
 
 import pytest
 import torch
 
-from hybridrl.algorithms import POLICY_LOSSES, compute_policy_loss, compute_policy_loss_gspo, get_policy_loss_fn
+from hybridrl.algorithms import (
+    POLICY_LOSSES,
+    ActorLossSettings,
+    PolicyLossSettings,
+    RolloutCorrectionSettings,
+    agg_loss,
+    get_policy_loss_fn,
+    register_policy_loss,
+)
+from hybridrl.algorithms.policy_loss import policy_agg_mode
+
+VERL_LOSSES = {  # registered by verl at its January and August 2026 trees (core_algos.py)
+    "vanilla", "gspo", "sapo", "gpg", "clip_cov", "kl_cov", "geo_mean", "cispo", "bypass_mode",  # both
+    "dppo_tv", "dppo_kl", "dro",  # August only
+}
+SETTINGS = ActorLossSettings(policy_loss=PolicyLossSettings(
+    dro_beta=0.1, rollout_correction=RolloutCorrectionSettings(rollout_is="token")))
 
 
-def dual_clip_case():
-    # old log-prob 0, so ratio r = exp(logp). eps = 0.2, c = 3. Tokens:
-    # 1: A=+1, r=1.5 -> L1=-1.5, L2=-1.2, max=-1.2 (clipped)
-    # 2: A=-1, r=0.5 -> L1=0.5, L2=0.8, max=0.8 (clipped); dual clip min(3, 0.8) = 0.8
-    # 3: A=-1, r=5   -> L1=5, L2=1.2, max=5; dual clip min(3, 5) = 3 (lower-clipped)
-    # 4: A=+1, r=1   -> -1 (unclipped)
-    # 5: masked garbage (A=100, logp=30 is clamped to 20 before exp)
-    ratios = torch.tensor([[1.5, 0.5, 5.0, 1.0, 1.0]])
-    log_prob = ratios.log()
-    log_prob[0, 4] = 30.0
-    log_prob.requires_grad_(True)
-    advantages = torch.tensor([[1.0, -1.0, -1.0, 1.0, 100.0]])
-    mask = torch.tensor([[1.0, 1.0, 1.0, 1.0, 0.0]])
-    return torch.zeros_like(ratios), log_prob, advantages, mask
+def _batch():
+    generator = torch.Generator().manual_seed(0)
+    old = -torch.rand(4, 6, generator=generator) - 0.1
+    log_prob = (old + 0.1 * torch.randn(4, 6, generator=generator)).clamp(max=-0.01).requires_grad_(True)
+    advantages = torch.randn(4, 6, generator=generator)
+    mask = torch.ones(4, 6)
+    mask[1, 4:] = 0
+    return old, log_prob, advantages, mask
 
 
-def test_dual_clip_values_and_clip_fractions_by_hand():
-    old, log_prob, advantages, mask = dual_clip_case()
-    pg_loss, clipfrac, ppo_kl, clipfrac_lower = compute_policy_loss(old, log_prob, advantages, mask, cliprange=0.2)
-    # token-mean: (-1.2 + 0.8 + 3 - 1) / 4 = 0.4; clipfrac 2/4 (tokens 1, 2); lower 1/4 (token 3)
-    torch.testing.assert_close(pg_loss, torch.tensor(0.4))
-    torch.testing.assert_close(clipfrac, torch.tensor(0.5))
-    torch.testing.assert_close(clipfrac_lower, torch.tensor(0.25))
-    # ppo_kl = mean(-log r) = -(ln 1.5 + ln 0.5 + ln 5 + 0) / 4 = -1.321756 / 4
-    torch.testing.assert_close(ppo_kl, torch.tensor(-(math.log(1.5) + math.log(0.5) + math.log(5.0)) / 4))
-    # gradients: clipped and dual-clipped tokens are constant; token 4: d(-A r)/dlogp = -r = -1, / 4 tokens
-    pg_loss.backward()
-    torch.testing.assert_close(log_prob.grad, torch.tensor([[0.0, 0.0, 0.0, -0.25, 0.0]]))
+def test_every_verl_loss_is_registered():
+    assert VERL_LOSSES <= set(POLICY_LOSSES)
 
 
-def test_asymmetric_clip_and_fallback_to_cliprange():
-    old, log_prob, advantages, mask = dual_clip_case()
-    # clip_high 0.6: token 1 (r=1.5 < 1.6) is no longer clipped -> loss (-1.5 + 0.8 + 3 - 1) / 4 = 0.325
-    loss_high, clipfrac, _, _ = compute_policy_loss(old, log_prob, advantages, mask, cliprange=0.2, cliprange_high=0.6)
-    torch.testing.assert_close(loss_high, torch.tensor(0.325))
-    torch.testing.assert_close(clipfrac, torch.tensor(0.25))
-    explicit = compute_policy_loss(old, log_prob, advantages, mask, cliprange_low=0.2, cliprange_high=0.2)
-    fallback = compute_policy_loss(old, log_prob, advantages, mask, cliprange=0.2)
-    for a, b in zip(explicit, fallback):
-        torch.testing.assert_close(a, b)
+@pytest.mark.parametrize("name", sorted(VERL_LOSSES))
+def test_every_loss_takes_verls_signature_and_gives_a_finite_gradient(name):
+    old, log_prob, advantages, mask = _batch()
+    loss, metrics = get_policy_loss_fn(name)(old, log_prob, advantages, mask, "token-mean", SETTINGS, None)
+    loss.backward()
+    assert loss.dim() == 0 and torch.isfinite(loss)
+    assert torch.isfinite(log_prob.grad).all() and log_prob.grad[1, 4:].abs().sum() == 0  # padding gets none
+    assert all(key.startswith(("actor/", "rollout_corr/")) for key in metrics)
 
 
-def test_clip_ratio_c_must_exceed_one():
-    old, log_prob, advantages, mask = dual_clip_case()
-    with pytest.raises(ValueError, match="clip_ratio_c must be > 1.0"):
-        compute_policy_loss(old, log_prob, advantages, mask, cliprange=0.2, clip_ratio_c=1.0)
-    with pytest.raises(ValueError, match="needs cliprange"):
-        compute_policy_loss(old, log_prob, advantages, mask)
+def test_fixed_aggregations_follow_verl():
+    assert policy_agg_mode("vanilla", "token-mean") == "token-mean"
+    assert policy_agg_mode("gspo", "token-mean") == policy_agg_mode("sapo", "token-sum") == "seq-mean-token-mean"
+    with pytest.raises(ValueError, match="loss_mode='nope' is not supported"):
+        get_policy_loss_fn("nope")
 
 
-def test_rollout_is_weights_scale_token_losses():
-    old, log_prob, advantages, mask = dual_clip_case()
-    weights = torch.tensor([[2.0, 1.0, 0.5, 0.0, 1.0]])
-    loss, *_ = compute_policy_loss(old, log_prob, advantages, mask, cliprange=0.2, rollout_is_weights=weights)
-    # (-1.2*2 + 0.8*1 + 3*0.5 + -1*0) / 4 = (-2.4 + 0.8 + 1.5) / 4 = -0.025
-    torch.testing.assert_close(loss, torch.tensor(-0.025))
+def test_a_loss_written_for_verl_registers_and_reads_its_config():
+    @register_policy_loss("test_scaled_pg", agg_mode="seq-mean-token-sum")
+    def scaled_pg(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None,
+                  rollout_is_weights=None):
+        scale = config.get("clip_ratio_c", 3.0) * config.policy_loss.ppo_kl_coef
+        pg_losses = -advantages * log_prob * scale
+        loss = agg_loss(loss_mat=pg_losses, loss_mask=response_mask, loss_agg_mode="seq-mean-token-sum",
+                        **config.global_batch_info)
+        return loss, {"actor/scale": torch.tensor(scale)}
+
+    try:
+        log_prob = torch.tensor([[-1.0, -2.0]])
+        settings = ActorLossSettings(clip_ratio_c=4.0, policy_loss=PolicyLossSettings(ppo_kl_coef=0.5))
+        loss, metrics = get_policy_loss_fn("test_scaled_pg")(log_prob, log_prob, torch.ones(1, 2), torch.ones(1, 2),
+                                                             "token-mean", settings)
+        torch.testing.assert_close(loss, torch.tensor(6.0))  # −(−1 −2)·(4·0.5), summed over the row
+        assert metrics["actor/scale"].item() == 2.0
+        assert policy_agg_mode("test_scaled_pg", "token-mean") == "seq-mean-token-sum"
+        with pytest.raises(ValueError, match="already registered"):
+            register_policy_loss("vanilla")(scaled_pg)
+        with pytest.raises(ValueError, match="agg_mode='mean'"):
+            register_policy_loss("test_other", agg_mode="mean")
+    finally:
+        POLICY_LOSSES.pop("test_scaled_pg", None)
 
 
-def test_gspo_sequence_ratio_by_hand():
-    # one sequence, log-ratios (0.1, 0.3) + a masked token: log s = 0.2, s = e^0.2 = 1.221403
-    # A = 1, clip 0.2: L1 = -1.221403, L2 = -1.2 -> clipped, loss -1.2, clipfrac 1, ppo_kl = -0.2
-    old = torch.zeros(1, 3)
-    log_prob = torch.tensor([[0.1, 0.3, 9.0]], requires_grad=True)
-    advantages, mask = torch.ones(1, 3), torch.tensor([[1.0, 1.0, 0.0]])
-    pg_loss, clipfrac, ppo_kl, lower = compute_policy_loss_gspo(old, log_prob, advantages, mask, 0.2, 0.2)
-    torch.testing.assert_close(pg_loss, torch.tensor(-1.2))
-    torch.testing.assert_close(clipfrac, torch.tensor(1.0))
-    torch.testing.assert_close(ppo_kl, torch.tensor(-0.2))
-    assert lower.item() == 0.0
-    # clip_high 0.3 (1.3 > 1.221403): unclipped; each token's ratio has value s and d/dlogp_t = s,
-    # so d loss / d logp_t = -A * s / 2 tokens (seq-mean-token-mean) = -0.610701
-    pg_loss, clipfrac, _, _ = compute_policy_loss_gspo(old, log_prob, advantages, mask, 0.2, 0.3)
-    torch.testing.assert_close(pg_loss, torch.tensor(-math.exp(0.2)))
-    pg_loss.backward()
-    torch.testing.assert_close(log_prob.grad, torch.tensor([[-math.exp(0.2) / 2, -math.exp(0.2) / 2, 0.0]]))
-
-
-def test_registry_uniform_signature():
-    old, log_prob, advantages, mask = dual_clip_case()
-    options = dict(clip_ratio_low=0.2, clip_ratio_high=0.2, clip_ratio_c=3.0, loss_agg_mode="token-mean")
-    loss, metrics = POLICY_LOSSES["vanilla"](old, log_prob, advantages, mask, **options)
-    torch.testing.assert_close(loss, torch.tensor(0.4))
-    assert set(metrics) == {"pg_clipfrac", "ppo_kl", "pg_clipfrac_lower"}
-    # gspo ignores loss_agg_mode (verl always uses seq-mean-token-mean for it)
-    gspo_token_mean, _ = get_policy_loss_fn("gspo")(old, log_prob, advantages, mask, **options)
-    gspo_direct, *_ = compute_policy_loss_gspo(old, log_prob, advantages, mask, 0.2, 0.2)
-    torch.testing.assert_close(gspo_token_mean, gspo_direct)
-    with pytest.raises(ValueError, match="gspo"):
-        get_policy_loss_fn("sapo")
-
-
-def test_loss_scale_factor_divides_seq_mean_token_sum_norm():
-    """Dr.GRPO's constant normaliser: Σ token losses / loss_scale_factor (default: the padded length, 5 here).
-    Token losses of the dual-clip case: -1.2 + 0.8 + 3 - 1 = 1.6."""
-    old, log_prob, advantages, mask = dual_clip_case()
-    options = dict(clip_ratio_low=0.2, clip_ratio_high=0.2, clip_ratio_c=3.0, loss_agg_mode="seq-mean-token-sum-norm")
-    default, _ = POLICY_LOSSES["vanilla"](old, log_prob, advantages, mask, **options)
-    scaled, _ = POLICY_LOSSES["vanilla"](old, log_prob, advantages, mask, loss_scale_factor=2.0, **options)
-    torch.testing.assert_close(default, torch.tensor(1.6 / 5))
-    torch.testing.assert_close(scaled, torch.tensor(1.6 / 2))
+def test_settings_read_like_verl_configs():
+    settings = ActorLossSettings(clip_ratio=0.3, clip_ratio_high=0.28, loss_scale_factor=512)
+    assert settings.clip_range() == (0.3, 0.28)
+    assert settings.get("clip_ratio_c") == 3.0 and settings.get("missing", 7) == 7 and settings["tau_neg"] == 1.05
+    assert settings.global_batch_info == {"loss_scale_factor": 512}
+    with pytest.raises(KeyError):
+        settings["missing"]

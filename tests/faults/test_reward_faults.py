@@ -14,7 +14,7 @@ import pytest
 from hybridrl.config import load_config
 from hybridrl.rewards.manager import RewardFunctionError
 from hybridrl.rewards.pool import ScoreFnSpec, ScoringPool
-from hybridrl.trainer.oom import oom_guard
+from hybridrl.errors.oom import oom_guard
 from tests.faults.reward_runs import REPO, alive, start_run
 
 INTERRUPTED_RC = 130  # hybridrl.errors: "hybridrl: interrupted"

@@ -10,7 +10,6 @@ import threading
 import time
 
 import pytest
-import torch
 
 from hybridrl.config import load_config
 from hybridrl.serving import PoolingClient, RemoteScoringError
@@ -110,13 +109,13 @@ def test_one_failed_batch_cuts_the_others_instead_of_waiting_for_them():
 
 
 def test_config_keys_reach_the_remote_reward_model_and_critic():
-    from hybridrl.trainer.roles import build_critic
+    from hybridrl.workers.launch import build_remote_critic
     from hybridrl.workers.reward import build_reward_model
 
     cfg = load_config(["critic.type=vllm_api", "critic.model.path=http://127.0.0.1:9", "critic.remote.timeout_s=7",
                        "critic.remote.max_retries=0", "reward_model.enable=true", "reward_model.type=vllm_api",
                        "reward_model.model.path=http://127.0.0.1:9", "reward_model.remote.backoff_s=0.25"])
-    critic = build_critic(cfg, None, torch.device("cpu"), 1).client
+    critic = build_remote_critic(cfg).client
     assert (critic.timeout_s, critic.max_retries, critic.config_key) == (7.0, 0, "critic.remote")
     reward = build_reward_model(cfg, tokenizer=None).client
     assert (reward.timeout_s, reward.backoff_s, reward.config_key) == (60.0, 0.25, "reward_model.remote")

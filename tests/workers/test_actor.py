@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from tests.workers.helpers import build_actor, ragged_batch
@@ -20,3 +21,17 @@ def test_loss_scale_factor_divides_every_seq_mean_token_sum_norm_term(tiny_model
     scaled = build_actor(tiny_model_dir, NORM + ["actor_rollout_ref.actor.loss_scale_factor=2.5"]).update_actor(batch)
     for key in ("actor/pg_loss", "actor/kl_loss"):
         torch.testing.assert_close(torch.tensor(scaled[key]), torch.tensor(default[key] * 4), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("loss_mode", ["geo_mean", "cispo"])
+def test_registered_losses_give_the_mini_batch_value_whatever_the_micro_batch_split(tiny_model_dir, loss_mode):
+    """The actor calls every loss through the registry with its verl-named settings; a loss with its own
+    aggregation (geo_mean: a mean over sequences) is weighted by it, so 4 micro-batches of 2 rows report the
+    same actor/pg_loss as 1 of 8 (one optimizer step after all of them)."""
+    batch = ragged_batch(num_rows=8, seed=5)
+    keys = [f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}"]
+    split = build_actor(tiny_model_dir, keys).update_actor(batch)
+    whole = build_actor(tiny_model_dir, keys + ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8"]).update_actor(batch)
+    torch.testing.assert_close(torch.tensor(split["actor/pg_loss"]), torch.tensor(whole["actor/pg_loss"]),
+                               rtol=1e-5, atol=1e-6)
+    assert {"actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower"} <= set(split)
