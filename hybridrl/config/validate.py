@@ -8,6 +8,7 @@ from typing import Any
 
 from hybridrl.config.batch_rules import check_mini_batch, micro_batch_problems, token_budget_problems
 from hybridrl.config.checkpoint_rules import checkpoint_content_problems
+from hybridrl.config.data_rules import user_class_problems
 from hybridrl.config.errors import ConfigError
 from hybridrl.config.estimator_needs import estimator_needs
 from hybridrl.config.index import config_tree, get_in, schema_index
@@ -45,6 +46,7 @@ def validate_config(cfg: HybridRLConfig, world_size: int = 1) -> None:
         + precision_problems(cfg)
         + token_budget_problems(cfg)
         + profiler_problems(cfg.global_profiler)
+        + user_class_problems(cfg.data)
     )
     # -- value ranges and checkpoint contents (config/ranges.py, config/checkpoint_rules.py)
     problems = merged_range_problems(cfg, problems)
