@@ -77,10 +77,10 @@ class VerlRows:
         item["input_ids"] = torch.tensor(self._prompt_ids(row, messages, source), dtype=torch.long)
         if self.reward_fn_key in row:
             item["data_source"] = row[self.reward_fn_key]
-        extra_info = row.get("extra_info")
         if item.get("index") is None:
-            has_index = isinstance(extra_info, dict) and extra_info.get("index") is not None
-            item["index"] = extra_info["index"] if has_index else source
+            extra_info = row.get("extra_info")
+            index = extra_info.get("index") if isinstance(extra_info, dict) else None
+            item["index"] = index if index is not None else source
         return item
 
     # ------------------------------------------------------------- pieces
