@@ -44,7 +44,8 @@ def rl_dataset_kwargs(data_cfg: DataConfig, split: str, seed: int | None) -> dic
     return dict(max_prompt_length=data_cfg.max_prompt_length, prompt_key=data_cfg.prompt_key,
                 reward_fn_key=data_cfg.reward_fn_key, truncation=data_cfg.truncation,
                 filter_overlong_prompts=data_cfg.filter_overlong_prompts, max_samples=_max_samples(data_cfg, split),
-                return_raw_chat=data_cfg.return_raw_chat, apply_chat_template_kwargs=data_cfg.apply_chat_template_kwargs,
+                return_raw_chat=data_cfg.return_raw_chat,
+                apply_chat_template_kwargs=data_cfg.apply_chat_template_kwargs,
                 seed=seed, media_keys=(data_cfg.image_key, data_cfg.video_key),
                 require_ground_truth=True)  # the reward step reads reward_model.ground_truth of every row
 
@@ -52,21 +53,33 @@ def rl_dataset_kwargs(data_cfg: DataConfig, split: str, seed: int | None) -> dic
 def build_rl_dataset(data_cfg: DataConfig, files: list[str | Path], tokenizer: Any, split: str,
                      seed: int | None) -> Rows:
     """The `split` dataset: data.custom_cls when set, else RLDataset; files copied to /dev/shm with data.use_shm."""
-    files = [load_path(str(f), data_cfg.use_shm, use_shm_key="data.use_shm", source_key=f"data.{split}_files")
-             for f in files]
+    local: list[str | Path] = [load_path(str(f), data_cfg.use_shm, use_shm_key="data.use_shm",
+                                         source_key=f"data.{split}_files") for f in files]
     custom = data_cfg.custom_cls
     if not custom.path:
-        return RLDataset(files, tokenizer, **rl_dataset_kwargs(data_cfg, split, seed))
+        return RLDataset(local, tokenizer, **rl_dataset_kwargs(data_cfg, split, seed))
     cls = load_user_class(custom.path, custom.name, path_key="data.custom_cls.path", name_key="data.custom_cls.name")
     label = f"data.custom_cls {cls.__name__} ({custom.path})"
     logger.info("%s dataset: %s", split, label)
     if issubclass(cls, RLDataset):
+        return _rl_dataset_subclass(cls, label, data_cfg, local, tokenizer, split, seed)
+    return _verl_style_dataset(cls, label, data_cfg, local, tokenizer, split, seed)
+
+
+def _rl_dataset_subclass(cls: type, label: str, data_cfg: DataConfig, files: list[str | Path], tokenizer: Any,
+                         split: str, seed: int | None) -> RLDataset:
+    try:
         return cls(files, tokenizer, **rl_dataset_kwargs(data_cfg, split, seed))
-    return _verl_style_dataset(cls, label, data_cfg, [str(f) for f in files], tokenizer, split, seed)
+    except DatasetError:
+        raise  # RLDataset's own errors name the file, row and key already
+    except Exception as error:
+        raise DatasetError(f"building {label}, a subclass of RLDataset, as RLDataset is built (files, tokenizer, "
+                           f"{', '.join(rl_dataset_kwargs(data_cfg, split, seed))}) failed: {type(error).__name__}: "
+                           f"{error}") from error
 
 
-def _verl_style_dataset(cls: type, label: str, data_cfg: DataConfig, files: list[str], tokenizer: Any, split: str,
-                        seed: int | None) -> VerlRows:
+def _verl_style_dataset(cls: type, label: str, data_cfg: DataConfig, files: list[str | Path], tokenizer: Any,
+                        split: str, seed: int | None) -> VerlRows:
     max_samples = _max_samples(data_cfg, split)
     offered = {"data_files": files, "tokenizer": tokenizer, "config": verl_data_config(data_cfg), "processor": None,
                "max_samples": max_samples}

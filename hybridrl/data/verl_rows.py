@@ -56,6 +56,7 @@ class VerlRows:
         self.require_ground_truth = require_ground_truth
         self.keep = keep
         self.prompt_lengths: list[int] = []  # unknown without tokenizing every row; the run console shows none
+        self.num_filtered = 0  # data.filter_overlong_prompts is the class's own business (verl passes it config)
         if len(self) == 0:
             raise DatasetError(f"{label} has no rows; check data.train_files / data.val_files")
         self[0]  # a row format hybridrl cannot read fails here, before the first step

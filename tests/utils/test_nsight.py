@@ -10,7 +10,7 @@ import torch
 
 from hybridrl.config import load_config
 from hybridrl.trainer.ppo_trainer import PPOTrainer
-from hybridrl.utils.nsight import SESSION_ENV, nsys_command, nvtx_range, startup_message
+from hybridrl.utils.nsight import SESSION_ENV, NsysProcess, nsys_command, nvtx_range, startup_message
 from hybridrl.utils.profiler_options import merged_options
 from hybridrl.utils.profiling import ProfileSpec, StepProfiler, profiled_step
 from tests.trainer.helpers import tiny_run_overrides
@@ -117,3 +117,21 @@ def test_a_cpu_run_with_nsys_trains_and_logs_the_command(tmp_path, arith_model_d
     PPOTrainer(cfg).fit()
     assert "does not run under Nsight Systems" in caplog.text and "--capture-range=cudaProfilerApi" in caplog.text
     assert "step 1's capture range ended" in caplog.text
+
+
+def test_a_run_marks_only_the_profiled_step_with_its_phases_and_update_passes(tmp_path, arith_model_dir,
+                                                                               arithmetic_files, events, monkeypatch):
+    """A real 2-step GAE run profiling step 2, its process taken for a CUDA one (CPU torch has no NVTX): one
+    capture range around step 2 holding the trainer's phases and the actor's and critic's forward/backward."""
+    as_cuda = NsysProcess.__init__
+    monkeypatch.setattr(NsysProcess, "__init__", lambda self, device_type, cuda_elsewhere: as_cuda(self, "cuda", False))
+    cfg = load_config(tiny_run_overrides(arith_model_dir, arithmetic_files, str(tmp_path / "run"), algo="gae",
+                                         extra=["global_profiler.tool=nsys", "global_profiler.steps=[2]"]))
+    PPOTrainer(cfg).fit()
+    assert events[:2] == ["start", "push step 2"] and events[-2:] == ["pop", "stop"]
+    assert events.count("start") == events.count("stop") == 1
+    pushed = [event.removeprefix("push ") for event in events if event.startswith("push ")]
+    assert len(pushed) == events.count("pop")
+    assert {"phase/gen", "phase/reward", "phase/values", "phase/adv", "phase/update_critic", "phase/update_actor",
+            "phase/update_weights", "actor/forward", "actor/backward", "critic/forward", "critic/backward"} <= set(pushed)
+    assert "step 1" not in pushed
