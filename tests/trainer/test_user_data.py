@@ -10,15 +10,12 @@ from pathlib import Path
 
 import pytest
 
-import hybridrl.trainer.setup as trainer_setup
 from hybridrl.data.verl_rows import VerlRows
 from hybridrl.models.shm import CACHE_DIR, MANIFEST, ROOT_ENV
 from tests.trainer.helpers import local_worker, tiny_run_overrides
 from tests.trainer.test_ppo_trainer import read_metrics, stable, train
 
 USER_CLASSES = Path(__file__).resolve().parents[1] / "data" / "user_classes"
-pytestmark = pytest.mark.skipif(not hasattr(trainer_setup, "build_rl_dataset"),
-                                reason="trainer/setup.py does not build datasets through hybridrl.data.factory")
 USER_DATA = [f"data.custom_cls.path={USER_CLASSES / 'verl_style.py'}", "data.custom_cls.name=RawPromptDataset",
              f"data.sampler.class_path={USER_CLASSES / 'verl_style.py'}",
              "data.sampler.class_name=ReplayFailuresCurriculum"]
