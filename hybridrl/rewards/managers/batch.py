@@ -10,8 +10,8 @@ import logging
 from hybridrl.config.errors import ConfigError
 from hybridrl.rewards.manager import (RewardFunctionError, ScoredBatch, describe, describe_error, function_name,
                                       rows_extra, split_result, timeout_outcome)
-from hybridrl.rewards.watchdog import CallWatchdog, RewardCallTimeout, ScoringClock
 from hybridrl.rewards.managers.base import ManagerContext, RewardRows, register
+from hybridrl.rewards.watchdog import CallWatchdog, RewardCallTimeout, ScoringClock
 from hybridrl.utils.batch import Batch
 
 log = logging.getLogger(__name__)

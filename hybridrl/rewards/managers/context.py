@@ -51,7 +51,8 @@ def manager_context(cfg: Any, tokenizer: Any) -> ManagerContext:
     buffer = _plain(getattr(reward_model, "overlong_buffer", None))
     return ManagerContext(
         compute_score=spec.load(), spec=spec, custom_function=bool(cfg.custom_reward_function.path),
-        on_error=reward_model.on_error, timeout_s=reward_model.reward_fn_timeout_s, num_workers=reward_model.num_workers, tokenizer=tokenizer,
+        on_error=reward_model.on_error, timeout_s=reward_model.reward_fn_timeout_s,
+        num_workers=reward_model.num_workers, tokenizer=tokenizer,
         reward_fn_key=cfg.data.reward_fn_key, max_response_length=cfg.data.max_response_length,
         overlong_buffer=buffer if buffer and buffer.get("enable") else None,
         reward_kwargs=dict(reward_model.reward_kwargs or {}))
