@@ -272,6 +272,8 @@ RANGES: dict[str, Range] = {
     "trainer.max_actor_ckpt_to_keep": at_least(0, "checkpoints kept; null or 0 = all (as verl)"),
     "trainer.max_critic_ckpt_to_keep": at_least(0, "checkpoints kept; null or 0 = all (as verl)"),
     "trainer.ray_wait_register_center_timeout": at_least(1, "seconds"),
+    "trainer.max_consecutive_nonfinite_steps": at_least(0, "steps in a row that skipped optimizer steps for "
+                                                           "non-finite values before the run stops; 0 or null = never"),
     "trainer.seed": SEED,
 }
 

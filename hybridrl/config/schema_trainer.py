@@ -131,6 +131,9 @@ class TrainerConfig:
     use_legacy_worker_impl: str = setting("auto", "verl worker generation; no effect (one implementation here).", choices=("auto", "enable", "disable"))
     seed: int = setting(42, "hybridrl: seeds model initialisation, shuffling fallbacks and sampling.")
     launcher: str = setting("auto", "hybridrl: auto = local on one node, ray on several.", choices=("auto", "local", "ray"))
+    max_consecutive_nonfinite_steps: int | None = setting(
+        5, "hybridrl: stop with an error naming the first non-finite quantity after N steps in a row that skipped "
+           "optimizer steps for NaN/inf values; 0 or null = never (each such step is still logged).")
     use_v1: bool = setting(True, "verl's newer trainer implementation; no effect (hybridrl has one trainer).")
     v1: TrainerV1Config = section(TrainerV1Config, "verl's v1 trainer modes.")
 

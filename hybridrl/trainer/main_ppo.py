@@ -22,7 +22,8 @@ def run_ppo(cfg: HybridRLConfig) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Exit code: 0 done, 2 a configuration problem (the message names the keys), 1 another known failure."""
+    """Exit code: 0 done, 2 a configuration problem (the message names the keys), 1 another known failure, 128 + the
+    signal for a run stopped by SIGTERM (143) or SIGINT (130): trainer/run_signals.py."""
     from hybridrl.config import load_config, parse_cli_args
     from hybridrl.errors import run_with_actionable_errors
 
@@ -32,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     if wants_help(argv):
         print(train_help())
         return 0
+    from hybridrl.elastic.control import ignore_control_signals
+
+    ignore_control_signals()  # SIGUSR1/SIGUSR2 before the trainer takes them (imports, config): a line, not an exit
 
     def load_and_run():
         config_file, overrides = parse_cli_args(argv)

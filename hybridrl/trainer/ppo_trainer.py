@@ -21,7 +21,9 @@ from hybridrl.errors.oom import oom_guard
 from hybridrl.logging.log import get_logger
 from hybridrl.trainer import checkpointing
 from hybridrl.trainer.metrics import compute_data_metrics, compute_throughput_metrics, compute_timing_metrics
+from hybridrl.trainer.nonfinite import NonFiniteGuard
 from hybridrl.trainer.preflight import preflight
+from hybridrl.trainer.run_signals import RunSignals
 from hybridrl.trainer.setup import build_dataset, build_loader, build_tokenizer, seed_everything, total_training_steps
 from hybridrl.trainer.validation import validation_metrics
 from hybridrl.utils.batch import Batch
@@ -40,6 +42,19 @@ class PPOTrainer:
     def __init__(self, cfg: HybridRLConfig, plan: RunPlan | None = None):
         """`plan`: what `preflight(cfg)` returns (made here when not given). With worker ranks (several devices,
         or Ray asked for) `fit()` stops them when it returns."""
+        # ---- signals (trainer/run_signals.py): SIGTERM/SIGINT, SIGUSR1/SIGUSR2 and trainer.pid from here on ----
+        self.signals = RunSignals(checkpointing.root_dir(cfg))
+        self.signals.install()
+        try:
+            self._build(cfg, plan)
+        except BaseException:
+            self.signals.close()
+            raise
+        self.signals.reclaim()  # ray.init installs its own SIGTERM handler
+        self.control = self.signals.control
+        # ---- end signals ----
+
+    def _build(self, cfg: HybridRLConfig, plan: RunPlan | None) -> None:
         self.plan = plan if plan is not None else preflight(cfg)
         self.device = torch.device(self.plan.device)
         # With worker ranks the controller computes nothing on the GPU (unless a reward model runs here):
@@ -56,6 +71,7 @@ class PPOTrainer:
         self.roles: Roles = build_roles(cfg, self.plan, self.tokenizer, self.total_steps)
         kl = cfg.algorithm.kl_ctrl
         self.kl_ctrl = get_kl_controller(kl.type, kl.kl_coef, kl.target_kl, kl.horizon)
+        self.nonfinite = NonFiniteGuard(cfg)  # steps whose optimizer steps were skipped for non-finite values
         self.global_step = 0
         self.resumed_from: str | None = None  # the checkpoint resumed from (checkpointing.maybe_resume)
         self.profile_spec = ProfileSpec.from_config(cfg.global_profiler)
@@ -69,18 +85,15 @@ class PPOTrainer:
 
     # ================================================================= loop
     def fit(self) -> dict[str, float]:
-        from hybridrl.elastic.control import ElasticController
         from hybridrl.elastic.rollout import make_elasticity
 
         # Elastic rollout (`hybridrl control`, SIGUSR1/SIGUSR2): requests are applied between steps only.
-        self.control = ElasticController(checkpointing.root_dir(self.cfg))
         self.elasticity = make_elasticity(self.cfg, self.plan, self.roles.rollout, self.total_steps)
         try:
-            self.control.install()
             with startup_objects_frozen(), self._cpu_threads():  # gc_time.py; cpu_threads.py
                 return self._fit()
         finally:
-            self.control.close()  # the previous signal handlers back, the pid file removed
+            self.signals.close()  # the previous SIGTERM/SIGINT handlers back, SIGUSR1/2 ignored, the pid file removed
             self.elasticity.close()  # borrowed replicas stopped
             self.roles.shutdown()  # the worker ranks (a failed group is already stopped)
             if self._reward_pool is not None:
@@ -107,6 +120,7 @@ class PPOTrainer:
             trackers.log(self.validate(), step=0)
         metrics: dict[str, float] = {}
         while self.global_step < self.total_steps:
+            self.signals.at_step_boundary(self)  # SIGTERM/SIGINT arrived: save (trainer.save_freq > 0), stop
             for request in self.control.pending():  # a step boundary: grow or shrink the rollout now
                 self.elasticity.apply(request)
             prompts, epoch = self.train_loader.next_batch()
@@ -117,6 +131,7 @@ class PPOTrainer:
                             "perf/rollout_num_devices": len(self.roles.rollout.devices)})
             self._after_step(metrics)
             trackers.log(metrics, step=self.global_step)
+            self.nonfinite.check(metrics, self.global_step)  # trainer.max_consecutive_nonfinite_steps
         trackers.finish()
         return metrics
 

@@ -16,6 +16,7 @@ from hybridrl.utils.batch import Batch
 from hybridrl.workers.forward import batched_log_probs, response_log_probs
 from hybridrl.workers.loss_scope import MicroBatchWeights
 from hybridrl.workers.micro_batches import MicroBatchPlan
+from hybridrl.workers.nonfinite import NonFiniteTrace, SkippedSteps
 from hybridrl.workers.trainable import RoleSpec, TrainState, build_trainable
 from hybridrl.workers.update_metrics import as_metric, means
 
@@ -73,15 +74,16 @@ class ActorWorker(TrainState):
             ["rollout_log_probs"] if on_policy and "rollout_log_probs" in batch else [])
         data = batch.select(keys).to(self.device)
         metrics: dict[str, list[torch.Tensor | float]] = defaultdict(list)
+        skipped = SkippedSteps("actor")
         with self.offloader.for_update():
             for epoch in range(self.actor_cfg.ppo_epochs):
                 minis = self._mini_batches(data, epoch)
                 if on_policy:
                     _check_on_policy(self.actor_cfg.ppo_epochs, len(minis))
                 for mini in minis:
-                    self._update_mini_batch(mini, metrics, on_policy)
-        self.lr_scheduler.step()
-        out = means(metrics)
+                    self._update_mini_batch(mini, metrics, skipped, on_policy)
+        skipped.step_scheduler(self.lr_scheduler)
+        out = means(metrics) | skipped.metrics()
         out["actor/lr"] = self.optimizer.param_groups[0]["lr"]
         return out
 
@@ -91,17 +93,18 @@ class ActorWorker(TrainState):
             data = data.index(torch.randperm(len(data), generator=gen))
         return data.split(self.sizes.ppo_mini)
 
-    def _update_mini_batch(self, mini: Batch, metrics: dict[str, list[torch.Tensor | float]],
+    def _update_mini_batch(self, mini: Batch, metrics: dict[str, list[torch.Tensor | float]], skipped: SkippedSteps,
                            on_policy: bool = False) -> None:
         self.optimizer.zero_grad(set_to_none=True)
         parts = self.update_plan.split(mini, self.parallel.max_over_ranks).parts
         weights = MicroBatchWeights(self.actor_cfg.loss_agg_scope, mini)
         forwards = []  # on-policy: (log_prob, entropy) of each micro-batch, detached, for the old_log_prob metrics
         mini_metrics: dict[str, list[torch.Tensor | float]] = defaultdict(list)
+        trace = NonFiniteTrace()  # which quantity went non-finite first, should the step be skipped
         for index, micro in enumerate(parts):
             last = index == len(parts) - 1  # one gradient reduce per mini-batch, in its last backward
             with self.parallel.backward_sync(last):
-                loss, micro_parts, forward = self._micro_loss(micro, weights, on_policy)
+                loss, micro_parts, forward = self._micro_loss(micro, weights, trace, on_policy)
                 loss.backward()
             if on_policy:
                 forwards.append(forward)
@@ -115,11 +118,10 @@ class ActorWorker(TrainState):
             for key, value in self._old_log_prob_metrics(parts, forwards, weights).items():
                 metrics[key].append(value)
         grad_norm = self.step(self.actor_cfg.grad_clip)
-        if not torch.isfinite(grad_norm):
-            metrics["actor/num_skipped_steps"].append(1.0)
+        skipped.record(grad_norm, trace)
         metrics["actor/grad_norm"].append(as_metric(grad_norm))
 
-    def _micro_loss(self, micro: Batch, weights: MicroBatchWeights, on_policy: bool = False):
+    def _micro_loss(self, micro: Batch, weights: MicroBatchWeights, trace: NonFiniteTrace, on_policy: bool = False):
         """(weighted loss, weighted metric parts, (log_prob, entropy) detached) of one micro-batch. Every loss
         term and metric is weighted by the micro-batch's share of the mini-batch (`MicroBatchWeights`; the
         clip fractions and ppo_kl are token means), so summed over micro-batches they are the mini-batch's."""
@@ -129,9 +131,13 @@ class ActorWorker(TrainState):
         with self.parallel.autocast():
             log_prob, entropy = response_log_probs(self.model, micro, micro.meta["temperature"], need_entropy,
                                                    self.remove_padding)
+        trace.note("log_prob", log_prob, mask)
+        if entropy is not None:
+            trace.note("entropy", entropy, mask)
         old_log_prob = log_prob.detach() if on_policy else micro["old_log_probs"]
         pg_loss, pg_metrics = self.policy_loss_fn(old_log_prob, log_prob, micro["advantages"], mask,
                                                   loss_agg_mode=cfg.loss_agg_mode, config=self.loss_settings)
+        trace.note("pg_loss", pg_loss)
         loss = pg_loss * weights(mask, self.policy_agg_mode)
         metrics = {"actor/pg_loss": as_metric(loss)}
         token_weight = weights(mask, "token-mean")
@@ -146,6 +152,8 @@ class ActorWorker(TrainState):
             kl_loss = agg_loss(kld, mask, cfg.loss_agg_mode, cfg.loss_scale_factor) * weight
             loss = loss + cfg.kl_loss_coef * kl_loss
             metrics["actor/kl_loss"] = as_metric(kl_loss)
+            trace.note("kl_loss", kl_loss)
+        trace.note("loss", loss)  # with the coefficients (entropy_coeff, kl_loss_coef) and the micro-batch weight
         return loss, metrics, (log_prob.detach(), entropy.detach() if entropy is not None else None)
 
     def _old_log_prob_metrics(self, parts: list[Batch], forwards: list, weights: MicroBatchWeights
