@@ -59,6 +59,7 @@ class RunSignals:
         self.received: list[int] = []  # signal numbers, appended by the handler
         self.training = False  # from the first step boundary on: the first signal waits for the step's end
         self.next_step = 1
+        self.total_steps = 0  # read at the first step boundary
         self.save_freq = 0  # trainer.save_freq, read at the first step boundary
         self._previous: dict[int, Any] = {}
 
@@ -100,14 +101,18 @@ class RunSignals:
             self._restore()
             raise RunStopped(f"stopped by {name} (a second signal) during step {self.next_step}: the step was "
                              f"abandoned; {self._latest_checkpoint_line()}", signum)
-        then = ("a checkpoint is saved and the run stops" if self.save_freq > 0 else
-                f"the run stops without a checkpoint (trainer.save_freq={self.save_freq})")
+        if self.next_step >= self.total_steps:  # no step boundary follows: the run completes as configured
+            then = "the run completes (it was the last step)"
+        elif self.save_freq > 0:
+            then = "a checkpoint is saved and the run stops"
+        else:
+            then = f"the run stops without a checkpoint (trainer.save_freq={self.save_freq})"
         os.write(2, f"[hybridrl] received {name}: step {self.next_step} finishes, then {then}; send {name} again to "
                     f"stop at once\n".encode())
 
     def at_step_boundary(self, run: StoppableRun) -> None:
         """Called before each step: if a signal asked the run to stop, save (when configured) and raise RunStopped."""
-        self.training, self.next_step = True, run.global_step + 1
+        self.training, self.next_step, self.total_steps = True, run.global_step + 1, run.total_steps
         self.save_freq = run.cfg.trainer.save_freq
         if not self.received:
             return
