@@ -154,7 +154,7 @@ class NonFiniteGuard:
             return "No quantity of the chain was flagged non-finite"
         count = metrics[quantity.metric]
         where = (f"{count:g} non-finite value(s) among the response tokens" if quantity.metric.startswith(BATCH_PREFIX)
-                 else f"in {count:g} skipped optimizer step(s)")
+                 else f"first in {count:g} skipped optimizer step(s), a mean over the ranks")
         settings = ", ".join(f"{key}={_value(self.cfg, key)}" for key in quantity.keys)
         return (f"The first non-finite quantity: {quantity.what}, {where} ({quantity.metric}). Usually "
                 f"{quantity.causes}; look at {settings}")

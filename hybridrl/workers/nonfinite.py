@@ -33,6 +33,11 @@ class NonFiniteTrace:
         previous = self._finite.get(quantity)
         self._finite[quantity] = flag if previous is None else previous & flag
 
+    @property
+    def quantities(self) -> list[str]:
+        """The quantities noted, in chain order."""
+        return list(self._finite)
+
     def first_nonfinite(self) -> str | None:
         """The first noted quantity that was not finite, or None (one host transfer)."""
         if not self._finite:
@@ -47,18 +52,24 @@ class SkippedSteps:
     def __init__(self, role: str) -> None:
         self.role = role
         self.count = 0
-        self.by_quantity: dict[str, int] = {}
+        self.by_quantity: dict[str, int] = {}  # every quantity the skipped steps noted (0 where never first)
 
     def record(self, grad_norm: torch.Tensor, trace: NonFiniteTrace) -> None:
         """After `TrainState.step` returned `grad_norm`: count the step if it was skipped."""
         if bool(torch.isfinite(grad_norm)):
             return
         self.count += 1
+        for quantity in [*trace.quantities, "grad_norm"]:
+            self.by_quantity.setdefault(quantity, 0)
         quantity = trace.first_nonfinite() or "grad_norm"
-        self.by_quantity[quantity] = self.by_quantity.get(quantity, 0) + 1
+        self.by_quantity[quantity] += 1
 
     def metrics(self) -> dict[str, float]:
-        """`<role>/num_skipped_steps` (always), `<role>/nonfinite/<quantity>` (those that occurred)."""
+        """`<role>/num_skipped_steps` (always) and, after a skipped step, `<role>/nonfinite/<quantity>` for every
+        quantity of the chain, zeros included. The gradient norm is global (FSDP's, or of gradients averaged over
+        replicas), so every rank skips the same steps and reports the same keys, which the group's reduce requires
+        (`distributed.worker_group.reduce_rank_metrics`), although the first non-finite quantity may differ by
+        rank: a NaN in one rank's micro-batch is that rank's `log_prob`, the others' `grad_norm`."""
         out = {f"{self.role}/num_skipped_steps": float(self.count)}
         out.update({f"{self.role}/nonfinite/{quantity}": float(n) for quantity, n in self.by_quantity.items()})
         return out

@@ -121,6 +121,23 @@ def test_an_isolated_nonfinite_step_is_skipped_counted_and_logged(tmp_path, arit
     assert "step 1: " not in caplog.text and "step 3: " not in caplog.text
 
 
+
+def test_ranks_whose_first_nonfinite_quantity_differs_report_one_skipped_step(tmp_path, arith_model_dir,
+                                                                             arithmetic_files, caplog):
+    """Two worker ranks, each reporting the first non-finite quantity it saw (its pg_loss where NaN rows reached
+    it, else the global gradient norm; tests/workers/test_nonfinite.py pools two that differ): the group's metrics
+    pool, every skipped step is attributed once, and the step is named as in one process."""
+    out = str(tmp_path)
+    trainer = PPOTrainer(load_config(tiny_run_overrides(arith_model_dir, arithmetic_files, out, steps=2,
+                                                        extra=["trainer.n_gpus_per_node=2"])))
+    score_nan_in(trainer, {1})
+    with caplog.at_level(logging.WARNING, logger="hybridrl"):
+        trainer.fit()
+    first, second = read_metrics(out)
+    assert first["actor/num_skipped_steps"] >= 1 and second["actor/num_skipped_steps"] == 0
+    assert first["actor/nonfinite/pg_loss"] + first["actor/nonfinite/grad_norm"] == first["actor/num_skipped_steps"]
+    assert "step 1: " in caplog.text and "The first non-finite quantity: the scores (token_level_scores" in caplog.text
+
 def test_steps_in_a_row_stop_the_run_naming_the_scores(tmp_path, arith_model_dir, arithmetic_files):
     out = str(tmp_path)
     trainer = PPOTrainer(load_config(tiny_run_overrides(arith_model_dir, arithmetic_files, out, steps=4,
