@@ -30,18 +30,21 @@ class StatefulLoader:
     """Batches `collate_fn(rows)` of `batch_size` rows; `for batch in loader` runs the rest of the current epoch."""
 
     def __init__(self, dataset: Rows, batch_size: int, *, shuffle: bool = True, seed: int = 0,
-                 drop_last: bool = True, collate_fn: Callable[[list[Any]], Batch]) -> None:
+                 drop_last: bool = True, collate_fn: Callable[[list[Any]], Batch],
+                 size_key: str = "data.train_batch_size") -> None:
+        """`size_key`: the config key that set `batch_size`, named in errors (data.gen_batch_size when it is set)."""
         if batch_size < 1:
-            raise ValueError(f"data.train_batch_size={batch_size} must be at least 1")
+            raise ValueError(f"{size_key}={batch_size} must be at least 1")
         if batch_size > len(dataset):
-            raise DatasetError(f"data.train_batch_size={batch_size} is larger than the dataset ({len(dataset)} rows); "
-                             f"lower data.train_batch_size or add data")
+            raise DatasetError(f"{size_key}={batch_size} is larger than the dataset ({len(dataset)} rows); "
+                               f"lower {size_key} or add data")
         self.dataset = dataset
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.seed = seed
         self.drop_last = drop_last
         self.collate_fn = collate_fn
+        self.size_key = size_key
         self.epoch = 0
         self.batch_index = 0
         self._order_cache: tuple[int, list[int]] | None = None
@@ -87,7 +90,7 @@ class StatefulLoader:
         epoch, batch_index, seed = int(state["epoch"]), int(state["batch_index"]), int(state["seed"])
         if not 0 <= batch_index <= len(self):
             raise ValueError(f"loader state batch_index={batch_index} is outside 0..{len(self)} batches per epoch; "
-                             f"the dataset or data.train_batch_size changed since the checkpoint was saved")
+                             f"the dataset or {self.size_key} changed since the checkpoint was saved")
         if seed != self.seed:
             logger.warning("resuming the data order of the checkpoint (seed %d), not data.seed=%d", seed, self.seed)
         # A state saved at an epoch's end by another writer (batch_index == len) means: start the next epoch.

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from hybridrl.checkpoint.manager import tracker_step
@@ -72,6 +73,17 @@ class RunSignals:
         for name in STOP_SIGNALS:
             number = getattr(signal, name)
             self._previous[number] = signal.signal(number, self._on_stop_signal)
+
+    def around_construction(self, build: Callable[[], None]) -> ElasticController:
+        """`install()`, then `build()` the trainer (closed again if that fails), then `reclaim()`; the controller."""
+        self.install()
+        try:
+            build()
+        except BaseException:
+            self.close()
+            raise
+        self.reclaim()
+        return self.control
 
     def reclaim(self) -> None:
         """Take SIGTERM/SIGINT back from what replaced the handlers while the run was built (`ray.init` installs

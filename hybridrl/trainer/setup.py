@@ -59,11 +59,13 @@ def build_loader(cfg: HybridRLConfig, dataset: RLDataset, tokenizer, split: str)
 
     if split == "train":
         seed = data.seed if data.seed is not None else cfg.trainer.seed
+        # data.gen_batch_size: the prompts of one generation batch (one DAPO dynamic-sampling round)
+        size_key = "data.gen_batch_size" if data.gen_batch_size else "data.train_batch_size"
         return StatefulLoader(dataset, data.gen_batch_size or data.train_batch_size, shuffle=data.shuffle,
-                              seed=seed, drop_last=True, collate_fn=collate_fn)
+                              seed=seed, drop_last=True, collate_fn=collate_fn, size_key=size_key)
     batch_size = data.val_batch_size or len(dataset)
     return StatefulLoader(dataset, min(batch_size, len(dataset)), shuffle=False, seed=0, drop_last=False,
-                          collate_fn=collate_fn)
+                          collate_fn=collate_fn, size_key="data.val_batch_size")
 
 
 def total_training_steps(cfg: HybridRLConfig, num_batches_per_epoch: int) -> int:
