@@ -76,16 +76,16 @@ NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
     "actor_rollout_ref.rollout.skip_rollout": ((False,), f"rollout skipping (cached rollouts) is {_LATER}"),
     "actor_rollout_ref.rollout.trace.backend": ((None,), f"rollout tracing is {_LATER}"),
     "actor_rollout_ref.actor.router_replay.mode": (("disabled",), f"MoE router replay is {_LATER}"),
-    "data.custom_cls.path": ((None,), f"custom dataset classes are {_LATER}"),
-    "data.sampler.class_path": ((None,), f"custom (curriculum) samplers are {_LATER}"),
-    "data.datagen.path": ((None,), f"dynamic data generation is {_LATER}"),
-    "global_profiler.tool": ((None, "torch", "torch_memory"), "hybridrl profiles with tool=torch (traces) or "
-                             "tool=torch_memory (CUDA allocator snapshots); for Nsight Systems run the whole job under "
-                             "`nsys profile -t cuda,nvtx python -m hybridrl ...`; Ascend NPUs are not supported"),
+    "data.datagen.path": ((None,), f"dynamic data generation (verl's experimental DynamicGenDataset, whose dataset "
+                                   "grows after every step; verl's August-2026 tree removed it) is "
+                                   f"{_LATER}: the resumable loader's per-epoch order and checkpointed position "
+                                   "assume a fixed dataset; generate the rows offline into data.train_files, or order "
+                                   "existing rows with a curriculum sampler (data.sampler.class_path)"),
+    "global_profiler.tool": ((None, "torch", "torch_memory", "nsys"), "Ascend NPU tools (npu, precision_debugger) "
+                             "are not supported: hybridrl runs on NVIDIA GPUs and CPUs; use tool=nsys (Nsight "
+                             "Systems), torch (torch.profiler traces) or torch_memory (CUDA allocator snapshots)"),
     "trainer.esi_redundant_time": ((0,), f"ESI pre-expiry checkpointing is {_LATER}"),
     "trainer.default_hdfs_dir": ((None,), f"HDFS checkpoint mirroring is {_LATER}"),
-    "data.use_shm": ((False,), f"/dev/shm preloading is {_LATER}"),
-    "actor_rollout_ref.model.use_shm": ((False,), f"/dev/shm preloading is {_LATER}"),
     "transfer_queue.enable": ((False,), f"the transfer queue is {_LATER}"),
     "critic.model.lora_rank": ((0,), "LoRA arrives in a later hybridrl release; use lora_rank=0 (full fine-tuning)"),
     "actor_rollout_ref.actor.use_prefix_grouper": ((False,), f"sharing a group's prompt prefix in the training forward is {_LATER}"),

@@ -8,6 +8,7 @@ from typing import Any
 
 from hybridrl.config.batch_rules import check_mini_batch, micro_batch_problems, token_budget_problems
 from hybridrl.config.checkpoint_rules import checkpoint_content_problems
+from hybridrl.config.data_rules import user_class_problems
 from hybridrl.config.dynamic_sampling_rules import filter_groups_problems
 from hybridrl.config.errors import ConfigError
 from hybridrl.config.estimator_needs import estimator_needs
@@ -46,6 +47,7 @@ def validate_config(cfg: HybridRLConfig, world_size: int = 1) -> None:
         + precision_problems(cfg)
         + token_budget_problems(cfg)
         + profiler_problems(cfg.global_profiler)
+        + user_class_problems(cfg.data)
         + filter_groups_problems(cfg)
     )
     # -- value ranges and checkpoint contents (config/ranges.py, config/checkpoint_rules.py)

@@ -214,6 +214,7 @@ class PPOTrainer:
         metrics.update(compute_timing_metrics(batch, timings))
         metrics.update(compute_throughput_metrics(batch, timings["step"], self.plan.world_size))
         metrics.update(self._phase_metrics())
+        self.train_loader.update_sampler(batch)  # data.sampler: a curriculum sampler's update(batch), as verl
         return metrics
 
     def _balance(self, batch: Batch, metrics: dict[str, float]) -> Batch:
