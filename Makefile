@@ -1,15 +1,21 @@
 PY ?= python3
 
-.PHONY: setup quickstart test test-all
+.PHONY: quickstart test test-all docs readme-table
 
-setup:
-	bash scripts/setup.sh
-
-quickstart: setup
+quickstart:
+	bash scripts/setup.sh quickstart
 	$(PY) -m hybridrl quickstart --out outputs/quickstart
 
-test: setup
+test:
+	bash scripts/setup.sh test
 	$(PY) -m pytest
 
-test-all: setup
-	$(PY) -m pytest -m "" 
+test-all:
+	bash scripts/setup.sh test
+	$(PY) -m pytest -m ""
+
+docs:
+	$(PY) -m mkdocs build --strict --site-dir outputs/site
+
+readme-table:
+	$(PY) scripts/readme_table.py --write

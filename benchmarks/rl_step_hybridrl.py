@@ -11,7 +11,6 @@ cache itself; an extra `sleep()` on a sleeping engine, or `wake_up()` on an awak
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import gc
 import statistics
@@ -145,22 +144,15 @@ def release_memory() -> None:
         torch.cuda.empty_cache()
 
 
-@contextlib.contextmanager
-def one_rank_group(enabled: bool):
-    """--one-rank-group: a one-device trainer builds its roles as a one-rank worker group (as every rank of
-    a multi-device run does) instead of in the controller; the rest of the trainer is unchanged."""
-    if not enabled:
-        yield
-        return
-    from hybridrl.trainer import ppo_trainer
-    from hybridrl.trainer.roles import build_group_roles
+def run_plan(cfg, one_rank_group: bool):
+    """The trainer's plan; --one-rank-group: a one-device run's roles in a one-rank worker group of the local
+    launcher (a spawned process, as every rank of a multi-device run) instead of in the controller's process."""
+    from dataclasses import replace
 
-    in_process = ppo_trainer.build_roles
-    ppo_trainer.build_roles = build_group_roles  # the trainer passes world_size (1 here) either way
-    try:
-        yield
-    finally:
-        ppo_trainer.build_roles = in_process
+    from hybridrl.trainer.preflight import preflight
+
+    plan = preflight(cfg)
+    return replace(plan, launcher="local") if one_rank_group and plan.launcher == "in_process" else plan
 
 
 def run(args, paths: dict[str, Path], mode: str) -> dict[str, Any]:
@@ -170,12 +162,13 @@ def run(args, paths: dict[str, Path], mode: str) -> dict[str, Any]:
     from hybridrl.trainer.ppo_trainer import PPOTrainer
 
     start = time.perf_counter()
-    with one_rank_group(getattr(args, "one_rank_group", False)):
-        trainer = PPOTrainer(load_config(overrides(args, paths, mode)))
+    cfg = load_config(overrides(args, paths, mode))
+    trainer = PPOTrainer(cfg, run_plan(cfg, getattr(args, "one_rank_group", False)))
     build_s = time.perf_counter() - start
-    tracker = PhaseMemory(trainer.device if trainer.roles.group is None else "cpu")  # ranks measure themselves
+    tracker = PhaseMemory(trainer.device if not trainer.plan.on_ranks else "cpu")  # ranks measure themselves
     phases = instrument(trainer, tracker, mode)
-    backend = getattr(trainer.roles.rollout, "backend", None)
+    worker = trainer.roles.groups.local_worker  # one process: the engine lives here
+    backend = worker.rollout.backend if worker is not None and worker.rollout is not None else None
     kv_gb = getattr(backend, "kv_cache_bytes", 0) / 2**30
     budget_blocks = getattr(backend, "kv_block_budget", None)  # what gpu_memory_utilization allows (CUDA)
     kv_budget_gb = budget_blocks * backend.runner.block_bytes / 2**30 if budget_blocks is not None else None

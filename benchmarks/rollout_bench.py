@@ -2,7 +2,11 @@
 
     python benchmarks/rollout_bench.py --out rollout.json     # H200: 64 GSM8K prompts x n=8 x 256 tokens
     python benchmarks/rollout_bench.py --quick --device cpu   # toy shapes, CPU smoke test
-See benchmarks/README.md for the sections of the output and how each number is computed.
+
+Peers, all in the same process and run: HF `generate` with its default dynamic cache, and HF's fastest path
+(`cache_implementation="static"` with its automatic torch.compile of the decode step on CUDA). Every peer, the
+engine included, is warmed the same way: one full-size call of the timed workload, then the timed call; ratios are
+taken only between numbers of one run. See benchmarks/README.md for the sections of the output.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ from hybridrl.rollout.base import SamplingParams  # noqa: E402
 ROOFLINE_FORMULA = ("decode step roofline_s = (weight_bytes + kv_bytes_per_token * sum over sequences of "
                     "(prompt_len + response_len / 2)) / 4.3e12 B/s; fraction = roofline_s / mean_decode_step_s")
 
-WARMUP_PROMPTS = [list(range(1, 41)), list(range(2, 30))]  # never a workload prefix
+WARMUP = ("every peer, the engine included: one full-size call of the timed workload (same prompts, n and "
+          "lengths), then the timed call; the engine's prefix cache is emptied in between")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -36,6 +41,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", default=None, help="also write the JSON here")
     parser.add_argument("--skip-hf", action="store_true", help="skip the HF generate baselines")
+    parser.add_argument("--skip-hf-static", action="store_true",
+                        help="skip HF's static-cache (+ torch.compile on CUDA) peer")
     parser.add_argument("--skip-extras", action="store_true", help="only the main engine-vs-HF comparison")
     parser.add_argument("--gsm8k", default=str(GSM8K_64), help="jsonl with GSM8K 'question' rows")
     parser.add_argument("--num-prompts", type=int, default=None, help="default 64 (quick: 4)")
@@ -74,17 +81,20 @@ def release_memory() -> None:
 
 
 def run_engine(engine, prompts: list[list[int]], params: SamplingParams, device: str) -> dict[str, Any]:
-    """One timed `generate` on an empty prefix cache, after a warm-up that captures the decode CUDA graphs."""
-    engine.sleep()  # sleep + wake_up empties the prefix cache: earlier calls' prompts must not hit
-    engine.wake_up()
-    engine.generate(WARMUP_PROMPTS, SamplingParams(n=2, max_new_tokens=4, ignore_eos=True, seed=1))
+    """One timed `generate` on an empty prefix cache, after a full-size warm-up call (WARMUP): it captures the decode
+    CUDA graphs of every batch size the workload passes through, as the timed call needs them."""
     times: dict[str, float] = {}
+    with timed(device, times, "warmup_wall_s"):
+        engine.generate(prompts, params)
+    engine.sleep()  # sleep + wake_up empties the prefix cache (the decode graphs stay): the warm-up must not hit
+    engine.wake_up()
     reset_peak_memory(device)
     with timed(device, times, "wall_s"):
         out = engine.generate(prompts, params)
     lengths = [len(t) for t in out.token_ids]
     return {
         "wall_s": times["wall_s"],
+        "warmup_wall_s": times["warmup_wall_s"],
         "generated_tokens": sum(lengths),
         "gen_tok_s": sum(lengths) / times["wall_s"],
         "num_sequences": len(lengths),
@@ -102,9 +112,19 @@ def length_stats(lengths: list[int]) -> dict[str, float]:
             "max": ordered[-1]}
 
 
+def hf_static_kwargs(device: str) -> dict[str, Any]:
+    """HF's fastest `generate`: a static KV cache, whose decode forward transformers compiles with torch.compile
+    (mode reduce-overhead: CUDA graphs) on CUDA; on CPU the static cache runs eagerly."""
+    from transformers import CompileConfig
+
+    return {"cache_implementation": "static",
+            **({"compile_config": CompileConfig(mode="reduce-overhead")} if device.startswith("cuda") else {})}
+
+
 def run_hf(model, prompts: list[list[int]], n: int, max_new_tokens: int, device: str, pad_id: int,
-           stop_ids: list[int] | None = None) -> dict[str, Any]:
-    """HF `generate` (sdpa, sampling at temperature 1): the n samples as repeated, left-padded rows.
+           stop_ids: list[int] | None = None, static: bool = False) -> dict[str, Any]:
+    """HF `generate` (sdpa, sampling at temperature 1): the n samples as repeated, left-padded rows, timed after a
+    full-size warm-up call (WARMUP). `static`: HF's static cache and, on CUDA, its compiled decode step.
 
     Without `stop_ids` every row is forced to `max_new_tokens` (min_new_tokens = max_new_tokens).
     """
@@ -118,16 +138,19 @@ def run_hf(model, prompts: list[list[int]], n: int, max_new_tokens: int, device:
     kwargs = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=max_new_tokens,
                   pad_token_id=pad_id)
     kwargs.update(dict(eos_token_id=stop_ids) if stop_ids else dict(min_new_tokens=max_new_tokens))
+    if static:
+        kwargs.update(hf_static_kwargs(device))
     inputs = dict(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device))
-    warm = {k: v[:2] for k, v in inputs.items()}
-    model.generate(**warm, **{**kwargs, "max_new_tokens": 4, "min_new_tokens": 0})
     times: dict[str, float] = {}
+    with torch.inference_mode(), timed(device, times, "warmup_wall_s"):
+        model.generate(**inputs, **kwargs)
     reset_peak_memory(device)
     with torch.inference_mode(), timed(device, times, "wall_s"):
         out = model.generate(**inputs, **kwargs)
     generated = out[:, width:].cpu()
     lengths = hf_lengths(generated, stop_ids) if stop_ids else [generated.shape[1]] * len(rows)
-    return {"wall_s": times["wall_s"], "generated_tokens": sum(lengths),
+    return {"wall_s": times["wall_s"], "warmup_wall_s": times["warmup_wall_s"], "generated_tokens": sum(lengths),
+            "cache": "static" if static else "dynamic", "compiled": static and device.startswith("cuda"),
             "gen_tok_s": sum(lengths) / times["wall_s"], "response_length": length_stats(lengths),
             "peak_memory_gb": peak_memory_gb(device)}
 
@@ -165,13 +188,20 @@ def main_comparison(model, config, prompts, args) -> dict[str, Any]:
     max_len = max(map(len, prompts)) + args.varied_max_len
     params = SamplingParams(n=args.n, max_new_tokens=args.response_length, ignore_eos=True, temperature=1.0,
                             seed=args.seed)
-    result: dict[str, Any] = {}
+    result: dict[str, Any] = {"warmup": WARMUP}
     if not args.skip_hf:
         result["hf"] = run_hf(model, prompts, args.n, args.response_length, args.device, config.pad_token_id)
+        if not args.skip_hf_static:
+            try:
+                result["hf_static"] = run_hf(model, prompts, args.n, args.response_length, args.device,
+                                             config.pad_token_id, static=True)
+            except Exception as exc:  # a peer that fails to compile is reported, not fatal (the others still run)
+                result["hf_static_error"] = repr(exc)[:500]
     engine = make_engine(model, args, max_num_seqs=len(prompts) * args.n, max_model_len=max_len)
     result["engine"] = run_engine(engine, prompts, params, args.device)
-    if "hf" in result:
-        result["engine_over_hf"] = result["engine"]["gen_tok_s"] / result["hf"]["gen_tok_s"]
+    for peer in ("hf", "hf_static"):  # ratios only between numbers of this run
+        if peer in result:
+            result[f"engine_over_{peer}"] = result["engine"]["gen_tok_s"] / result[peer]["gen_tok_s"]
     step_s = result["engine"]["metrics"].get("rollout/mean_decode_step_s")
     result["roofline"] = roofline(model, config, prompts, args.n, args.response_length, args.dtype, step_s)
     return {"result": result, "engine": engine}

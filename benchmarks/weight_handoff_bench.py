@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 
 from benchmarks.common import model_shapes  # noqa: E402
 from hybridrl.distributed import LocalWorkerGroup  # noqa: E402
-from hybridrl.distributed.weight_handoff import cast_to_cpu, open_weights, write_weights  # noqa: E402
-from hybridrl.trainer.weight_sync import RankWeights, WeightHandoff  # noqa: E402
+from hybridrl.distributed.weight_handoff import cast_to_cpu, write_weights  # noqa: E402
+from hybridrl.distributed.weight_sync import WeightHandoff  # noqa: E402
 
 MODES = {"pickle_fp32": ("pickle", None), "pickle_bf16": ("pickle", torch.bfloat16),
          "shared_memory": ("shared_memory", torch.bfloat16)}
@@ -61,7 +61,7 @@ class BenchRollout:
 
     @torch.no_grad()
     def load_rollout_weights(self, payload) -> None:
-        for name, tensor in open_weights(payload):
+        for name, tensor in payload.open():
             self.params[name].copy_(tensor)
 
     def checksum(self) -> float:
@@ -75,7 +75,7 @@ def run_mode(mode: str, actor: LocalWorkerGroup, rollout: LocalWorkerGroup, step
         for _ in range(steps):
             actor.call_all("step")
             start = time.perf_counter()
-            payload = handoff.gather(RankWeights(actor))
+            payload = handoff.gather(actor)
             gathered = time.perf_counter()
             handoff.load(rollout, payload)
             done = time.perf_counter()

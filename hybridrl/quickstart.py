@@ -4,7 +4,8 @@
 2. writes a procedural task (reverse 4 digits) in verl's parquet format (disjoint train/test prompts);
 3. a short supervised warm start (`hybridrl sft`) teaches the answer format and some of the skill;
 4. GRPO (or PPO with a critic: `--algo gae`) through the very same trainer and verl-style config;
-5. prints validation accuracy before and after, writes metrics.jsonl and a PNG of the curves.
+5. prints validation accuracy before and after and the `hybridrl train` command that ran step 4; keeps the final
+   checkpoint, metrics.jsonl and a PNG of the curves.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
+import sys
 import time
 
 from hybridrl.logging.log import get_logger
@@ -56,7 +59,7 @@ def rl_overrides(model_dir: str, train_file: str, test_file: str, out_dir: str, 
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=256",
         "actor_rollout_ref.rollout.val_kwargs.do_sample=true", "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
         "trainer.device=cpu", "trainer.logger=[console,file]", f"trainer.total_training_steps={steps}",
-        f"trainer.test_freq={test_freq}", "trainer.save_freq=-1", "trainer.val_before_train=true",
+        f"trainer.test_freq={test_freq}", f"trainer.save_freq={steps}", "trainer.val_before_train=true",
         f"trainer.default_local_dir={os.path.join(out_dir, 'run')}", f"trainer.seed={seed}",
         "trainer.project_name=quickstart", f"trainer.experiment_name=reverse_{algo}",
     ]
@@ -64,6 +67,11 @@ def rl_overrides(model_dir: str, train_file: str, test_file: str, out_dir: str, 
         overrides += ["critic.optim.lr=1e-3", "critic.ppo_micro_batch_size_per_gpu=128",
                       "critic.model.enable_gradient_checkpointing=false", "trainer.critic_warmup=0"]
     return overrides
+
+
+def train_command(overrides: list[str]) -> str:
+    """The RL stage as a shell command, one override per line."""
+    return "hybridrl train \\\n" + " \\\n".join(f"  {shlex.quote(o)}" for o in overrides)
 
 
 def validation_curve(metrics_file: str) -> list[tuple[int, float]]:
@@ -82,18 +90,38 @@ def run(out_dir: str, *, algo: str = "grpo", steps: int = 80, sft_epochs: float 
     train_file, test_file, base_dir = prepare(out_dir, seed, num_train, num_test)
     sft_dir = os.path.join(out_dir, "sft_model")
     run_sft(base_dir, [train_file], sft_dir, epochs=sft_epochs, lr=3e-3, batch_size=64, seed=seed)
-    cfg = load_config(rl_overrides(sft_dir, train_file, test_file, out_dir, algo, steps, seed, test_freq))
+    overrides = rl_overrides(sft_dir, train_file, test_file, out_dir, algo, steps, seed, test_freq)
+    command = train_command(overrides)
+    with open(os.path.join(out_dir, "train_command.sh"), "w", encoding="utf-8") as handle:
+        handle.write(command + "\n")
+    cfg = load_config(overrides)
     PPOTrainer(cfg).fit()
     metrics_file = os.path.join(cfg.trainer.default_local_dir, "metrics.jsonl")
     curve = validation_curve(metrics_file)
     result = {"val_accuracy_before": curve[0][1], "val_accuracy_after": curve[-1][1], "curve": curve,
-              "metrics_file": metrics_file, "seconds": round(time.time() - start, 1)}
+              "metrics_file": metrics_file, "seconds": round(time.time() - start, 1), "train_command": command,
+              "checkpoint": os.path.join(cfg.trainer.default_local_dir, f"global_step_{steps}")}
     if plot:
         from hybridrl.logging.plot import plot_metrics
 
-        result["plot"] = plot_metrics(metrics_file, [VAL_KEY, "critic/score/mean", "actor/pg_loss", "actor/entropy"],
-                                      os.path.join(out_dir, "curves.png"))
+        result["plot"] = plot_metrics(metrics_file, None, os.path.join(out_dir, "curves.png"))
     return result
+
+
+def write_result(out_dir: str, result: dict, command: str, **settings) -> str:
+    """`<out_dir>/result.json`: the figures a run of the quickstart gives, with its command and machine (the
+    README's expected figures are generated from such a file: scripts/readme_table.py)."""
+    import platform
+
+    import torch
+
+    record = {"command": command, **settings, **{k: result[k] for k in ("val_accuracy_before", "val_accuracy_after",
+                                                                        "seconds", "curve")},
+              "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__}}
+    path = os.path.join(out_dir, "result.json")
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(record, handle, indent=1)
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,7 +133,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     result = run(args.out, algo=args.algo, steps=args.steps, seed=args.seed)
+    write_result(args.out, result, "hybridrl quickstart " + shlex.join(argv if argv is not None else sys.argv[1:]),
+                 steps=args.steps, seed=args.seed, algo=args.algo)
     before, after = result["val_accuracy_before"], result["val_accuracy_after"]
-    print(f"\nquickstart ({args.algo}): validation accuracy {100 * before:.1f}% -> {100 * after:.1f}% "
-          f"in {result['seconds']}s\nmetrics: {result['metrics_file']}\ncurves:  {result.get('plot')}")
+    print(f"\nthe RL stage ran this command (also in {os.path.join(args.out, 'train_command.sh')}):\n"
+          f"{result['train_command']}\n")
+    print(f"quickstart ({args.algo}): validation accuracy {100 * before:.1f}% -> {100 * after:.1f}% "
+          f"in {result['seconds']}s\nmetrics:    {result['metrics_file']}\ncurves:     {result.get('plot')}\n"
+          f"checkpoint: {result['checkpoint']}\nexport it:  hybridrl export {result['checkpoint']} "
+          f"{os.path.join(args.out, 'hf_model')}")
     return 0

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Install hybridrl and its test dependencies. Installs a CPU build of torch first when torch is absent,
-# so a bare `torch` requirement does not pull a multi-GB CUDA build on a CPU machine.
+# Install hybridrl into the current Python environment at the versions CI tests (constraints.txt).
+#   scripts/setup.sh quickstart   core + plotting: what `make quickstart` needs
+#   scripts/setup.sh test         the test extras (ray, peft, megatron-core, triton, pytest, mkdocs, ...)
+# torch is pinned to 2.13.0: a CPU-only machine gets the CPU build where its pip finds one, a GPU machine PyPI's
+# CUDA build. Use a virtualenv: `python3 -m venv .venv && . .venv/bin/activate`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-if ! "$PY" -c "import torch" >/dev/null 2>&1; then
-  "$PY" -m pip install -q "torch==2.13.0"
-fi
-if ! "$PY" -c "import hybridrl, pytest, matplotlib, pyarrow, transformers, peft, ray, megatron.core, triton" >/dev/null 2>&1 \
-   || [ "${HYBRIDRL_REINSTALL:-0}" = 1 ]; then
-  "$PY" -m pip install -q -e ".[test]"
-fi
+case "${1:-test}" in
+  quickstart) extras="plot" ;;
+  test) extras="test" ;;
+  *) echo "usage: scripts/setup.sh [quickstart|test]" >&2; exit 2 ;;
+esac
+"$PY" -m pip install -q -c constraints.txt -e ".[$extras]"

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
-# ../shared beside the repo; a git worktree (e.g. /work/wt/<name>) finds it one level further up.
-SHARED_DIR = next((parent / "shared" for parent in Path(__file__).resolve().parents[1:4]
-                   if (parent / "shared" / "data").is_dir()), Path(__file__).resolve().parents[1].parent / "shared")
+# shared/ sits beside the clone (CI); HYBRIDRL_SHARED_DIR points elsewhere; a git worktree (e.g.
+# /work/wt/<name>) finds it one level further up.
+SHARED_DIR = Path(os.environ["HYBRIDRL_SHARED_DIR"]) if os.environ.get("HYBRIDRL_SHARED_DIR") else next(
+    (parent / "shared" for parent in Path(__file__).resolve().parents[1:4] if (parent / "shared" / "data").is_dir()),
+    Path(__file__).resolve().parents[1].parent / "shared")
 GSM8K_DIR = SHARED_DIR / "data" / "gsm8k"
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -82,3 +84,33 @@ def _hybridrl_logs_reach_caplog(caplog):
     logger.addHandler(caplog.handler)
     yield
     logger.removeHandler(caplog.handler)
+
+
+@pytest.fixture(autouse=True)
+def _rank_logs_removed():
+    """A rank that dies keeps its log folder in the temp directory, by design, for the user to read; so does a
+    controller killed outright. Tests that do either read it through the error, and the folders that appeared
+    during the test and belong to this process or to a controller that is gone (a subprocess the test ran)
+    go afterwards, so the suite leaves nothing behind (tests/faults checks it)."""
+    from hybridrl.checkpoint.startup import rank_log_folders, stale_rank_logs
+
+    before = set(rank_log_folders())
+    yield
+    import shutil
+
+    for folder in (set(rank_log_folders(owner=os.getpid())) | set(stale_rank_logs())) - before:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _session_rank_logs_removed():
+    """The same at the end of the session for groups that outlive a test (module fixtures whose group a test
+    aborted: an aborted group keeps its logs)."""
+    from hybridrl.checkpoint.startup import rank_log_folders
+
+    before = set(rank_log_folders())
+    yield
+    import shutil
+
+    for folder in set(rank_log_folders(owner=os.getpid())) - before:
+        shutil.rmtree(folder, ignore_errors=True)

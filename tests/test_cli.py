@@ -82,11 +82,69 @@ def test_verl_gsm8k_grpo_command_line_runs(tmp_path, gsm8k_dir, tiny_model_dir):
         "trainer.project_name='verl_grpo_example_gsm8k'", "trainer.experiment_name='tiny_function_rm'",
         "trainer.n_gpus_per_node=1", "trainer.nnodes=1", "trainer.save_freq=2", "trainer.test_freq=2",
         "trainer.total_training_steps=2", f"trainer.default_local_dir={out_dir}", "trainer.device=cpu",
+        "trainer.log_val_generations=2", f"trainer.validation_data_dir={tmp_path / 'val_dump'}",
     ]
-    out = run_py(*args)
+    out = run_py(*args)  # stdout is not a TTY here: progress lines instead of a bar
     assert out.returncode == 0, out.stderr[-3000:]
-    lines = [line for line in out.stdout.splitlines() if line.startswith("step:")]
-    assert len(lines) == 3 and "val-core/openai/gsm8k/reward/mean@1" in lines[0]
+    console = out.stdout
+    # what a person watching it reads: the banner, one readable line per step, progress, samples, the summary
+    assert console.index("hybridrl ") < console.index("step:1 | policy") < console.index("done: 2 steps")
+    for needle in (f"model      {tiny_model_dir}", "train 16 prompts", "4 prompts x 2 samples = 8 sequences per step",
+                   "progress: step 2/2 (100%)", "validation generations at step 0 (2 samples",
+                   "best val    val-core/openai/gsm8k/reward/mean@1", f"hybridrl export {out_dir}/global_step_2"):
+        assert needle in console, needle
+    lines = [line for line in console.splitlines() if line.startswith("step:")]
+    assert len(lines) == 3 and "val openai/gsm8k reward@1" in lines[0]
+    assert all(len(line) < 400 for line in lines) and " tok/s" in lines[1]
     records = [json.loads(line) for line in open(os.path.join(out_dir, "metrics.jsonl"))]
-    assert [r["step"] for r in records] == [0, 1, 2]
+    assert [r["step"] for r in records] == [0, 1, 2] and len(records[1]) > 40  # every key still goes to the file
     assert os.path.isdir(os.path.join(out_dir, "global_step_2", "actor"))
+    dumped = [json.loads(line) for line in open(tmp_path / "val_dump" / "2.jsonl")]  # verl's validation dump
+    assert len(dumped) == 4 and {"input", "output", "gts", "score", "step"} <= set(dumped[0])
+    assert len(open(os.path.join(out_dir, "val_generations.jsonl")).readlines()) == 2 * 2  # steps 0 and 2
+
+
+def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
+    code = cli_main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_every_command_answers_help(capsys):
+    from hybridrl.cli import COMMANDS
+
+    for command in COMMANDS:
+        for flag in ("--help", "-h"):
+            code, out, err = run_cli([command, flag], capsys)
+            assert code == 0, (command, flag, err)
+            assert "usage" in out.lower() and f"hybridrl {command}" in out, (command, flag, out)
+
+
+def test_train_help_lists_common_overrides_and_points_at_the_docs(capsys):
+    code, out, _ = run_cli(["train", "--help"], capsys)
+    assert code == 0
+    for needle in ("data.train_files=", "actor_rollout_ref.model.path=", "actor_rollout_ref.rollout.n=",
+                   "trainer.total_epochs=", "hybridrl print-config --docs", "HYDRA_FULL_ERROR=1"):
+        assert needle in out, needle
+    assert run_cli(["help", "train"], capsys)[1] == out  # `hybridrl help train` says the same
+
+
+def test_main_ppo_help_needs_no_trainer():
+    out = run_py("-c", "import sys; from hybridrl.trainer.main_ppo import main; rc = main(['-h']); "
+                       "print(rc, 'hybridrl.trainer.ppo_trainer' in sys.modules)")
+    assert out.stdout.strip().endswith("0 False") and "common overrides" in out.stdout
+
+
+def test_version_and_top_level_help(capsys):
+    import hybridrl
+
+    assert run_cli(["--version"], capsys)[:2] == (0, f"hybridrl {hybridrl.__version__}\n")
+    code, out, _ = run_cli(["-h"], capsys)
+    assert code == 0 and "print-config" in out and "--version" in out
+    out = run_py("-m", "hybridrl", "--version")
+    assert out.returncode == 0 and out.stdout.strip() == f"hybridrl {hybridrl.__version__}"
+
+
+def test_usage_errors_exit_two_without_a_traceback(capsys):
+    code, _, err = run_cli(["export"], capsys)  # its two positional arguments are missing
+    assert code == 2 and "the following arguments are required" in err and "Traceback" not in err

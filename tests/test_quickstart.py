@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shlex
 
+from hybridrl.config import load_config
 from hybridrl.quickstart import run
 
 MARGIN = 0.20  # measured +44 points (31.5% -> 75.5%) at 60 steps, seed 0; 20 points leaves room
@@ -15,3 +17,8 @@ def test_quickstart_grpo_learns(tmp_path):
     assert after - before >= MARGIN, result["curve"]
     assert os.path.getsize(result["plot"]) > 1000
     assert os.path.exists(result["metrics_file"])
+    assert os.path.isfile(os.path.join(result["checkpoint"], "actor", "model.pt"))  # the final step is kept
+    words = shlex.split(result["train_command"].replace("\\\n", " "))  # the printed command runs as written
+    assert words[:2] == ["hybridrl", "train"]
+    assert load_config(words[2:]).trainer.total_training_steps == 60
+    assert open(os.path.join(str(tmp_path), "train_command.sh")).read().strip() == result["train_command"]

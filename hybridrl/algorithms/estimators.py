@@ -139,6 +139,13 @@ def get_advantage_estimator(adv_estimator: str | AdvantageEstimator) -> Advantag
     return ADVANTAGE_ESTIMATORS[name]
 
 
+def registered_spec(name: str) -> AdvantageEstimatorSpec | None:
+    """The spec registered under `name` (user modules of VERL_USE_EXTERNAL_MODULES imported first), or None."""
+    if name not in ADVANTAGE_ESTIMATORS:
+        import_external_modules()
+    return ADVANTAGE_ESTIMATORS.get(name)
+
+
 def get_adv_estimator_fn(name_or_enum: str | AdvantageEstimator) -> EstimatorFn:
     """verl's lookup: the estimator function for a name or AdvantageEstimator member."""
     return get_advantage_estimator(name_or_enum).fn

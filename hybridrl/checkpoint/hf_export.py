@@ -11,6 +11,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
 
 from hybridrl.checkpoint.manager import TRACKER_FILE, CheckpointError, find_resume_dir, step_dirs
+from hybridrl.checkpoint.role_files import MODEL_FILE, has_model_weights, read_model_weights
 from hybridrl.logging.log import get_logger
 
 HF_SUBDIR = "huggingface"
@@ -43,9 +44,9 @@ def _role_dir(step_dir: str, role: str) -> str:
         raise CheckpointError(f"{step_dir!r} does not exist; pass a global_step_N directory, or the run's checkpoint "
                               f"folder (trainer.default_local_dir) to export its latest step")
     step_dir = _latest_step_if_root(step_dir)
-    role_dir = step_dir if os.path.exists(os.path.join(step_dir, "model.pt")) else os.path.join(step_dir, role)
-    if not os.path.exists(os.path.join(role_dir, "model.pt")):
-        raise CheckpointError(f"no model.pt under {step_dir!r} (looked in {role_dir!r}); pass a global_step_N "
+    role_dir = step_dir if has_model_weights(step_dir) else os.path.join(step_dir, role)
+    if not has_model_weights(role_dir):
+        raise CheckpointError(f"no {MODEL_FILE} under {step_dir!r} (looked in {role_dir!r}); pass a global_step_N "
                               f"directory (or its actor/ or critic/ folder) saved with 'model' in save_contents")
     return role_dir
 
@@ -77,14 +78,14 @@ def _export_lora(role_dir: str, meta: str, out_dir: str, adapter_only: bool) -> 
         return out_dir
     model = apply_lora(AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(meta)), rank=1, alpha=1,
                        target_modules="all-linear", adapter_path=adapter)
-    state = torch.load(os.path.join(role_dir, "model.pt"), map_location="cpu", weights_only=True)
+    state = read_model_weights(role_dir)
     model.load_state_dict(state, strict=True)
     return export_merged(model, tokenizer, out_dir)
 
 
 def export_checkpoint(step_dir: str, out_dir: str, role: str = "actor", is_value_model: bool = False,
                       adapter_only: bool = False) -> str:
-    """Rebuild the model from `<role>/huggingface/config.json`, load `model.pt`, write an HF directory.
+    """Rebuild the model from `<role>/huggingface/config.json`, load the saved weights, write an HF directory.
 
     LoRA checkpoints export merged (a plain HF model) or, with `adapter_only`, as the peft adapter.
     """
@@ -100,7 +101,7 @@ def export_checkpoint(step_dir: str, out_dir: str, role: str = "actor", is_value
     model_cls = AutoModelForTokenClassification if is_value_model else AutoModelForCausalLM
     with torch.device("meta"):
         model = model_cls.from_config(config)
-    state = torch.load(os.path.join(role_dir, "model.pt"), map_location="cpu", weights_only=True)
+    state = read_model_weights(role_dir)
     model.load_state_dict(state, strict=True, assign=True)
     if model.config.tie_word_embeddings and hasattr(model, "tie_weights"):
         model.tie_weights()

@@ -2,7 +2,8 @@
 
 from hybridrl.config.batch_rules import resolve_micro_batch_size_per_gpu
 from hybridrl.config.errors import ConfigError
-from hybridrl.config.load import config_to_dict, config_to_yaml, load_config, parse_cli_args
+from hybridrl.config.argv import parse_cli_args
+from hybridrl.config.load import config_to_dict, config_to_yaml, load_config
 from hybridrl.config.placement import validate_placement
 from hybridrl.config.roles import critic_enabled, ref_enabled, rollout_backend_name
 from hybridrl.config.schema import HybridRLConfig

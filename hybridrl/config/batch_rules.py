@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from hybridrl.config.errors import ConfigError
 from hybridrl.config.index import config_value
 
@@ -33,7 +35,8 @@ def resolve_micro_batch_size_per_gpu(
 
 def nearby_divisors(total: int, value: int) -> list[int]:
     """The divisors of `total` just below and just above `value` (what a fix should try)."""
-    divisors = [d for d in range(1, total + 1) if total % d == 0]
+    small = [d for d in range(1, math.isqrt(total) + 1) if total % d == 0]  # O(sqrt(total)): totals up to 2^31
+    divisors = sorted(set(small + [total // d for d in small]))
     below = [d for d in divisors if d < value]
     above = [d for d in divisors if d > value]
     return below[-1:] + above[:1]

@@ -3,13 +3,28 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import re
 import typing
 from typing import Any
 
 from hybridrl.config.index import union_members
-from hybridrl.config.values import parse_scalar
 
 _TYPE_NAMES = {int: "int", float: "float", bool: "bool", str: "string", list: "list", dict: "dict", type(None): "null"}
+
+
+_INT = re.compile(r"[+-]?\d[\d_]*")
+_FLOAT = re.compile(r"[+-]?(\d[\d_]*\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?(inf|nan)", re.IGNORECASE)
+
+
+def parse_scalar(text: str) -> Any:
+    """A number written as text (YAML 1.1 reads `1e-6` and `1e3` as strings); other text unchanged."""
+    stripped = text.strip()
+    if _INT.fullmatch(stripped):
+        return int(stripped.replace("_", ""))
+    if _FLOAT.fullmatch(stripped):
+        return float(stripped.replace("_", ""))
+    return text
 
 
 class CoercionError(ValueError):
@@ -100,9 +115,14 @@ def coerce(value: Any, hint: Any) -> Any:
     raise CoercionError
 
 
+@functools.lru_cache(maxsize=None)
+def _type_hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)  # evaluates every annotation string: cached per schema class
+
+
 def build_section(cls: type, tree: dict[str, Any], prefix: str, errors: list[str]) -> Any:
     """An instance of dataclass `cls` from `tree`; each bad value adds one message to `errors`."""
-    hints = typing.get_type_hints(cls)
+    hints = _type_hints(cls)
     kwargs: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         path, hint, value = f"{prefix}{f.name}", hints[f.name], tree.get(f.name)

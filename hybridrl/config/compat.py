@@ -1,7 +1,8 @@
-"""verl compatibility: older key spellings, keys that must agree, and the NOT_IMPLEMENTED table.
+"""verl keys hybridrl knows but refuses at some values: the NOT_IMPLEMENTED and REPLACED tables.
 
 Feature owners: when a feature lands, delete its NOT_IMPLEMENTED entry (and its test case in
-tests/config/test_compat.py); nothing else needs to change.
+tests/config/test_compat.py); nothing else needs to change. Other spellings of keys live in `spellings.py`
+and `legacy.py`, the keys verl spells twice in `agreement.py`.
 """
 
 from __future__ import annotations
@@ -9,17 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from hybridrl.config.index import get_in, set_in
-
-# Older spelling -> HEAD spelling (exact keys). A null value for these meant "unset" in verl, so it is a no-op.
-ALIASES: dict[str, str] = {
-    "actor_rollout_ref.actor.optim.warmup_style": "actor_rollout_ref.actor.optim.lr_scheduler_type",
-    "critic.optim.warmup_style": "critic.optim.lr_scheduler_type",
-    "ray_init.timeline_json_file": "ray_kwargs.timeline_json_file",
-    "trainer.profile_steps": "global_profiler.steps",
-}
-# v0.4 kept ray.init kwargs at the top level: `ray_init.num_cpus` -> `ray_kwargs.ray_init.num_cpus`.
-PREFIX_ALIASES: tuple[tuple[str, str], ...] = (("ray_init", "ray_kwargs.ray_init"),)
+from hybridrl.config.index import get_in
 
 GAE_AND_FRIENDS = (
     "gae", "grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "grpo_vectorized", "rloo_vectorized",
@@ -34,6 +25,8 @@ POLICY_LOSS_MODES = (
 REGISTRY_KEYS = ("actor_rollout_ref.actor.policy_loss.loss_mode", "algorithm.adv_estimator")
 
 _LATER = "not implemented in hybridrl yet"
+_ENGINES = (f"only the FSDP engine (fsdp, fsdp2) is implemented; the Megatron, TorchTitan, VeOmni and fsdp_turbo "
+            f"engines are {_LATER} (nor Megatron-lite, AutoModel): use fsdp2 (and model_engine=dp)")
 # key -> (accepted values, message). A value outside `accepted` raises ConfigError with the message.
 FSDP_ROLES = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic.model")  # where each fsdp_config lives
 
@@ -50,15 +43,16 @@ NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
        for role in FSDP_ROLES},
     "actor_rollout_ref.model.enable_activation_offload": ((False,), f"activation offload is {_LATER}"),
     "trainer.val_only": ((False,), f"validation-only runs are {_LATER}"),
-    "trainer.validation_data_dir": ((None,), f"dumping validation generations is {_LATER}"),
     "actor_rollout_ref.actor.ulysses_sequence_parallel_size": ((1,), f"Ulysses sequence parallelism is {_LATER}"),
     "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size": ((1,), f"Ulysses sequence parallelism is {_LATER}"),
     "actor_rollout_ref.ref.ulysses_sequence_parallel_size": ((1,), f"Ulysses sequence parallelism is {_LATER}"),
+    "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size": ((1,), f"Ulysses sequence parallelism is {_LATER}"),
+    "critic.model.fsdp_config.ulysses_sequence_parallel_size": ((1,), f"Ulysses sequence parallelism is {_LATER}"),
     "critic.ulysses_sequence_parallel_size": ((1,), f"Ulysses sequence parallelism is {_LATER}"),
     "actor_rollout_ref.model.use_liger": ((False,), f"Liger kernels are {_LATER}"),
-    "actor_rollout_ref.actor.strategy": (("fsdp", "fsdp2"), f"the Megatron engine is {_LATER}; use fsdp2"),
-    "actor_rollout_ref.ref.strategy": (("fsdp", "fsdp2"), f"the Megatron engine is {_LATER}; use fsdp2"),
-    "critic.strategy": (("fsdp", "fsdp2"), f"the Megatron engine is {_LATER}; use fsdp2"),
+    "actor_rollout_ref.actor.strategy": (("fsdp", "fsdp2"), _ENGINES),
+    "actor_rollout_ref.ref.strategy": (("fsdp", "fsdp2"), _ENGINES),
+    "critic.strategy": (("fsdp", "fsdp2"), _ENGINES),
     # The agent loops and tools exist (hybridrl.rollout.agent / .tools); the trainer does not run them yet.
     "actor_rollout_ref.rollout.multi_turn.enable": ((False,), f"training with multi-turn / tool rollouts is {_LATER} "
                                                               "(the agent loop exists; the trainer does not run it)"),
@@ -83,8 +77,6 @@ NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
     "actor_rollout_ref.rollout.expert_parallel_size": ((1,), f"expert-parallel rollout is {_LATER}; use 1"),
     "actor_rollout_ref.rollout.skip_rollout": ((False,), f"rollout skipping (cached rollouts) is {_LATER}"),
     "actor_rollout_ref.rollout.over_sample_rate": ((0, 0.0), f"over-sampling prompts to cut long tails is {_LATER}"),
-    "actor_rollout_ref.rollout.multi_stage_wake_up": ((False,), f"staged wake-up is {_LATER}; the KV cache is "
-                                                                "allocated in one step after the weights"),
     "actor_rollout_ref.rollout.trace.backend": ((None,), f"rollout tracing is {_LATER}"),
     "actor_rollout_ref.actor.router_replay.mode": (("disabled",), f"MoE router replay is {_LATER}"),
     "data.custom_cls.path": ((None,), f"custom dataset classes are {_LATER}"),
@@ -106,23 +98,47 @@ NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
     "actor_rollout_ref.rollout.enable_rollout_routing_replay": ((False,), f"MoE routing replay is {_LATER}"),
     "reward_model.enable_resource_pool": ((False,), "a separate Ray resource pool for the reward model is not built; "
                                                     "give it its own devices with reward_model.device_ids"),
-    "trainer.log_val_generations": ((0,), f"logging validation generations to the trackers is {_LATER}; "
-                                          "trainer.rollout_data_dir dumps training generations as JSONL"),
     "actor_rollout_ref.model.tiled_mlp.enabled": ((False,), f"tiled MLP is {_LATER}; bound activation memory with "
                                                             "enable_gradient_checkpointing and use_dynamic_bsz token budgets"),
     "actor_rollout_ref.rollout.logprobs_mode": (("processed_logprobs",), "the engine returns each sampled token's "
                                                 "log-prob under logits / temperature, before top-k/top-p (what the "
                                                 "trainer recomputes); other modes are not implemented"),
     "reward_model.reward_loop_module_path": ((None,), f"custom reward loops are {_LATER}; use "
-                                                      "custom_reward_function.path with verl's compute_score signature"),
+                                                      "custom_reward_function.path with verl's compute_score signature, "
+                                                      "or a reward-manager class (reward_manager.source=importlib)"),
     "reward_model.reward_loop_class_name": ((None,), f"custom reward loops are {_LATER}; use "
-                                                     "custom_reward_function.path with verl's compute_score signature"),
+                                                     "custom_reward_function.path with verl's compute_score signature, "
+                                                     "or a reward-manager class (reward_manager.source=importlib)"),
     "reward_model.ulysses_sequence_parallel_size": ((1,), f"Ulysses sequence parallelism is {_LATER}"),
-    "reward_model.strategy": (("fsdp", "fsdp2"), f"the Megatron engine is {_LATER}; use fsdp2"),
+    "reward_model.strategy": (("fsdp", "fsdp2"), _ENGINES),
     "actor_rollout_ref.hybrid_engine": ((True,), "only the hybrid engine exists (as in verl): keep hybrid_engine=true"),
+    # Keys of verl's August-2026 tree (and its Megatron configs) whose features hybridrl does not have yet.
+    "model_engine": (("dp",), _ENGINES),
+    "distillation.enabled": ((False,), f"on-policy distillation (a teacher's log-probs as the KL target) is {_LATER}"),
+    "trainer.v1.trainer_mode": (("sync",), f"verl's asynchronous v1 trainer modes are {_LATER}; use trainer_mode=sync"),
+    **{f"skip.{target}.enable": ((False,), f"reusing cached generations (skip.{target}) is {_LATER}")
+       for target in ("rollout", "rollout_tq", "async_rollout")},
+    **{f"{role}.fsdp_config.qat.enable": ((False,), f"quantization-aware training (QAT) is {_LATER}")
+       for role in (*FSDP_ROLES, "reward_model.model")},
+    "actor_rollout_ref.actor.qat.enable": ((False,), f"quantization-aware training (QAT) is {_LATER}"),
+    "actor_rollout_ref.actor.checkpoint.strict": ((True,), f"non-strict checkpoint loading is {_LATER}; checkpoints "
+                                                           "load strictly"),
+    "critic.checkpoint.strict": ((True,), f"non-strict checkpoint loading is {_LATER}; checkpoints load strictly"),
+    "actor_rollout_ref.rollout.nnodes": ((0,), "a standalone rollout pool is configured here with "
+                                               "actor_rollout_ref.rollout.device_ids (devices of its own); keep nnodes=0"),
+    "actor_rollout_ref.rollout.full_determinism": ((False,), f"deterministic generation kernels are {_LATER}"),
+    "actor_rollout_ref.rollout.moe_load_balance_metrics_interval": ((0,), f"MoE load-balance metrics are {_LATER}"),
+    "actor_rollout_ref.rollout.disaggregation.enabled": ((False,), f"prefill/decode disaggregation is {_LATER}"),
+    "actor_rollout_ref.rollout.checkpoint_engine.custom_backend_module": ((None,), f"custom weight-transfer backends are "
+                                                                                   f"{_LATER}"),
+    "global_profiler.finish_hook_cmd": ((None,), f"profiler finish hooks are {_LATER}"),
+    "critic.model.use_liger": ((False,), f"Liger kernels are {_LATER}"),
+    "critic.model.tiled_mlp.enabled": ((False,), f"tiled MLP is {_LATER}"),
+    "critic.model.hf_config_path": ((None,), f"a separate config.json for the critic is {_LATER}; put it in critic.model.path"),
 }
 
 # Permanent refusals, unlike NOT_IMPLEMENTED: values naming software hybridrl replaces, features verl removed.
+ENGINE_NAMES = ("auto", "hybrid", "hf", "vllm", "sglang", "trtllm")
 REPLACED: dict[str, tuple[tuple[Any, ...], str]] = {
     "actor_rollout_ref.rollout.multi_turn.interaction_config_path": (
         (None,),
@@ -130,9 +146,12 @@ REPLACED: dict[str, tuple[tuple[Any, ...], str]] = {
         "user simulation as an agent loop (actor_rollout_ref.rollout.agent.agent_loop_config_path) that appends "
         "user messages, and remove interaction_config_path",
     ),
+    "trainer.device": (("auto", "cuda", "cpu"), "hybridrl runs on NVIDIA GPUs (cuda) and CPUs; Ascend NPUs are out of "
+                                                "scope: use trainer.device=cuda (or auto)"),
     "actor_rollout_ref.rollout.name": (
-        ("auto", "hybrid", "hf"),
-        "hybridrl ships its own rollout engine: use actor_rollout_ref.rollout.name=hybrid (or hf, or auto); nothing to install",
+        ENGINE_NAMES,
+        "hybridrl ships its own rollout engine: use actor_rollout_ref.rollout.name=hybrid (or hf, or auto; vllm, "
+        "sglang and trtllm also mean hybridrl's engine); nothing to install",
     ),
 }
 
@@ -157,62 +176,16 @@ def legacy_warnings(values: dict[str, Any]) -> list[str]:
             if values[path] != default]
 
 
-def canonical_path(path: str) -> str:
-    """The HEAD spelling of a dotted key (unchanged when it already is one)."""
-    if path in ALIASES:
-        return ALIASES[path]
-    for old, new in PREFIX_ALIASES:
-        if path == old or path.startswith(old + "."):
-            return new + path[len(old) :]
-    return path
-
-
-def is_prefix_alias(path: str) -> bool:
-    """True for an old group name whose keys move one by one (`ray_init`)."""
-    return any(path == old for old, _ in PREFIX_ALIASES)
-
-
-def check_unsupported(values: dict[str, Any]) -> list[str]:
-    """One message per key of NOT_IMPLEMENTED or REPLACED whose value (from `values`: path -> value) is refused."""
+def check_unsupported(tree: dict[str, Any]) -> list[str]:
+    """One message per key of REPLACED or NOT_IMPLEMENTED whose value in `tree` (nested dicts) is refused."""
     problems = []
     extensible = REGISTRY_KEYS if os.environ.get("VERL_USE_EXTERNAL_MODULES", "").strip() else ()
     for table in (REPLACED, NOT_IMPLEMENTED):
         for path, (accepted, why) in table.items():
-            value = values[path]
+            try:
+                value = get_in(tree, path)
+            except KeyError:
+                continue
             if value not in accepted and path not in extensible:
                 problems.append(f"{path}={value!r}: {why}")
-    return problems
-
-
-def _agree(tree: dict[str, Any], explicit: set[str], first: str, second: str) -> list[str]:
-    """Two spellings of one setting: copy the one the user set onto the other; both set differently is an error."""
-    a, b = get_in(tree, first), get_in(tree, second)
-    if first in explicit and second in explicit and a != b:
-        return [f"{first}={a!r} and {second}={b!r} are two spellings of one setting; set only one"]
-    if second in explicit and first not in explicit:
-        set_in(tree, first, b)
-    elif first in explicit:
-        set_in(tree, second, a)
-    return []
-
-
-def normalize_tree(tree: dict[str, Any], explicit: set[str]) -> list[str]:
-    """Reconcile keys verl spells twice (in place, before `${...}` resolution); returns problems found."""
-    problems = _agree(
-        tree, explicit,
-        "actor_rollout_ref.actor.ulysses_sequence_parallel_size",
-        "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size",
-    )  # fmt: skip
-    problems += _agree(tree, explicit, "reward_model.reward_manager", "reward_manager.name")
-    for role in ("actor_rollout_ref.actor", "critic"):  # verl's newer optimizer configs carry the clip too
-        problems += _agree(tree, explicit, f"{role}.grad_clip", f"{role}.optim.clip_grad")
-    logger = get_in(tree, "trainer.logger")
-    if isinstance(logger, str):
-        set_in(tree, "trainer.logger", [logger])  # verl's Tracking wraps a bare string too
-    if get_in(tree, "trainer.remove_previous_ckpt_in_save") is True:
-        for key in ("trainer.max_actor_ckpt_to_keep", "trainer.max_critic_ckpt_to_keep"):
-            value = get_in(tree, key)
-            if key in explicit and value not in (None, 1):
-                problems.append(f"trainer.remove_previous_ckpt_in_save=true means {key}=1, but {key}={value!r}; set one")
-            set_in(tree, key, 1)
     return problems

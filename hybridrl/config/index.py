@@ -89,6 +89,11 @@ def default_tree() -> dict[str, Any]:
     return copy.deepcopy(_default_tree())
 
 
+def default_tree_view() -> dict[str, Any]:
+    """`default_tree()` without the copy, for reading only (shared: never modify it)."""
+    return _default_tree()
+
+
 def get_in(tree: dict[str, Any], path: str) -> Any:
     """The value at a dotted path; KeyError when any part is missing."""
     node: Any = tree

@@ -1,7 +1,15 @@
-"""Build a `HybridRLConfig` from defaults, an optional YAML file and command-line overrides."""
+"""Build a `HybridRLConfig` from defaults, an optional YAML file and command-line overrides.
+
+Order: the schema defaults; the config file (composed by Hydra when it has a `defaults:` list or a
+`hydra:` section, e.g. a recipe extending `ppo_trainer`; a plain or dumped YAML is merged as is); config-group
+choices on the command line (`model_engine=megatron`); the key overrides, left to right. Then the two-spellings
+rule, `${...}` resolution (OmegaConf), verl's older keys translated, the engine names, and the typed build.
+Every problem found on the way is reported in one ConfigError, refusals of named features first.
+"""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import os
@@ -9,57 +17,29 @@ from typing import Any
 
 import yaml
 
+from hybridrl.config.agreement import compare_pairs, copy_set_spelling, derived_settings
+from hybridrl.config.argv import parse_cli_args
 from hybridrl.config.coerce import build_section
-from hybridrl.config.compat import LEGACY_WARNINGS, NOT_IMPLEMENTED, REPLACED, check_unsupported, legacy_warnings, \
-    normalize_tree
+from hybridrl.config.compat import LEGACY_WARNINGS, check_unsupported, legacy_warnings
+from hybridrl.config.compose import compose_defaults, compose_file, group_names, needs_composition
+from hybridrl.config.engine_names import apply_engine_names
 from hybridrl.config.errors import ConfigError
-from hybridrl.config.index import config_tree, get_in
+from hybridrl.config.index import get_in, schema_index, set_in
 from hybridrl.config.interpolation import resolve_tree
-from hybridrl.config.overrides import TreeEditor, parse_override
+from hybridrl.config.legacy import translate_legacy
+from hybridrl.config.megatron_only import drop_megatron_only
+from hybridrl.config.notices import config_notices, log_notices
+from hybridrl.config.overrides import CLI, FILE, TreeEditor, parse_overrides
 from hybridrl.config.schema import HybridRLConfig
+from hybridrl.config.spellings import referenced_aliases
 
-HYDRA_ONLY_KEYS = ("defaults", "hydra")
 logger = logging.getLogger("hybridrl.config")
 
-
-def parse_cli_args(argv: list[str]) -> tuple[str | None, list[str]]:
-    """Split argv into (YAML path or None, override strings); understands --config FILE and
-    --config-path DIR --config-name NAME (with or without .yaml), also in --flag=value form."""
-    flags: dict[str, str] = {}
-    overrides: list[str] = []
-    args = list(argv)
-    while args:
-        arg = args.pop(0)
-        name, has_value, value = arg.partition("=")
-        if name in ("--config", "--config-path", "--config-name", "-cp", "-cn"):
-            if not has_value:
-                if not args:
-                    raise ConfigError(f"{name} needs a value, e.g. {name} examples/gsm8k_grpo.yaml")
-                value = args.pop(0)
-            flags[{"-cp": "--config-path", "-cn": "--config-name"}.get(name, name)] = value
-        elif arg.startswith("--"):
-            raise ConfigError(f"unknown option {arg!r}; options are --config FILE or --config-path DIR --config-name NAME")
-        else:
-            overrides.append(arg)
-    return _config_file(flags), overrides
-
-
-def _config_file(flags: dict[str, str]) -> str | None:
-    if "--config" in flags:
-        if "--config-name" in flags or "--config-path" in flags:
-            raise ConfigError("give either --config FILE or --config-path DIR --config-name NAME, not both")
-        return flags["--config"]
-    if "--config-name" not in flags:
-        if "--config-path" in flags:
-            raise ConfigError("--config-path needs --config-name NAME (the YAML file in that folder)")
-        return None
-    name = flags["--config-name"]
-    name = name if name.endswith((".yaml", ".yml")) else name + ".yaml"
-    return os.path.join(flags.get("--config-path", "."), name)
+__all__ = ["config_to_dict", "config_to_yaml", "load_config", "parse_cli_args", "read_yaml_file"]
 
 
 def read_yaml_file(config_file: str) -> dict[str, Any]:
-    """The mapping in a YAML config file; Hydra `defaults:` lists are refused (we do not compose files)."""
+    """The mapping in a YAML config file (not yet composed)."""
     if not os.path.isfile(config_file):
         raise ConfigError(f"config file {config_file!r} does not exist")
     with open(config_file, encoding="utf-8") as handle:
@@ -71,38 +51,88 @@ def read_yaml_file(config_file: str) -> dict[str, Any]:
         return {}
     if not isinstance(content, dict):
         raise ConfigError(f"config file {config_file!r} must hold a mapping of keys, not a {type(content).__name__}")
-    for key in HYDRA_ONLY_KEYS:
-        if key in content:
-            raise ConfigError(
-                f"config file {config_file!r} has a Hydra '{key}:' entry; hybridrl does not compose Hydra "
-                "defaults lists: write the keys into one file (`python -m hybridrl.config.cli` prints a full one)"
-            )
     return content
+
+
+def _file_tree(config_file: str | None, groups: list[str]) -> dict[str, Any] | None:
+    if config_file is None:
+        return compose_defaults(groups) if groups else None
+    content = read_yaml_file(config_file)
+    if groups or needs_composition(content):
+        return compose_file(config_file, content, groups)
+    return content
+
+
+def _edited_tree(overrides: list[str], config_file: str | None) -> TreeEditor:
+    sections = {path for path, spec in schema_index().items() if spec.section is not None}
+    parsed = parse_overrides(overrides, group_names() - sections)  # `data=...` is the data section's
+    editor = TreeEditor()
+    base = _file_tree(config_file, parsed.groups)
+    if base is not None:
+        editor.start_source(FILE)
+        editor.apply_mapping(base)
+    editor.start_source(CLI)
+    for override in parsed.keys:
+        editor.apply(override)
+    return editor
+
+
+def _resolved(tree: dict[str, Any]) -> dict[str, Any]:
+    """`${...}` resolved, with references to another verl layout's spelling pointing at the internal key."""
+    back_refs = {old: new for old, new in referenced_aliases(_interpolations(tree)).items() if not _has(tree, old)}
+    if not back_refs:
+        return resolve_tree(tree)
+    staged = copy.deepcopy(tree)
+    for old, new in back_refs.items():
+        set_in(staged, old, "${" + new + "}")
+    resolved = resolve_tree(staged)
+    for old in back_refs:
+        root = old.split(".")[0]
+        if root not in tree:
+            resolved.pop(root, None)
+        else:
+            parent, _, leaf = old.rpartition(".")
+            get_in(resolved, parent).pop(leaf, None)
+    return resolved
+
+
+def _interpolations(node: Any) -> list[str]:
+    if isinstance(node, dict):
+        return [text for value in node.values() for text in _interpolations(value)]
+    if isinstance(node, list):
+        return [text for value in node for text in _interpolations(value)]
+    return [node] if isinstance(node, str) and "${" in node else []
+
+
+def _has(tree: dict[str, Any], path: str) -> bool:
+    try:
+        get_in(tree, path)
+    except KeyError:
+        return False
+    return True
 
 
 def load_config(overrides: list[str] | None = None, config_file: str | None = None) -> HybridRLConfig:
     """Defaults, then `config_file`, then `overrides` (later wins); `${...}` resolved last.
 
-    Raises one ConfigError listing every problem (unknown keys, wrong types, unsupported values).
+    Raises one ConfigError listing every problem (unknown keys, wrong types, refused values).
     Value rules that depend on the device count live in `validate_config`.
     """
-    editor = TreeEditor()
-    if config_file is not None:
-        editor.apply_mapping(read_yaml_file(config_file))
-    editor.start_source()
-    for text in overrides or []:
-        editor.apply(parse_override(text))
-    errors = editor.errors + normalize_tree(editor.tree, editor.explicit)
-    if errors:
-        raise ConfigError(_listing(errors))
-    resolved = resolve_tree(editor.tree)
+    editor = _edited_tree(overrides or [], config_file)
+    errors = list(editor.errors)
+    pairs = copy_set_spelling(editor.tree, editor.explicit)
+    resolved = _resolved(editor.tree)
+    errors += compare_pairs(resolved, pairs) + derived_settings(resolved, editor.explicit)
+    legacy_problems, notices = translate_legacy(resolved, editor.explicit)
+    notices += drop_megatron_only(resolved, editor.megatron_only)
+    engine_problems, engine_notices = apply_engine_names(resolved, editor.explicit)
+    errors += legacy_problems + engine_problems
+    refusals = check_unsupported(resolved)
     cfg = build_section(HybridRLConfig, resolved, "", errors)
-    if not errors:
-        tree = config_tree(cfg)
-        errors += check_unsupported({path: get_in(tree, path) for path in (*REPLACED, *NOT_IMPLEMENTED)})
-    if errors:
-        raise ConfigError(_listing(errors))
-    for warning in legacy_warnings({path: get_in(tree, path) for path in LEGACY_WARNINGS}):
+    if refusals or errors:
+        raise ConfigError(_listing(refusals + errors))
+    log_notices(notices + engine_notices + config_notices(cfg))
+    for warning in legacy_warnings({path: get_in(resolved, path) for path in LEGACY_WARNINGS}):
         logger.warning(warning)
     return cfg
 

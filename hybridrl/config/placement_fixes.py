@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 
-from hybridrl.config.placement import RoleDevices, idle_devices, partial_overlaps, placed_roles
+from hybridrl.config.role_devices import RoleDevices, idle_devices, partial_overlaps, placed_roles
 from hybridrl.config.schema import HybridRLConfig
 
 ACTOR_KEY = "actor_rollout_ref.actor.device_ids"

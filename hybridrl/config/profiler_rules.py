@@ -13,10 +13,9 @@ def profiler_problems(profiler_cfg) -> list[str]:
     if profiler_cfg.tool not in TOOLS:
         return []
     problems = []
-    steps = profiler_cfg.steps
-    if not steps or any(not isinstance(s, int) or s < 1 for s in steps):
-        problems.append(f"global_profiler.tool={profiler_cfg.tool} needs global_profiler.steps, a list of step numbers "
-                        f">= 1 (e.g. [2,3]); got {steps!r}")
+    steps = profiler_cfg.steps or []  # none listed: nothing is profiled, as in verl (a notice says so)
+    if any(not isinstance(s, int) or s < 1 for s in steps):
+        problems.append(f"global_profiler.steps={steps!r} must list step numbers >= 1 (e.g. [2,3])")
     known = TOOL_OPTIONS[profiler_cfg.tool]
     unknown = sorted(set(profiler_cfg.global_tool_config.get(profiler_cfg.tool, {})) - set(known))
     if unknown:

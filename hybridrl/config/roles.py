@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from hybridrl.config.estimator_needs import estimator_needs
 from hybridrl.config.schema import HybridRLConfig
 
 
 def critic_enabled(cfg: HybridRLConfig) -> bool:
-    """`critic.enable`, or when it is null: true iff algorithm.adv_estimator == gae (verl's rule)."""
+    """`critic.enable`, or when it is null: whether algorithm.adv_estimator needs values (gae; verl's rule)."""
     if cfg.critic.enable is not None:
         return cfg.critic.enable
-    return cfg.algorithm.adv_estimator == "gae"
+    return estimator_needs(cfg.algorithm.adv_estimator).critic
 
 
 def ref_enabled(cfg: HybridRLConfig) -> bool:

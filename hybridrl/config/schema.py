@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from hybridrl.config.fields import section, setting
 from hybridrl.config.schema_actor import ActorConfig, RefConfig
 from hybridrl.config.schema_data import DataConfig
+from hybridrl.config.schema_distillation import DistillationConfig
 from hybridrl.config.schema_model import ModelConfig
 from hybridrl.config.schema_reward import (
     CriticConfig,
@@ -19,6 +20,7 @@ from hybridrl.config.schema_trainer import (
     AlgorithmConfig,
     GlobalProfilerConfig,
     RayKwargsConfig,
+    SkipConfig,
     TrainerConfig,
     TransferQueueConfig,
 )
@@ -51,3 +53,9 @@ class HybridRLConfig:
     ray_kwargs: RayKwargsConfig = section(RayKwargsConfig, "Ray settings.")
     global_profiler: GlobalProfilerConfig = section(GlobalProfilerConfig, "Profiling.")
     transfer_queue: TransferQueueConfig = section(TransferQueueConfig, "Transfer queue.")
+    model_engine: str = setting(
+        "dp", "verl's engine group (a config-group choice: model_engine=megatron composes the Megatron files); "
+        "dp = FSDP, the one hybridrl implements.", plus=True,
+    )
+    distillation: DistillationConfig = section(DistillationConfig, "On-policy distillation (verl's August-2026 tree).")
+    skip: SkipConfig = section(SkipConfig, "Cached phases (verl's August-2026 tree).")

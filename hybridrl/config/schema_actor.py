@@ -10,9 +10,17 @@ from hybridrl.config.schema_model import (
     FsdpConfig,
     OptimConfig,
     PolicyLossConfig,
+    QatConfig,
     forward_only_fsdp,
 )
+from hybridrl.config.schema_profiler import RoleProfilerConfig
 
+STRATEGIES = ("fsdp", "fsdp2", "megatron", "torchtitan", "veomni", "fsdp_turbo", "automodel", "mlite")  # verl's; FSDP runs here
+ROLLOUT_N_DOC = "Responses per prompt, as the rollout's n (verl passes it to the role)."
+MEGATRON_DOC = "verl's Megatron engine settings (open dict), read only with strategy=megatron, which hybridrl refuses."
+VEOMNI_DOC = "verl's VeOmni engine settings (open dict), read only with strategy=veomni, which hybridrl refuses."
+CHUNK_DOC = "Rows per entropy chunk (verl); no effect: the fused log-prob path sizes its own chunks."
+PAD_DOC = "Pad micro-batches to fixed lengths (verl, for compiled kernels); no effect: hybridrl trims padding."
 DEVICE_IDS_DOC = ("hybridrl: devices (global indices) this role runs on; null = the actor's devices (the actor's null: every device; the reward model's: the controller's GPU).")
 
 
@@ -32,7 +40,7 @@ class ActorConfig:
     strategy: str = setting(
         "fsdp2",
         "hybridrl default fsdp2 (verl: fsdp); fsdp is accepted and means the same (FSDP2) here.",
-        choices=("fsdp", "fsdp2", "megatron"),
+        choices=STRATEGIES,
     )
     ppo_mini_batch_size: int = setting(256, "Prompts per optimizer step (global; x rollout.n responses).")
     ppo_micro_batch_size: int | None = setting(None, "Deprecated global micro batch (rows); per device = value // world size.")
@@ -94,6 +102,13 @@ class ActorConfig:
     fsdp_config: FsdpConfig = section(FsdpConfig, "Actor FSDP settings.")
     checkpoint: CheckpointConfig = section(CheckpointConfig, "Actor checkpoint contents.")
     device_ids: list[int] | None = setting(None, DEVICE_IDS_DOC)
+    rollout_n: int = setting(1, ROLLOUT_N_DOC, ref="${oc.select:actor_rollout_ref.rollout.n,1}")
+    entropy_from_logits_chunk_size: int = setting(2048, CHUNK_DOC)
+    pad_to_length: bool = setting(False, PAD_DOC)
+    qat: QatConfig = section(QatConfig, "Quantization-aware training of the actor.")
+    profiler: RoleProfilerConfig = section(RoleProfilerConfig, "Profiling of this role (verl).")
+    megatron: dict = setting({}, MEGATRON_DOC)
+    veomni: dict = setting({}, VEOMNI_DOC)
 
 
 @dataclass
@@ -101,7 +116,7 @@ class RefConfig:
     """The frozen reference policy (needed by use_kl_loss or algorithm.use_kl_in_reward)."""
 
     strategy: str = setting(
-        "fsdp2", "Engine strategy.", ref="${actor_rollout_ref.actor.strategy}", choices=("fsdp", "fsdp2", "megatron")
+        "fsdp2", "Engine strategy.", ref="${actor_rollout_ref.actor.strategy}", choices=STRATEGIES
     )
     use_torch_compile: bool = setting(
         True, "torch.compile the reference's decoder layers (see actor.use_torch_compile).",
@@ -121,3 +136,10 @@ class RefConfig:
     entropy_from_logits_with_chunking: bool = setting(False, "Compute entropy in row chunks; always so here (the fused log-prob path never holds a whole fp32 logits tensor).")
     entropy_checkpointing: bool = setting(False, "Recompute entropy in backward; no effect (the chunked log-prob path recomputes its chunks in backward).")
     device_ids: list[int] | None = setting(None, DEVICE_IDS_DOC)
+    rollout_n: int = setting(1, ROLLOUT_N_DOC, ref="${oc.select:actor_rollout_ref.rollout.n,1}")
+    entropy_from_logits_chunk_size: int = setting(2048, CHUNK_DOC)
+    pad_to_length: bool = setting(False, PAD_DOC, ref="${oc.select:actor_rollout_ref.actor.pad_to_length,false}")
+    router_replay: RouterReplayConfig = section(RouterReplayConfig, "MoE router replay of the reference.")
+    profiler: RoleProfilerConfig = section(RoleProfilerConfig, "Profiling of this role (verl).")
+    megatron: dict = setting({}, MEGATRON_DOC)
+    veomni: dict = setting({}, VEOMNI_DOC)

@@ -84,3 +84,5 @@ class DataConfig:
     cache_dir: str = setting("~/.cache/verl/rlhf", "Where remote (HDFS) dataset files are copied; no effect (data files are local paths).", plus=True)
     need_tools_kwargs: bool = setting(False, "Rows carry extra_info.tools_kwargs for multi-turn tools (the tool "
                                       "agent reads them whenever present; either value).", plus=True)
+    audio_key: str = setting("audios", "Column holding audio; rows with any are refused (multimodal is not supported yet).")
+    mm_processor_kwargs: dict = setting({}, "Extra kwargs of the multimodal processor; no effect (multimodal rows are refused).")

@@ -31,6 +31,24 @@ class MtpConfig:
     enable_rollout: bool = setting(False, "Use MTP for speculative decoding.")
     detach_encoder: bool = setting(False, "Stop gradients from the MTP loss into the trunk.")
     mtp_loss_scaling_factor: float = setting(0.1, "Weight of the MTP loss.")
+    speculative_algorithm: str = setting("EAGLE", "Speculative decoding algorithm of the rollout with MTP.")
+    speculative_num_steps: int = setting(3, "Speculative steps per decode.")
+    speculative_eagle_topk: int = setting(1, "EAGLE top-k.")
+    speculative_num_draft_tokens: int = setting(4, "Draft tokens per step.")
+    method: str = setting("mtp", "Speculative method name (vLLM).")
+    num_speculative_tokens: int = setting(1, "Speculative tokens (vLLM).")
+
+
+@dataclass
+class QatConfig:
+    """Quantization-aware training (verl's August-2026 tree)."""
+
+    enable: bool = setting(False, "Train with fake-quantized weights (not implemented in hybridrl: false only).")
+    mode: str = setting("w4a16", "Quantization scheme.")
+    group_size: int = setting(16, "Quantization group size.")
+    ignore_patterns: list[str] = setting(["lm_head", "embed_tokens", "re:.*mlp.gate$"], "Modules left unquantized.")
+    activation_observer: str = setting("static_minmax", "Activation range observer.")
+    quantization_config_path: str | None = setting(None, "Quantization config file.")
 
 
 @dataclass
@@ -62,6 +80,8 @@ class ModelConfig:
     fused_kernel_options: FusedKernelOptions = section(FusedKernelOptions, "Fused kernel options.")
     tiled_mlp: TiledMlpConfig = section(TiledMlpConfig, "Tiled MLP options.")
     mtp: MtpConfig = section(MtpConfig, "Multi-token prediction options.")
+    lora: dict = setting({}, "verl's Megatron LoRA settings (type, rank, alpha, target_modules of Megatron layers; open "
+                             "dict), read only with strategy=megatron; FSDP LoRA is lora_rank / lora_alpha / target_modules.")
 
 
 @dataclass
@@ -83,6 +103,8 @@ class OptimConfig:
         "constant", "LR schedule after warmup (older spelling: warmup_style).", choices=("constant", "cosine")
     )
     override_optimizer_config: dict | None = setting(None, "Extra optimizer constructor kwargs.")
+    zero_indexed_step: bool = setting(True, "verl's scheduler counts steps from 0 (the first step at the warmup's first "
+                                            "learning rate); hybridrl's schedule does too (true only).")
 
 
 @dataclass
@@ -121,6 +143,14 @@ class FsdpConfig:
     mixed_precision: dict = setting(
         {}, "param_dtype (compute, also on CPU), reduce_dtype (gradient reduce; fp32), buffer_dtype (checked only)."
     )
+    entropy_from_logits_chunk_size: int = setting(2048, "Rows per entropy chunk (verl); no effect: the fused log-prob "
+                                                        "path sizes its own chunks.")
+    pad_to_length: bool = setting(False, "Pad micro-batches to fixed lengths (verl, for compiled kernels); no effect: "
+                                         "hybridrl trims padding per micro-batch.")
+    pad_to_length_bucket: int = setting(1024, "Length bucket of pad_to_length; no effect.")
+    qat: QatConfig = section(QatConfig, "Quantization-aware training of this role.")
+    turbo_config: dict = setting({}, "verl's fsdp_turbo engine plan (open dict), read only with strategy=fsdp_turbo, "
+                                     "which hybridrl refuses.")
 
 
 @dataclass
@@ -134,6 +164,9 @@ class CheckpointConfig:
         ["model", "optimizer", "extra"], "Parts to load on resume.", ref="${.save_contents}"
     )
     async_save: bool = setting(False, "Save asynchronously: Megatron only in verl; no effect under FSDP (saves are synchronous).")
+    strict: bool = setting(True, "Load checkpoints strictly (every key must match); non-strict loading is not "
+                                 "implemented: true only.")
+    mbridge_config: dict = setting({}, "Megatron-Bridge checkpoint options (open dict), read only with strategy=megatron.")
 
 
 @dataclass

@@ -5,9 +5,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hybridrl.config.fields import section, setting
-from hybridrl.config.schema_actor import DEVICE_IDS_DOC
-from hybridrl.config.schema_model import CheckpointConfig, FsdpConfig, OptimConfig
+from hybridrl.config.schema_actor import DEVICE_IDS_DOC, MEGATRON_DOC, STRATEGIES, VEOMNI_DOC
+from hybridrl.config.schema_model import (
+    CheckpointConfig,
+    FsdpConfig,
+    FusedKernelOptions,
+    MtpConfig,
+    OptimConfig,
+    TiledMlpConfig,
+)
+from hybridrl.config.schema_profiler import RoleProfilerConfig
 
+REWARD_ROLLOUT_DOC = ("The engine verl serves the reward model with (name, gpu_memory_utilization, "
+                      "tensor_model_parallel_size, prompt_length, ...; open dict): hybridrl runs a discriminative reward "
+                      "model in process (one forward per response), so these have no effect; a generative one (with "
+                      "custom_reward_function.path) is refused.")
 REMOTE_TYPE_DOC = "hybridrl: null = local model; vllm_api = remote endpoint at model.path=http://host:port."
 
 
@@ -34,6 +46,18 @@ class CriticModelConfig:
     lora_alpha: int = setting(16, "LoRA alpha.")
     target_modules: str | list[str] = setting("all-linear", "Modules that get LoRA adapters.")
     fsdp_config: FsdpConfig = section(FsdpConfig, "Critic FSDP settings.")
+    # verl's August-2026 tree builds the critic model from hf_model.yaml, so it carries the policy model's keys.
+    hf_config_path: str | None = setting(None, "Read config.json from here instead of `path` (not implemented for "
+                                               "the critic: null only).")
+    custom_chat_template: str | None = setting(None, "No effect: the critic reads the actor's token ids.")
+    exclude_modules: str | list[str] | None = setting(None, "Modules excluded from LoRA (critic LoRA is refused).")
+    lora_adapter_path: str | None = setting(None, "Critic LoRA adapter to start from (critic LoRA is refused).")
+    use_liger: bool = setting(False, "Patch the critic with Liger kernels (not implemented: false only).")
+    use_fused_kernels: bool = setting(False, "Accepted either way: the value head needs no vocabulary log-probs.")
+    fused_kernel_options: FusedKernelOptions = section(FusedKernelOptions, "Fused kernel options.")
+    tiled_mlp: TiledMlpConfig = section(TiledMlpConfig, "Tiled MLP options.")
+    mtp: MtpConfig = section(MtpConfig, "Multi-token prediction options (not used by a value model).")
+    lora: dict = setting({}, "verl's Megatron LoRA settings (open dict), read only with strategy=megatron.")
 
 
 @dataclass
@@ -41,7 +65,7 @@ class CriticConfig:
     """The value function (PPO/GAE). Batch sizes follow the actor's rules."""
 
     enable: bool | None = setting(None, "null = auto: enabled iff algorithm.adv_estimator == gae.")
-    strategy: str = setting("fsdp", "Engine strategy (fsdp and fsdp2 both mean FSDP2 here).", choices=("fsdp", "fsdp2", "megatron"))
+    strategy: str = setting("fsdp", "Engine strategy (fsdp and fsdp2 both mean FSDP2 here).", choices=STRATEGIES)
     rollout_n: int = setting(1, "Responses per prompt.", ref="${actor_rollout_ref.rollout.n}")
     optim: OptimConfig = section(lambda: OptimConfig(lr=1e-5), "Critic optimizer.")
     model: CriticModelConfig = section(CriticModelConfig, "Critic model.")
@@ -78,6 +102,12 @@ class CriticConfig:
     checkpoint: CheckpointConfig = section(CheckpointConfig, "Critic checkpoint contents.")
     type: str | None = setting(None, REMOTE_TYPE_DOC, choices=(None, "vllm_api"))
     device_ids: list[int] | None = setting(None, DEVICE_IDS_DOC)
+    loss_scale_factor: float | None = setting(None, "Divisor for seq-mean-token-sum-norm; follows the actor's.",
+                                              ref="${oc.select:actor_rollout_ref.actor.loss_scale_factor,null}")
+    nccl_timeout: int = setting(600, "Seconds before a collective of the critic times out.")
+    profiler: RoleProfilerConfig = section(RoleProfilerConfig, "Profiling of this role (verl).")
+    megatron: dict = setting({}, MEGATRON_DOC)
+    veomni: dict = setting({}, VEOMNI_DOC)
 
 
 @dataclass
@@ -100,11 +130,24 @@ class RewardModelModelConfig:
 
 @dataclass
 class SandboxFusionConfig:
-    """Remote code-execution sandbox for code rewards."""
+    """Code execution for the code data sources (codecontests, apps, codeforces, taco)."""
 
-    url: str | None = setting(None, "Sandbox URL; null = local scoring.")
-    max_concurrent: int = setting(64, "Concurrent sandbox requests.")
-    memory_limit_mb: int = setting(1024, "Memory limit per execution.")
+    url: str | None = setting(None, "SandboxFusion endpoint (http://host:port/run_code) that runs the tests; null = "
+                                    "hybridrl's local sandbox (a confined process per run, no network where the kernel "
+                                    "allows namespaces).")
+    max_concurrent: int = setting(64, "Requests in flight to SandboxFusion at once (per scoring process).")
+    memory_limit_mb: int = setting(1024, "Memory per execution in MB: SandboxFusion's memory_limit_MB, and the address-"
+                                         "space limit of local runs (verl's local runs have none).")
+
+
+@dataclass
+class OverlongBufferConfig:
+    """DAPO's overlong reward shaping, as verl's DAPO recipe spells it (reward_manager.name=dapo)."""
+
+    enable: bool = setting(False, "Penalise responses longer than data.max_response_length - len.")
+    len: int = setting(0, "Buffer length L_cache in tokens; the penalty grows linearly over it.")
+    penalty_factor: float = setting(0.0, "Penalty at data.max_response_length (the full buffer).")
+    log: bool = setting(False, "Add overlong_reward and overlong to the per-row reward extra info.")
 
 
 @dataclass
@@ -115,7 +158,7 @@ class RewardModelConfig:
     enable_resource_pool: bool = setting(False, "Give the reward model its own devices.")
     n_gpus_per_node: int = setting(8, "Devices per node of verl's reward pool (enable_resource_pool); no effect: use reward_model.device_ids.")
     nnodes: int = setting(0, "Nodes of verl's reward pool (enable_resource_pool); no effect: use reward_model.device_ids.")
-    strategy: str = setting("fsdp", "Engine strategy.", choices=("fsdp", "fsdp2", "megatron"))
+    strategy: str = setting("fsdp", "Engine strategy.", choices=STRATEGIES)
     model: RewardModelModelConfig = section(RewardModelModelConfig, "Reward model.")
     micro_batch_size: int | None = setting(None, "Deprecated global micro batch (rows).")
     micro_batch_size_per_gpu: int | None = setting(None, "Rows per reward forward on each device.")
@@ -129,6 +172,8 @@ class RewardModelConfig:
         ref="${critic.forward_max_token_len_per_gpu}"
     )
     reward_manager: str = setting("naive", "Deprecated spelling of reward_manager.name.")
+    overlong_buffer: OverlongBufferConfig = section(
+        OverlongBufferConfig, "DAPO overlong penalty (verl's DAPO recipe spelling; or reward_kwargs.overlong_buffer_cfg).")
     reward_loop_source: str = setting("register", "Where the reward loop class comes from; no effect (custom loops are refused: see reward_loop_module_path).")
     reward_loop_module_path: str | None = setting(None, "File of a custom reward loop.")
     reward_loop_class_name: str | None = setting(None, "Class of a custom reward loop.")
@@ -141,7 +186,9 @@ class RewardModelConfig:
     num_workers: int = setting(1, "Reward scoring processes: above 1, the reward function runs in that many spawned "
                                "processes (rows in parallel, no GIL shared with the trainer); 1 scores in the trainer's "
                                "process (on a thread with launch_reward_fn_async). Reward models are not affected.")
-    reward_kwargs: dict = setting({}, "Extra kwargs passed to the reward manager.", plus=True)
+    reward_kwargs: dict = setting({}, "Arguments of the reward manager (verl): dapo takes max_resp_len and "
+                                  "overlong_buffer_cfg.{enable,len,penalty_factor,log}; batch passes them to the batched "
+                                  "function; prime takes timeout and num_processes (hybridrl); naive takes none.", plus=True)
     on_error: str = setting(
         "raise",
         "hybridrl: a reward function that raises stops the run (raise) or scores 0, counted in reward/num_errors (zero).",
@@ -149,23 +196,29 @@ class RewardModelConfig:
     )
     type: str | None = setting(None, REMOTE_TYPE_DOC, choices=(None, "vllm_api"))
     device_ids: list[int] | None = setting(None, DEVICE_IDS_DOC)
+    rollout: dict = setting({}, REWARD_ROLLOUT_DOC)
+    profiler: RoleProfilerConfig = section(RoleProfilerConfig, "Profiling of this role (verl).")
+    megatron: dict = setting({}, MEGATRON_DOC)
+    nccl_timeout: int = setting(600, "Seconds before a collective of the reward model times out.")
 
 
 @dataclass
 class RewardManagerModule:
     """A custom reward manager module."""
 
-    path: str | None = setting(None, "File of a custom reward manager.")
-    name: str = setting("custom_reward_manager", "Class name inside `path`.")
+    path: str | None = setting(None, "File defining the reward-manager class (reward_manager.source=importlib).")
+    name: str = setting("custom_reward_manager", "Unused, as in verl: the class is reward_manager.name.")
 
 
 @dataclass
 class RewardManagerConfig:
     """Which reward manager turns responses into token-level scores."""
 
-    source: str = setting("register", "register = built-in by name; importlib = module.path.", choices=("register", "importlib"))
+    source: str = setting("register", "register = a registered manager by name; importlib = the class `name` from "
+                          "module.path.", choices=("register", "importlib"))
     name: str = setting(
-        "naive", "Reward manager (naive|batch|dapo|prime).", ref="${oc.select:reward_model.reward_manager,naive}"
+        "naive", "Reward manager: naive | batch | dapo | prime (register), or the class name in module.path (importlib).",
+        ref="${oc.select:reward_model.reward_manager,naive}"
     )
     module: RewardManagerModule = section(RewardManagerModule, "Custom reward manager module.")
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from hybridrl.config.fields import section, setting
 from hybridrl.config.schema_actor import DEVICE_IDS_DOC
+from hybridrl.config.schema_profiler import RoleProfilerConfig
 
 ROLLOUT_NAMES = ("auto", "hybrid", "hf")
 
@@ -77,6 +78,7 @@ class CheckpointEngineConfig:
     update_weights_bucket_megabytes: int = setting(2048, "vLLM transfer bucket size; no effect here (weights move one FSDP unit "
                                                    "at a time, or through one shared-memory buffer).")
     engine_kwargs: dict = setting({}, "Weight-transfer backend options; no effect (weights move one FSDP unit at a time or through shared memory).")
+    custom_backend_module: str | None = setting(None, "Module of a custom weight-transfer backend (verl); not implemented: null only.")
 
 
 @dataclass
@@ -86,6 +88,10 @@ class TraceConfig:
     backend: str | None = setting(None, "Trace backend (mlflow|weave); null = off.")
     token2text: bool = setting(False, "Decode tokens in traces.")
     max_samples_per_step_per_worker: int | None = setting(None, "Trace at most this many samples.")
+    project_name: str | None = setting("verl_examples", "Trace project; follows trainer.project_name.",
+                                       ref="${oc.select:trainer.project_name,null}")
+    experiment_name: str | None = setting("gsm8k", "Trace experiment; follows trainer.experiment_name.",
+                                          ref="${oc.select:trainer.experiment_name,null}")
 
 
 @dataclass
@@ -94,6 +100,22 @@ class PrometheusConfig:
 
     enable: bool = setting(False, "Export rollout metrics to Prometheus.")
     port: int = setting(9090, "Prometheus port.")
+    file: str = setting("/tmp/ray/session_latest/metrics/prometheus/prometheus.yml", "Prometheus config file.")
+    served_model_name: str | None = setting("~/models/deepseek-llm-7b-chat", "Model name in the metrics; follows "
+                                            "actor_rollout_ref.model.path.", ref="${oc.select:actor_rollout_ref.model.path,null}")
+
+
+@dataclass
+class DisaggregationConfig:
+    """Prefill/decode disaggregation (SGLang in verl)."""
+
+    enabled: bool = setting(False, "Run prefill and decode on separate replicas (not implemented: false only).")
+    prefill_replicas: int = setting(1, "Prefill replicas.")
+    decode_replicas: int = setting(1, "Decode replicas.")
+    decode_tensor_model_parallel_size: int | None = setting(None, "Tensor parallel size of decode replicas.")
+    transfer_backend: str = setting("nixl", "KV transfer backend.")
+    bootstrap_port: int | None = setting(None, "Bootstrap port of the KV transfer.")
+    ib_device: str | None = setting(None, "InfiniBand device of the KV transfer.")
 
 
 @dataclass
@@ -102,7 +124,7 @@ class RolloutConfig:
 
     name: str = setting(
         "auto",
-        "hybridrl: auto = hybrid (our engine) on GPU, hf on CPU; vllm/sglang/trtllm are not needed (own engine).",
+        "hybridrl: auto = hybrid (our engine) on GPU, hf on CPU; vllm, sglang and trtllm mean auto (stored as auto).",
         choices=ROLLOUT_NAMES,
     )
     mode: str = setting(
@@ -155,8 +177,11 @@ class RolloutConfig:
     do_sample: bool = setting(True, "Sample (true) or greedy (false) during training.")
     n: int = setting(1, "Responses per prompt (the group size of GRPO/RLOO).")
     over_sample_rate: float = setting(0.0, "Extra prompts generated and dropped to cut long tails.")
-    multi_stage_wake_up: bool = setting(False, "Restore weights and KV cache in stages.")
-    engine_kwargs: dict = setting({"vllm": {}, "sglang": {}, "trtllm": {}}, "vLLM / SGLang / TRT-LLM options (open dict); no effect on hybridrl's own engine.")
+    multi_stage_wake_up: bool = setting(False, "Either value: the engine keeps its weights while asleep (updated in place) "
+                                                "and allocates its KV cache at wake-up, after the update (vLLM's staged wake-up).")
+    engine_kwargs: dict = setting({"vllm": {}, "sglang": {}, "trtllm": {}}, "vLLM / SGLang / TRT-LLM options (open dict), read for "
+                                  "the engine rollout.name names: those with a counterpart set it (docs/config.md), the "
+                                  "rest have no effect (an info line lists them).")
     val_kwargs: ValKwargs = section(ValKwargs, "Validation sampling.")
     multi_turn: MultiTurnConfig = section(MultiTurnConfig, "Multi-turn rollout.")
     calculate_log_probs: bool = setting(False, "The engine always returns its log-probs (rollout_log_probs, used for "
@@ -175,3 +200,17 @@ class RolloutConfig:
     seed: int | None = setting(None, "hybridrl: sampling seed of the engine; null = derived from trainer.seed.")
     block_size: int = setting(16, "hybridrl: tokens per KV-cache block of our engine.")
     device_ids: list[int] | None = setting(None, DEVICE_IDS_DOC)
+    nnodes: int = setting(0, "verl's standalone rollout pool (nodes; 0 = colocated with training); hybridrl places "
+                             "the rollout with device_ids: 0 only.")
+    n_gpus_per_node: int | None = setting(None, "Devices per node of verl's standalone rollout pool; follows "
+                                                "trainer.n_gpus_per_node (used only with nnodes > 0).",
+                                          ref="${oc.select:trainer.n_gpus_per_node,8}")
+    full_determinism: bool = setting(False, "Deterministic generation kernels (not implemented: false only).")
+    moe_load_balance_metrics_interval: int = setting(0, "Steps between MoE load-balance metrics (not implemented: 0 only).")
+    mtp: dict | None = setting(None, "Speculative decoding with the model's MTP heads; verl copies "
+                                     "actor_rollout_ref.model.mtp here, which hybridrl reads (refused when enabled).")
+    qat: dict | None = setting(None, "Quantization-aware rollout; verl copies the actor's fsdp_config.qat here, which "
+                                     "hybridrl reads (refused when enabled).")
+    disaggregation: DisaggregationConfig = section(DisaggregationConfig, "Prefill/decode disaggregation.")
+    layer_name_map: dict = setting({}, "Megatron-to-engine layer names (verl's Megatron configs); no effect here.")
+    profiler: RoleProfilerConfig = section(RoleProfilerConfig, "Profiling of this role (verl).")

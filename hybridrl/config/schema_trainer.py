@@ -34,6 +34,7 @@ class FilterGroupsConfig:
     enable: bool = setting(False, "Drop groups whose responses all score the same.", plus=True)
     metric: str | None = setting(None, "Metric compared within a group (acc, score, seq_reward).", plus=True)
     max_num_gen_batches: int = setting(0, "Generation batches per step; <= 0 = unlimited.", plus=True)
+    max_inflight_gen_batches: int = setting(1, "Generation batches in flight at once (verl's August-2026 tree).", plus=True)
 
 
 @dataclass
@@ -70,6 +71,18 @@ class AlgorithmConfig:
     pf_ppo: PfPpoConfig = section(PfPpoConfig, "PF-PPO settings.")
     filter_groups: FilterGroupsConfig = section(FilterGroupsConfig, "DAPO dynamic sampling.", plus=True)
     rollout_correction: RolloutCorrectionConfig = section(RolloutCorrectionConfig, "Rollout correction.")
+
+
+@dataclass
+class TrainerV1Config:
+    """verl's v1 trainer (August-2026 tree): synchronous, or asynchronous with colocated or separate rollout."""
+
+    trainer_mode: str = setting("sync", "sync | colocate_async | separate_async; the asynchronous modes are not "
+                                        "implemented (sync only).")
+    sync: dict = setting({}, "Options of the sync mode (open dict).")
+    colocate_async: dict = setting({}, "Options of colocate_async (open dict: num_warmup_batches).")
+    separate_async: dict = setting({}, "Options of separate_async (open dict: parameter_sync_step, hybrid_rollout.*).")
+    sampler: dict = setting({}, "Off-policy sample control of the async modes (open dict: max_off_policy_threshold, ...).")
 
 
 @dataclass
@@ -112,11 +125,14 @@ class TrainerConfig:
     remove_previous_ckpt_in_save: bool = setting(False, "Deprecated: true = max_*_ckpt_to_keep=1.", plus=True)
     ray_wait_register_center_timeout: int = setting(300, "Seconds to wait for Ray to place each worker pool.")
     device: str = setting(
-        "auto", "hybridrl default auto = cuda if available else cpu (verl: cuda).", choices=("auto", "cuda", "cpu")
+        "auto", "hybridrl default auto = cuda if available else cpu (verl: cuda; its npu is refused).",
+        choices=("auto", "cuda", "cpu", "npu")
     )
     use_legacy_worker_impl: str = setting("auto", "verl worker generation; no effect (one implementation here).", choices=("auto", "enable", "disable"))
     seed: int = setting(42, "hybridrl: seeds model initialisation, shuffling fallbacks and sampling.")
     launcher: str = setting("auto", "hybridrl: auto = local on one node, ray on several.", choices=("auto", "local", "ray"))
+    use_v1: bool = setting(True, "verl's newer trainer implementation; no effect (hybridrl has one trainer).")
+    v1: TrainerV1Config = section(TrainerV1Config, "verl's v1 trainer modes.")
 
 
 @dataclass
@@ -140,6 +156,11 @@ class GlobalProfilerConfig:
     global_tool_config: dict = setting({}, "Per-tool options (open dict): torch.contents (cpu, cuda, memory, shapes, "
                                            "stack), torch.discrete (one profile per phase), "
                                            "torch_memory.trace_alloc_max_entries.")
+    relocate_results: bool = setting(False, "Either value: hybridrl writes every trace of a step into "
+                                            "<save_path>/step_<N>/ itself (no engine sub-folders), as true does in verl.")
+    finish_hook_cmd: str | None = setting(None, "Command run when profiling ends (verl); not implemented: null only.")
+    finish_hook_all_ranks: bool = setting(False, "Run finish_hook_cmd on every rank (verl).")
+    finish_hook_ranks: list[int] = setting([], "Ranks running finish_hook_cmd (verl).")
 
 
 @dataclass
@@ -147,3 +168,24 @@ class TransferQueueConfig:
     """Decoupled data plane."""
 
     enable: bool = setting(False, "Move batches through the transfer queue.")
+    metrics: dict = setting({}, "Transfer-queue metrics export (open dict: enabled, port).")
+    backend: dict = setting({}, "Transfer-queue storage backend (open dict: storage_backend, SimpleStorage, MooncakeStore).")
+
+
+@dataclass
+class SkipTargetConfig:
+    """Reuse dumped generations instead of generating (verl's `skip.*`, August-2026 tree)."""
+
+    enable: bool = setting(False, "Load cached generations instead of generating (not implemented: false only).")
+    dump_dir: str = setting("~/.verl/rollout_dump", "Where generations are cached.")
+    steps: list[int] = setting([], "Steps that use the cache.")
+    action: str = setting("cache", "What to do at those steps.")
+
+
+@dataclass
+class SkipConfig:
+    """Skipping phases with cached results."""
+
+    rollout: SkipTargetConfig = section(SkipTargetConfig, "Cached training generations.")
+    rollout_tq: SkipTargetConfig = section(SkipTargetConfig, "Cached generations through the transfer queue.")
+    async_rollout: SkipTargetConfig = section(SkipTargetConfig, "Cached generations of the async trainer.")

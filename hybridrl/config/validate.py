@@ -7,18 +7,20 @@ import inspect
 from typing import Any
 
 from hybridrl.config.batch_rules import check_mini_batch, micro_batch_problems, token_budget_problems
+from hybridrl.config.checkpoint_rules import checkpoint_content_problems
 from hybridrl.config.errors import ConfigError
+from hybridrl.config.estimator_needs import estimator_needs
 from hybridrl.config.index import config_tree, get_in, schema_index
 from hybridrl.config.placement import validate_placement
 from hybridrl.config.precision import precision_problems
 from hybridrl.config.profiler_rules import profiler_problems
+from hybridrl.config.ranges import merged_range_problems, range_problems
 from hybridrl.config.roles import critic_enabled, ref_enabled
 from hybridrl.config.schema import HybridRLConfig
 from hybridrl.config.schema_trainer import LOGGERS, RayKwargsConfig
 from hybridrl.logging.tracker import check_trackers_available
 
 KL_ESTIMATORS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
-GROUP_ESTIMATORS = ("grpo", "grpo_vectorized", "rloo", "rloo_vectorized", "reinforce_plus_plus_baseline")
 
 
 def validate_config(cfg: HybridRLConfig, world_size: int = 1) -> None:
@@ -26,6 +28,11 @@ def validate_config(cfg: HybridRLConfig, world_size: int = 1) -> None:
     if world_size < 1:  # validate_run reports the keys behind a count below 1; this is the Python API's guard
         raise ConfigError(f"world_size ({world_size}) must be >= 1: it is the number of ranks training the actor "
                           "(trainer.nnodes x trainer.n_gpus_per_node, or len(actor_rollout_ref.actor.device_ids))")
+    # -- value ranges (config/ranges.py): values no rule below can compute with (NaN, inf, 2^40) stop here
+    unusable = range_problems(cfg, unusable_only=True)
+    if unusable:
+        raise ConfigError(f"{len(unusable)} config problem(s):\n" + "\n".join(f"  - {p}" for p in unusable))
+    # -- end of ranges
     problems = (
         _choice_problems(cfg)
         + _actor_batch_problems(cfg, world_size)
@@ -39,6 +46,10 @@ def validate_config(cfg: HybridRLConfig, world_size: int = 1) -> None:
         + token_budget_problems(cfg)
         + profiler_problems(cfg.global_profiler)
     )
+    # -- value ranges and checkpoint contents (config/ranges.py, config/checkpoint_rules.py)
+    problems = merged_range_problems(cfg, problems)
+    problems += checkpoint_content_problems(cfg)
+    # -- end of ranges
     if problems:
         raise ConfigError(f"{len(problems)} config problem(s):\n" + "\n".join(f"  - {p}" for p in problems))
 
@@ -153,15 +164,10 @@ def _critic_problems(cfg: HybridRLConfig, world_size: int) -> list[str]:
 
 def _algorithm_problems(cfg: HybridRLConfig) -> list[str]:
     estimator, rollout = cfg.algorithm.adv_estimator, cfg.actor_rollout_ref.rollout
-    problems = []
-    if estimator in GROUP_ESTIMATORS and rollout.n < 2:
+    problems = []  # a group estimator with rollout.n=1 runs as in verl, with a warning (notices.py)
+    if estimator_needs(estimator).greedy_baseline and not rollout.do_sample:
         problems.append(
-            f"actor_rollout_ref.rollout.n ({rollout.n}) must be > 1 for algorithm.adv_estimator={estimator}: its "
-            "advantage compares the responses of one prompt; try actor_rollout_ref.rollout.n=5"
-        )
-    if estimator == "remax" and not rollout.do_sample:
-        problems.append(
-            "algorithm.adv_estimator=remax needs actor_rollout_ref.rollout.do_sample=true: its baseline is a greedy "
+            f"algorithm.adv_estimator={estimator} needs actor_rollout_ref.rollout.do_sample=true: its baseline is a greedy "
             "response, so with greedy sampling every advantage is 0"
         )
     if cfg.actor_rollout_ref.actor.optim.lr < 0:

@@ -14,7 +14,9 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from hybridrl.data.errors import DatasetError
 from hybridrl.data.parquet import read_rows
+from hybridrl.data.scan import OVERLONG, RowProblem, prompt_lengths, raise_for_problems, reward_problem
 from hybridrl.utils.batch import Batch
 
 logger = logging.getLogger("hybridrl.data")
@@ -34,7 +36,7 @@ def truncate_prompt_ids(ids: list[int], max_length: int, mode: str) -> list[int]
     if mode == "middle":
         head = max_length // 2
         return ids[:head] + ids[len(ids) - (max_length - head):]
-    raise ValueError(f"truncation mode {mode!r} cannot cut a prompt; use one of {TRUNCATION_MODES[1:]}")
+    raise DatasetError(f"truncation mode {mode!r} cannot cut a prompt; use one of {TRUNCATION_MODES[1:]}")
 
 
 class RLDataset:
@@ -42,19 +44,24 @@ class RLDataset:
 
     Item keys besides the row's columns (the prompt column itself is replaced): `data_source` (the row's
     `reward_fn_key` column), `index` (extra_info.index, else the row number in its file), `raw_prompt`
-    (the messages, with return_raw_chat). `truncation="error"` raises when an over-long item is read.
+    (the messages, with return_raw_chat).
+
+    Construction scans every row once (`data/scan.py`): prompt lengths (`prompt_lengths`, tokenized in batches),
+    and a DatasetError listing every prompt over max_prompt_length under `truncation="error"` (unless
+    `filter_overlong_prompts` drops them) and, with `require_ground_truth`, every row a reward function could not
+    score. So a run stops before its first step, not on the row's first use.
     """
 
     def __init__(self, files: str | Path | list[str | Path], tokenizer: Any, *, max_prompt_length: int = 512,
                  prompt_key: str = "prompt", reward_fn_key: str = "data_source", truncation: str = "error",
                  filter_overlong_prompts: bool = False, max_samples: int = -1, return_raw_chat: bool = False,
                  apply_chat_template_kwargs: dict | None = None, seed: int | None = None,
-                 media_keys: tuple[str, ...] = ("images", "videos")) -> None:
+                 media_keys: tuple[str, ...] = ("images", "videos"), require_ground_truth: bool = False) -> None:
         if truncation not in TRUNCATION_MODES:
-            raise ValueError(f"data.truncation={truncation!r} is not a truncation mode; use one of {TRUNCATION_MODES}")
+            raise DatasetError(f"data.truncation={truncation!r} is not a truncation mode; use one of {TRUNCATION_MODES}")
         self.files = [str(files)] if isinstance(files, (str, Path)) else [str(f) for f in files]
         if not self.files:
-            raise ValueError("no data files given; set data.train_files / data.val_files to parquet or jsonl paths")
+            raise DatasetError("no data files given; set data.train_files / data.val_files to parquet or jsonl paths")
         self.tokenizer = tokenizer
         self.max_prompt_length = max_prompt_length
         self.prompt_key = prompt_key
@@ -66,7 +73,12 @@ class RLDataset:
         self.num_filtered = 0
         # origins[i] = (file, row number in that file) so errors point at the exact source row.
         self.rows, self.origins = self._read_files()
+        if not self.rows:
+            raise DatasetError(f"the data files hold no rows: {', '.join(self.files)}; check data.train_files / "
+                               f"data.val_files")
+        self.prompt_lengths: list[int] = []
         self._keep(_subsample_indices(len(self.rows), max_samples, seed))
+        self._scan(filter_overlong_prompts, require_ground_truth)
         if filter_overlong_prompts:
             self._filter_overlong()
 
@@ -84,27 +96,43 @@ class RLDataset:
     def _check_prompt(self, row: dict, file: str, number: int) -> None:
         for key in self.media_keys:
             if _has_media(row.get(key)):
-                raise ValueError(f"{file}: row {number} has media in column {key!r} (data.image_key / data.video_key): "
+                raise DatasetError(f"{file}: row {number} has media in column {key!r} (data.image_key / data.video_key): "
                                  "multimodal prompts are not supported by hybridrl yet, and training on their text "
                                  "alone would drop them silently; remove the column or these rows")
         prompt = row.get(self.prompt_key)
         if prompt is None:
-            raise ValueError(f"{file}: row {number} has no {self.prompt_key!r} column (columns: {sorted(row)}); "
+            raise DatasetError(f"{file}: row {number} has no {self.prompt_key!r} column (columns: {sorted(row)}); "
                              f"set data.prompt_key to the column holding the prompt")
         if isinstance(prompt, str):
             return
         if not isinstance(prompt, (list, tuple, np.ndarray)) or not all(
                 isinstance(m, dict) and isinstance(m.get("content"), str) for m in prompt):
-            raise ValueError(f"{file}: row {number} column {self.prompt_key!r} must be a string or a list of "
+            raise DatasetError(f"{file}: row {number} column {self.prompt_key!r} must be a string or a list of "
                              f"{{'role', 'content'}} messages, got {str(prompt)[:200]!r}")
 
     def _keep(self, indices: list[int]) -> None:
         self.rows = [self.rows[i] for i in indices]
         self.origins = [self.origins[i] for i in indices]
+        if self.prompt_lengths:
+            self.prompt_lengths = [self.prompt_lengths[i] for i in indices]
+
+    def _scan(self, filter_overlong: bool, require_ground_truth: bool) -> None:
+        """Prompt lengths of every row, and one error naming every row the run would fail on (data/scan.py)."""
+        texts = [self._render(self.messages(i)) for i in range(len(self.rows))]
+        self.prompt_lengths = prompt_lengths(texts, self.tokenizer)
+        problems = []
+        if self.truncation == "error" and not filter_overlong:
+            problems += [RowProblem(OVERLONG, *self.origins[i], f"{length} tokens")
+                         for i, length in enumerate(self.prompt_lengths) if length > self.max_prompt_length]
+        if require_ground_truth:
+            for i, row in enumerate(self.rows):
+                found = reward_problem(row)
+                if found is not None:
+                    problems.append(RowProblem(found[0], *self.origins[i], found[1]))
+        raise_for_problems(problems, len(self.rows), max_prompt_length=self.max_prompt_length)
 
     def _filter_overlong(self) -> None:
-        lengths = [len(self.prompt_token_ids(i, truncate=False)) for i in range(len(self.rows))]
-        kept = [i for i, length in enumerate(lengths) if length <= self.max_prompt_length]
+        kept = [i for i, length in enumerate(self.prompt_lengths) if length <= self.max_prompt_length]
         self.num_filtered = len(self.rows) - len(kept)
         logger.info("filtered %d of %d prompts longer than data.max_prompt_length=%d (files: %s)",
                     self.num_filtered, len(self.rows), self.max_prompt_length, ", ".join(self.files))
@@ -129,7 +157,7 @@ class RLDataset:
             return ids
         if self.truncation == "error":
             file, number = self.origins[i]
-            raise ValueError(
+            raise DatasetError(
                 f"{file}: row {number} has a prompt of {len(ids)} tokens, longer than data.max_prompt_length="
                 f"{self.max_prompt_length}; raise data.max_prompt_length, drop such rows with "
                 f"data.filter_overlong_prompts=True, or cut them with data.truncation=left (or right/middle)")
@@ -165,7 +193,7 @@ class RLDataset:
         if pad_token_id is None:
             pad_token_id = self.tokenizer.eos_token_id
         if pad_token_id is None:
-            raise ValueError("the tokenizer has neither a pad token nor an eos token; set tokenizer.pad_token first")
+            raise DatasetError("the tokenizer has neither a pad token nor an eos token; set tokenizer.pad_token first")
         return functools.partial(collate, pad_token_id=pad_token_id, max_prompt_length=self.max_prompt_length)
 
 

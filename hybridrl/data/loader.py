@@ -7,25 +7,34 @@ resumes at batch 0 of the next epoch (verl's epoch-boundary resume trained 0 ste
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Protocol
 
 import numpy as np
 import torch
 
+from hybridrl.data.errors import DatasetError
 from hybridrl.utils.batch import Batch
 
 logger = logging.getLogger("hybridrl.data")
 
 
+class Rows(Protocol):
+    """What the loader reads of a dataset: its length and its rows by index."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: int) -> Any: ...
+
+
 class StatefulLoader:
     """Batches `collate_fn(rows)` of `batch_size` rows; `for batch in loader` runs the rest of the current epoch."""
 
-    def __init__(self, dataset: Sequence[Any], batch_size: int, *, shuffle: bool = True, seed: int = 0,
+    def __init__(self, dataset: Rows, batch_size: int, *, shuffle: bool = True, seed: int = 0,
                  drop_last: bool = True, collate_fn: Callable[[list[Any]], Batch]) -> None:
         if batch_size < 1:
             raise ValueError(f"data.train_batch_size={batch_size} must be at least 1")
         if batch_size > len(dataset):
-            raise ValueError(f"data.train_batch_size={batch_size} is larger than the dataset ({len(dataset)} rows); "
+            raise DatasetError(f"data.train_batch_size={batch_size} is larger than the dataset ({len(dataset)} rows); "
                              f"lower data.train_batch_size or add data")
         self.dataset = dataset
         self.batch_size = batch_size

@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from hybridrl.data.errors import DataFileNotFoundError, DatasetError
+
 ROW_FILE_SUFFIXES = (".parquet", ".jsonl", ".json")
 
 
@@ -34,14 +36,19 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
     """All rows of one .parquet, .jsonl or .json (array of objects, or one object per line) file."""
     path = Path(path).expanduser()
     if not path.is_file():
-        raise FileNotFoundError(f"data file {path} does not exist; check data.train_files / data.val_files")
+        raise DataFileNotFoundError(f"data file {path} does not exist; check data.train_files / data.val_files")
     if path.suffix == ".parquet":
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        return pq.read_table(path).to_pylist()
+        try:
+            return pq.read_table(path).to_pylist()
+        except (pa.ArrowInvalid, OSError) as error:
+            raise DatasetError(f"data file {path} is not a readable parquet file ({error}); rewrite it, e.g. "
+                               f"with `hybridrl preprocess`") from error
     if path.suffix in (".jsonl", ".json"):
         return _read_json_rows(path)
-    raise ValueError(f"data file {path} has an unsupported type {path.suffix!r}; use one of {ROW_FILE_SUFFIXES}")
+    raise DatasetError(f"data file {path} has an unsupported type {path.suffix!r}; use one of {ROW_FILE_SUFFIXES}")
 
 
 def _read_json_rows(path: Path) -> list[dict[str, Any]]:
@@ -53,7 +60,7 @@ def _read_json_rows(path: Path) -> list[dict[str, Any]]:
                 for number, line in enumerate(text.splitlines(), start=1) if line.strip()]
     for index, row in enumerate(rows):
         if not isinstance(row, dict):
-            raise ValueError(f"{path}: row {index} is a {type(row).__name__}, expected a JSON object with named fields")
+            raise DatasetError(f"{path}: row {index} is a {type(row).__name__}, expected a JSON object with named fields")
     return rows
 
 
@@ -61,5 +68,5 @@ def _parse_json_line(path: Path, line_number: int, line: str) -> Any:
     try:
         return json.loads(line)
     except json.JSONDecodeError as error:
-        raise ValueError(f"{path}: line {line_number} is not valid JSON ({error.msg}); fix or remove that line") \
+        raise DatasetError(f"{path}: line {line_number} is not valid JSON ({error.msg}); fix or remove that line") \
             from error

@@ -9,13 +9,8 @@ from .errors import (
 )
 from .local_launcher import LocalWorkerGroup
 from .placement import num_visible_devices
-from .ray_launcher import (
-    RayResourcePool,
-    RayWorkerGroup,
-    ResourcePoolManager,
-    choose_launcher,
-    init_ray,
-)
+from .launcher_choice import choose_launcher
+from .ray_launcher import RayResourcePool, RayWorkerGroup, ResourcePoolManager, init_ray
 from .worker_group import InProcessGroup, WorkerGroup
 
 __all__ = [

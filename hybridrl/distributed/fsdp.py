@@ -209,7 +209,8 @@ def _shard_group(tensor: DTensor) -> tuple[dist.ProcessGroup, int]:
 
 def _split_dim0_sharded(items: list, key=lambda item: item) -> tuple[list, list]:
     """`items` whose tensor (`key(item)`) is a dim-0-sharded DTensor (`_is_dim0_sharded`), and the others."""
-    sharded, other = [], []
+    sharded: list = []
+    other: list = []
     for item in items:
         (sharded if _is_dim0_sharded(key(item)) else other).append(item)
     return sharded, other

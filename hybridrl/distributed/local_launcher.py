@@ -177,7 +177,8 @@ class LocalWorkerGroup(RankCalls):
         self.role, self.world_size = role, world_size
         devices, self.backend = _resolve_devices(world_size, device_ids, backend, role)
         self.master_port = master_port or find_free_port()
-        self.log_dir = tempfile.mkdtemp(prefix=f"hybridrl-{role}-")
+        # the controller's pid in the name: a later start can tell a killed run's kept logs (checkpoint.startup)
+        self.log_dir = tempfile.mkdtemp(prefix=f"hybridrl-{role}-{os.getpid()}-")
         self._closed_reason: str | None = None
         self._procs: list[Any] = []
         self._conns: list[Connection] = []

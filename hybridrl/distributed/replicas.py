@@ -30,8 +30,6 @@ class GradientAverager:
     writes every mean back into `.grad`. Buckets are all-reduced in `reduce_dtype` (None: their own dtype).
     """
 
-    averages = True  # (`workers.sharding.replica_gradients` hands out this or a do-nothing stand-in)
-
     def __init__(self, params: Iterable[torch.nn.Parameter], reduce_dtype: torch.dtype | None = None,
                  group: dist.ProcessGroup | None = None, bucket_bytes: int = BUCKET_BYTES) -> None:
         self.group, self.reduce_dtype = group, reduce_dtype

@@ -10,8 +10,9 @@ The same file is rewritten in place every step (same layout, so its tmpfs pages 
 writer and every reader keep their mapping of it from step to step (`shm_mappings`). The controller
 calls writer and readers one after the other, so a write never overlaps a read. When the file would
 not fit (free space in /dev/shm less a reserve, or an explicit byte limit) the writer stops before
-filling /dev/shm and hands back the weights as a `SpilledWeights` (tensors to pickle, the bytes that
-were needed and why), which the caller logs and sends the old way. Shared memory does not span nodes:
+filling /dev/shm and hands back the weights as `PickledWeights` (tensors to pickle, the bytes that
+were needed and why), which the caller logs and sends the old way. Either form of a handoff (`Payload`)
+opens into (name, tensor) pairs the same way. Shared memory does not span nodes:
 multi-node launchers (Ray) never use this module.
 
 Lifetime: whoever creates the path removes it (`remove_buffer`) at shutdown and at interpreter exit;
@@ -29,6 +30,7 @@ import uuid
 import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, replace
+from typing import ClassVar
 
 import torch
 
@@ -57,6 +59,11 @@ class WeightManifest:
     path: str
     nbytes: int
     entries: tuple[TensorEntry, ...]
+    shared: ClassVar[bool] = True  # the tensors stay in shared memory; only this travels
+
+    def open(self) -> Iterable[tuple[str, torch.Tensor]]:
+        """Read-only views of the buffer (`map_weights`): copy them, do not keep them."""
+        return map_weights(self).items()
 
     def to_dict(self) -> dict:
         return {"path": self.path, "nbytes": self.nbytes, "entries": [asdict(e) for e in self.entries]}
@@ -79,12 +86,25 @@ class BufferSpec:
 
 
 @dataclass
-class SpilledWeights:
-    """The weights as plain CPU tensors because the buffer could not hold them; send them pickled."""
+class PickledWeights:
+    """The weights as plain CPU tensors, sent pickled: with Ray, or spilled because the buffer could not hold
+    them (`reason` says why, `needed_bytes` how much it would have taken)."""
 
     tensors: dict[str, torch.Tensor]
-    needed_bytes: int
-    reason: str
+    needed_bytes: int = 0
+    reason: str | None = None
+    shared: ClassVar[bool] = False
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.nbytes for t in self.tensors.values())
+
+    def open(self) -> Iterable[tuple[str, torch.Tensor]]:
+        shm_mappings.forget_reads()  # a buffer mapped before was removed (spilled): let it go
+        return self.tensors.items()
+
+
+Payload = WeightManifest | PickledWeights  # one handoff, as the controller passes it to every rollout rank
 
 
 # ---------------------------------------------------------------- paths and cleanup
@@ -158,7 +178,7 @@ def available_bytes(path: str, max_bytes: int | None) -> int:
 
 
 # ---------------------------------------------------------------- writing
-def write_weights(named_tensors: Iterable[tuple[str, torch.Tensor]], spec: BufferSpec) -> WeightManifest | SpilledWeights:
+def write_weights(named_tensors: Iterable[tuple[str, torch.Tensor]], spec: BufferSpec) -> Payload:
     """Cast and write the (name, tensor) pairs one at a time into the buffer; consumes the iterable fully
     (it may be a collective gather that every rank must finish) even when the buffer turns out too small."""
     room = available_bytes(spec.path, spec.max_bytes)
@@ -174,7 +194,7 @@ def write_weights(named_tensors: Iterable[tuple[str, torch.Tensor]], spec: Buffe
 
 
 def _write_all(fd: int, tensors: Iterator[tuple[str, torch.Tensor]], spec: BufferSpec,
-               room: int) -> WeightManifest | SpilledWeights:
+               room: int) -> Payload:
     kept = shm_mappings.kept_for_writing(spec.path, fd)
     entries: list[TensorEntry] = []
     written = _Written()
@@ -245,7 +265,7 @@ class _Written:
 
 
 def _spill(rest: Iterator[tuple[str, torch.Tensor]], spec: BufferSpec, tensors: dict[str, torch.Tensor],
-           room: int, needed: int = 0, error: OSError | None = None) -> SpilledWeights:
+           room: int, needed: int = 0, error: OSError | None = None) -> PickledWeights:
     """The remaining tensors as CPU copies; the partial buffer is removed (it would only hold RAM)."""
     remove_buffer(spec.path)
     for name, tensor in rest:
@@ -258,7 +278,7 @@ def _spill(rest: Iterator[tuple[str, torch.Tensor]], spec: BufferSpec, tensors: 
         cap = f", capped by a limit of {_gib(spec.max_bytes)}" if spec.max_bytes is not None else ""
         reason = (f"the weights need {_gib(needed)} of shared memory but only {_gib(room)} are available in "
                   f"{where}{cap}")
-    return SpilledWeights(tensors, needed, reason)
+    return PickledWeights(tensors, needed, reason)
 
 
 def cast_to_cpu(tensor: torch.Tensor, dtype: torch.dtype | None, *, copy: bool = False) -> torch.Tensor:
@@ -319,19 +339,3 @@ def map_weights(manifest: WeightManifest) -> dict[str, torch.Tensor]:
 
 def _view(flat: torch.Tensor, entry: TensorEntry) -> torch.Tensor:
     return flat[entry.offset:entry.offset + entry.nbytes].view(getattr(torch, entry.dtype)).view(entry.shape)
-
-
-def open_weights(payload: WeightManifest | dict[str, torch.Tensor]) -> Iterable[tuple[str, torch.Tensor]]:
-    """(name, tensor) pairs of a handoff payload: a shared-memory manifest or tensors sent pickled."""
-    if isinstance(payload, WeightManifest):
-        return map_weights(payload).items()
-    if isinstance(payload, dict):  # sent pickled: a buffer mapped before was removed (spilled), let it go
-        shm_mappings.forget_reads()
-        return payload.items()
-    raise TypeError(f"a weight handoff is a WeightManifest or a dict of tensors, got {type(payload).__name__}")
-
-
-def payload_bytes(payload: WeightManifest | dict[str, torch.Tensor]) -> int:
-    if isinstance(payload, WeightManifest):
-        return payload.nbytes
-    return sum(t.nbytes for t in payload.values())

@@ -72,6 +72,8 @@ def gather_shards(outputs: Sequence[Any], shards: Sequence[Batch], num_padded: i
         if len(out) != len(shard) * rows_per_row:
             raise ValueError(f"{role}.{method} on rank {rank} returned {len(out)} rows for a shard of {len(shard)}; "
                              f"the call expects {rows_per_row} output row(s) per input row")
+    if len(outputs) == 1 and num_padded == 0:  # one rank (a one-process run): nothing to join, no copy
+        return outputs[0]
     return Batch.concat(list(outputs)).unpad(num_padded * rows_per_row)
 
 

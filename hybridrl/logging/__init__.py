@@ -1,4 +1,5 @@
-"""Trackers (`trainer.logger`), the console line, progress bar, rollout dumps and `hybridrl plot`.
+"""Trackers (`trainer.logger`), the console (step line, banner, progress, summary, validation samples), rollout
+dumps and `hybridrl plot`.
 
 Names are re-exported lazily so `import hybridrl.logging` imports nothing heavy (no tqdm, matplotlib, wandb).
 """
@@ -18,6 +19,12 @@ _EXPORTS: dict[str, str] = {
     "ConsoleTracker": "hybridrl.logging.console",
     "order_metrics": "hybridrl.logging.console",
     "format_console_line": "hybridrl.logging.console",
+    "format_step_line": "hybridrl.logging.console",
+    "RunConsole": "hybridrl.logging.run_console",
+    "RunFacts": "hybridrl.logging.banner",
+    "format_banner": "hybridrl.logging.banner",
+    "log_val_generations": "hybridrl.logging.val_generations",
+    "select_val_generations": "hybridrl.logging.val_generations",
     "FileTracker": "hybridrl.logging.file_tracker",
     "read_metrics_jsonl": "hybridrl.logging.file_tracker",
     "StepProgress": "hybridrl.logging.progress",

@@ -69,6 +69,12 @@ class TensorBoardTracker:
             self._writer.add_scalar(key, value, global_step=step)
         self._writer.flush()
 
+    def log_generations(self, samples: list[tuple[str, str, float]], step: int) -> None:
+        from hybridrl.logging.val_generations import markdown_generations
+
+        self._writer.add_text("val/generations", markdown_generations(samples, step), global_step=step)
+        self._writer.flush()
+
     def finish(self) -> None:
         self._writer.close()
 
@@ -79,9 +85,19 @@ class WandbTracker:
     def __init__(self, project_name: str, experiment_name: str, config_dict: dict[str, Any]) -> None:
         self._wandb = _import("wandb", "wandb")
         self._wandb.init(project=project_name, name=experiment_name, config=config_dict)
+        self._generation_rows: list[list[Any]] = []
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         self._wandb.log(data=metrics, step=step)
+
+    def log_generations(self, samples: list[tuple[str, str, float]], step: int) -> None:
+        """verl's table: one row per validation (step, input_i, output_i, score_i), re-logged whole each time
+        (a logged wandb.Table cannot grow)."""
+        columns = ["step"] + [f"{name}_{i + 1}" for i in range(len(samples)) for name in ("input", "output", "score")]
+        self._generation_rows.append([step] + [value for sample in samples for value in sample])
+        width = len(columns)
+        rows = [row for row in self._generation_rows if len(row) == width]  # a change of N starts a new table
+        self._wandb.log({"val/generations": self._wandb.Table(columns=columns, data=rows)}, step=step)
 
     def finish(self) -> None:
         self._wandb.finish(exit_code=0)
@@ -104,6 +120,17 @@ class MlflowTracker:
     def log(self, metrics: dict[str, float], step: int) -> None:
         self._mlflow.log_metrics({sanitize_mlflow_key(k): v for k, v in metrics.items()}, step=step)
 
+    def log_generations(self, samples: list[tuple[str, str, float]], step: int) -> None:
+        """verl's artifact: `val_step<step>.json`, a list of {input, output, score}."""
+        import json
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, f"val_step{step}.json")
+            with open(path, "w", encoding="utf-8") as handle:
+                json.dump([{"input": i, "output": o, "score": s} for i, o, s in samples], handle)
+            self._mlflow.log_artifact(path)
+
     def finish(self) -> None:
         self._mlflow.end_run()
 
@@ -122,6 +149,11 @@ class SwanlabTracker:
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         self._swanlab.log(data=metrics, step=step)
+
+    def log_generations(self, samples: list[tuple[str, str, float]], step: int) -> None:
+        table = self._swanlab.echarts.Table()
+        table.add(headers=["step", "input", "output", "score"], rows=[[step, *sample] for sample in samples])
+        self._swanlab.log({"val/generations": table}, step=step)
 
     def finish(self) -> None:
         self._swanlab.finish()

@@ -1,4 +1,5 @@
-"""The `file` logger: one JSON object per step appended to `<local_dir>/metrics.jsonl`.
+"""The `file` logger: one JSON object per step appended to `<local_dir>/metrics.jsonl` (and, with
+trainer.log_val_generations, the validation samples to `<local_dir>/val_generations.jsonl`).
 
 Each line is `{"step": N, "<key>": value, ...}` with plain ints/floats. JSON has no NaN/Infinity, so a
 non-finite value is written as `null` and its key listed under `"_nonfinite"` (e.g. `["actor/pg_loss"]`).
@@ -13,6 +14,7 @@ import os
 from typing import Any, Mapping
 
 METRICS_FILENAME = "metrics.jsonl"
+GENERATIONS_FILENAME = "val_generations.jsonl"  # trainer.log_val_generations: one sample per line
 NONFINITE_KEY = "_nonfinite"
 
 
@@ -73,6 +75,15 @@ class FileTracker:
             raise RuntimeError(f"FileTracker for {self.path} is finished; build a new tracker to log again")
         self._handle.write(json.dumps(encode_record(step, metrics), allow_nan=False) + "\n")
         self._handle.flush()
+
+    def log_generations(self, samples: list[tuple[str, str, float]], step: int) -> None:
+        """Append each sample as `{"step", "input", "output", "score"}` to val_generations.jsonl beside the metrics."""
+        from hybridrl.logging.val_generations import records
+
+        path = os.path.join(os.path.dirname(self.path), GENERATIONS_FILENAME)
+        with open(path, "a", encoding="utf-8") as handle:
+            for record in records(samples, step):
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
 
     def finish(self) -> None:
         self._handle.close()

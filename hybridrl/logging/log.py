@@ -4,14 +4,26 @@ from __future__ import annotations
 
 import logging
 
+from hybridrl.logging.terminal import write_line
+
 ROOT_NAME = "hybridrl"
 _FORMAT = "[hybridrl] %(message)s"
+
+
+class ConsoleHandler(logging.StreamHandler):
+    """stderr, written around an open progress bar (terminal.py) so a log line never glues to the bar."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            write_line(self.format(record), self.stream)
+        except Exception:  # noqa: BLE001 - logging's own contract: report through handleError, never raise
+            self.handleError(record)
 
 
 def _configure_once() -> logging.Logger:
     root = logging.getLogger(ROOT_NAME)
     if not getattr(root, "_hybridrl_configured", False):
-        handler = logging.StreamHandler()
+        handler = ConsoleHandler()
         handler.setFormatter(logging.Formatter(_FORMAT))
         root.addHandler(handler)
         root.setLevel(logging.INFO)

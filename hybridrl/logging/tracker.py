@@ -61,6 +61,19 @@ class MultiTracker:
         for tracker in self.trackers.values():
             tracker.log(plain, step)
 
+    def add(self, name: str, tracker: Tracker) -> None:
+        """Another tracker, logged to after the configured ones (the run's console: logging/run_console.py)."""
+        if name in self.trackers:
+            raise ValueError(f"a tracker named {name!r} is already attached")
+        self.trackers[name] = tracker
+
+    def log_generations(self, samples: list[tuple[str, str, float]], step: int) -> None:
+        """Validation samples (trainer.log_val_generations) to every tracker that shows text."""
+        for tracker in self.trackers.values():
+            log_generations = getattr(tracker, "log_generations", None)
+            if log_generations is not None:
+                log_generations(samples, step)
+
     def finish(self) -> None:
         # finish every tracker even if one fails, so files get closed; then report the first failure
         first_error: BaseException | None = None

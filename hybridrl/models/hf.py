@@ -11,6 +11,7 @@ from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForTokenCla
 from transformers.utils import logging as hf_logging
 
 from hybridrl.logging.log import get_logger
+from hybridrl.models.errors import ModelLoadError
 from hybridrl.utils.collectives import is_rank0
 from hybridrl.utils.scoped import temporarily
 
@@ -22,10 +23,6 @@ log = get_logger("hybridrl.models")
 def _quiet_transformers() -> None:
     """Per-file progress bars from transformers flood logs of a training run; keep its warnings."""
     hf_logging.disable_progress_bar()
-
-
-class ModelLoadError(RuntimeError):
-    """A model or tokenizer could not be loaded from the configured path."""
 
 
 def resolve_dtype(name: str | torch.dtype) -> torch.dtype:

@@ -5,9 +5,13 @@ from __future__ import annotations
 import functools
 import importlib.util
 import inspect
+import logging
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Callable
+
+log = logging.getLogger(__name__)
 
 
 def load_custom_reward_fn(path: str, name: str = "compute_score", reward_kwargs: dict | None = None) -> Callable:
@@ -16,11 +20,11 @@ def load_custom_reward_fn(path: str, name: str = "compute_score", reward_kwargs:
     The function is called as verl does: fn(data_source, solution_str, ground_truth, extra_info=None, **kwargs)
     and returns a float or a dict with a "score" key (other keys are logged as extra info).
     """
-    file = Path(path).expanduser()
+    file = verl_scorer_file(Path(path).expanduser())
     if not file.is_file():
         raise FileNotFoundError(f"custom_reward_function.path={path!r} is not a file; point it at a .py file "
                                 f"defining {name}(data_source, solution_str, ground_truth, extra_info=None, **kwargs)")
-    module = _import_file(file)
+    module = import_python_file(file)
     fn = getattr(module, name, None)
     if not callable(fn):
         found = sorted(attr for attr, value in vars(module).items()
@@ -31,7 +35,22 @@ def load_custom_reward_fn(path: str, name: str = "compute_score", reward_kwargs:
     return functools.wraps(fn)(functools.partial(fn, **reward_kwargs)) if reward_kwargs else fn
 
 
-def _import_file(file: Path):
+# verl's own scorer files that its examples name as custom_reward_function.path -> hybridrl's equivalents
+VERL_SCORER_FILES = {"rlla.py": "rlla.py", "math_verify.py": "math_verify.py", "math_batch.py": "math_batch.py"}
+
+
+def verl_scorer_file(file: Path) -> Path:
+    """A path into verl's `verl/utils/reward_score/` that does not exist here (verl is not installed) means
+    hybridrl's module of the same scorer, so verl's example scripts (e.g. GDPO's rlla.py) run unchanged."""
+    if file.is_file() or file.parent.parts[-3:] != ("verl", "utils", "reward_score") or file.name not in VERL_SCORER_FILES:
+        return file
+    ours = Path(__file__).with_name(VERL_SCORER_FILES[file.name])
+    log.info("custom_reward_function.path=%s is verl's %s; using hybridrl's equivalent %s", file, file.name, ours)
+    return ours
+
+
+def import_python_file(file: Path) -> ModuleType:
+    """The Python file at `file` as a fresh module (ImportError naming the file when it fails to import)."""
     module_name = f"hybridrl_custom_reward_{abs(hash(str(file.resolve())))}"
     spec = importlib.util.spec_from_file_location(module_name, file)
     if spec is None or spec.loader is None:

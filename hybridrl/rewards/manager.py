@@ -24,10 +24,16 @@ class RewardFunctionError(RuntimeError):
 
 @dataclass
 class ScoredBatch:
-    """Per-row scores, extra info aligned to rows (None where a row had none), and how many rows errored."""
+    """Per-row scores, extra info aligned to rows (None where a row had none), and how many rows errored.
+
+    `metrics`: a reward manager's own (e.g. DAPO's overlong share). `token_level_scores`: (B, R) scores a
+    manager placed itself (a verl reward-manager class returns them); None = place `scores` at each row's
+    last response token."""
     scores: list[float]
     extra: dict[str, list] = field(default_factory=dict)
     num_errors: int = 0
+    metrics: dict[str, float] = field(default_factory=dict)
+    token_level_scores: torch.Tensor | None = None
 
 
 def function_name(fn: Callable) -> str:
@@ -59,17 +65,27 @@ def score_batch(responses_text: list[str], data_sources: Sequence[str], ground_t
             result = compute_score(*call)
         except Exception as error:
             if on_error == "raise":
-                raise RewardFunctionError(_describe(compute_score, data_sources[index], row) + (
-                    f" raised {type(error).__name__}: {error}. Fix the function, or set reward_model.on_error=zero "
-                    f"to score such rows 0 (counted in reward/num_errors)")) from error
+                raise RewardFunctionError(describe_error(compute_score, data_sources[index], row, error)) from error
             scored.num_errors += 1
             result = 0.0
-        score, extra = _split_result(result, compute_score, data_sources[index], row)
+        score, extra = split_result(result, compute_score, data_sources[index], row)
         scored.scores.append(score)
         row_extras.append(extra)
-    keys = dict.fromkeys(key for extra in row_extras for key in extra)
-    scored.extra = {key: [extra.get(key) for extra in row_extras] for key in keys}
+    scored.extra = rows_extra(row_extras)
     return scored
+
+
+def describe_error(fn: Callable, data_source: str, index: int, error: BaseException) -> str:
+    """The message of a reward function that raised on row `index`, with the two ways out."""
+    return _describe(fn, data_source, index) + (
+        f" raised {type(error).__name__}: {error}. Fix the function, or set reward_model.on_error=zero "
+        f"to score such rows 0 (counted in reward/num_errors)")
+
+
+def rows_extra(row_extras: Sequence[dict[str, Any]]) -> dict[str, list]:
+    """Per-row extra dicts as one dict of row-aligned lists (None where a row lacks a key)."""
+    keys = dict.fromkeys(key for extra in row_extras for key in extra)
+    return {key: [extra.get(key) for extra in row_extras] for key in keys}
 
 
 def concat_scored(parts: Sequence[ScoredBatch]) -> ScoredBatch:
@@ -85,7 +101,7 @@ def _describe(fn: Callable, data_source: str, index: int) -> str:
     return f"reward function {function_name(fn)} on sample {index} (data_source={data_source!r})"
 
 
-def _split_result(result: Any, fn: Callable, data_source: str, index: int) -> tuple[float, dict[str, Any]]:
+def split_result(result: Any, fn: Callable, data_source: str, index: int) -> tuple[float, dict[str, Any]]:
     """(score, extra info) from a float or a {"score": ..., **extra} dict; anything else is an error."""
     extra: dict[str, Any] = {}
     if isinstance(result, dict):

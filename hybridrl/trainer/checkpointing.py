@@ -1,84 +1,79 @@
-"""Save and resume the trainer's state: roles, data position, RNG, step counter, KL controller."""
+"""Save and resume the trainer's state: roles, data position, RNG, step counter, KL controller.
+
+The actor's and critic's state is saved by their groups (`save_checkpoint` on every rank; rank 0 writes the
+unsharded state in verl's layout), so a checkpoint resumes on any number of ranks; the controller writes
+the data position and its own counters, and commits the step atomically (`checkpoint.manager`).
+"""
 
 from __future__ import annotations
 
 import os
+from typing import Any, Protocol
 
-import torch
-
-from hybridrl.checkpoint.hf_export import LORA_ADAPTER_DIR, save_hf_metadata, save_hf_model
-from hybridrl.checkpoint.manager import (begin_save, commit_save, find_resume_dir, load_role, read_trainer_state,
-                                         save_role, set_rng_state)
+from hybridrl.algorithms.kl import FixedKLController
+from hybridrl.checkpoint.manager import (begin_save, commit_save, discard_on_failure, find_resume_dir,
+                                         load_data_state, read_trainer_state, save_data_state)
+from hybridrl.checkpoint.rotation import Retention
+from hybridrl.checkpoint.startup import announce_start
+from hybridrl.config.schema import HybridRLConfig
+from hybridrl.data.loader import StatefulLoader
 from hybridrl.logging.log import get_logger
-from hybridrl.trainer.group_roles import GroupRole
 from hybridrl.trainer.setup import default_local_dir
+from hybridrl.workers.launch import Roles
 
 log = get_logger("hybridrl.checkpoint")
 
 
-def root_dir(cfg) -> str:
+class CheckpointedRun(Protocol):
+    """What a checkpoint holds of a run (the trainer)."""
+
+    cfg: HybridRLConfig
+    roles: Roles
+    train_loader: StatefulLoader
+    global_step: int
+    kl_ctrl: FixedKLController  # or its adaptive subclass
+    resumed_from: str | None  # the checkpoint this run resumed from (rotation never removes it)
+
+
+def root_dir(cfg: HybridRLConfig) -> str:
     return default_local_dir(cfg)
 
 
-def save(trainer) -> str:
-    cfg, roles = trainer.cfg, trainer.roles
+def save(run: CheckpointedRun) -> str:
+    cfg, roles = run.cfg, run.roles
     root = root_dir(cfg)
-    tmp = begin_save(root, trainer.global_step)
-    _save_role(os.path.join(tmp, "actor"), roles.actor, trainer.tokenizer,
-               list(cfg.actor_rollout_ref.actor.checkpoint.save_contents))
-    if _has_state(roles.critic):
-        _save_role(os.path.join(tmp, "critic"), roles.critic, trainer.tokenizer,
-                   list(cfg.critic.checkpoint.save_contents))
-    torch.save(trainer.train_loader.state_dict(), os.path.join(tmp, "data.pt"))
-    state = {"global_step": trainer.global_step, "kl_ctrl": trainer.kl_ctrl.state_dict()}
-    final = commit_save(root, tmp, trainer.global_step, state, keep=cfg.trainer.max_actor_ckpt_to_keep)
+    retention = Retention.from_config(cfg)
+    protect = [run.resumed_from] if run.resumed_from else []
+    tmp = begin_save(root, run.global_step, retention, protect=protect)
+    with discard_on_failure(tmp):  # a failed save (e.g. disk full) leaves no partial folder behind
+        roles.actor.save_checkpoint(os.path.join(tmp, "actor"),
+                                    list(cfg.actor_rollout_ref.actor.checkpoint.save_contents))
+        if roles.critic is not None:  # a frozen remote critic writes nothing
+            roles.critic.save_checkpoint(os.path.join(tmp, "critic"), list(cfg.critic.checkpoint.save_contents))
+        save_data_state(tmp, run.train_loader.state_dict())
+        state: dict[str, Any] = {"global_step": run.global_step, "kl_ctrl": run.kl_ctrl.state_dict(),
+                                 "resumed_from": run.resumed_from}
+        final = commit_save(root, tmp, run.global_step, state, keep=retention, protect=protect)
     log.info(f"saved checkpoint {final}")
     return final
 
 
-def _has_state(worker) -> bool:
-    """A critic to checkpoint: not absent, not a frozen remote one (which has no state)."""
-    return worker is not None and (isinstance(worker, GroupRole) or hasattr(worker, "state_dict"))
-
-
-def _save_role(role_dir: str, worker, tokenizer, contents: list[str]) -> None:
-    if isinstance(worker, GroupRole):  # on worker ranks: rank 0 writes the same files from the gathered state
-        worker.save_checkpoint(role_dir, contents)
-        return
-    save_role(role_dir, worker.state_dict(), contents)
-    save_hf_metadata(worker.model, tokenizer, role_dir)
-    if getattr(worker, "lora", False):  # the adapter in peft format, what LoRA users ship
-        from hybridrl.models.lora import save_adapter
-
-        save_adapter(worker.model, os.path.join(role_dir, LORA_ADAPTER_DIR))
-    if "hf_model" in contents:
-        save_hf_model(worker.model, tokenizer, os.path.join(role_dir, "huggingface"))
-
-
-def maybe_resume(trainer) -> None:
-    cfg = trainer.cfg
+def maybe_resume(run: CheckpointedRun) -> None:
+    cfg = run.cfg
     path = find_resume_dir(root_dir(cfg), cfg.trainer.resume_mode, cfg.trainer.resume_from_path)
+    announce_start(root_dir(cfg), cfg, path)  # a fresh run in a used folder says what happens to its checkpoints
     if path is None:
         return
-    _load_role(os.path.join(path, "actor"), trainer.roles.actor,
-               list(cfg.actor_rollout_ref.actor.checkpoint.load_contents))
-    if _has_state(trainer.roles.critic):
-        _load_role(os.path.join(path, "critic"), trainer.roles.critic, list(cfg.critic.checkpoint.load_contents))
-    data_state = os.path.join(path, "data.pt")
-    if os.path.exists(data_state):
-        trainer.train_loader.load_state_dict(torch.load(data_state, weights_only=False))
+    # Each group checks what it restored against the checkpoint's manifest (checkpoint.role_files.restore_role).
+    run.roles.actor.load_checkpoint(os.path.join(path, "actor"), list(cfg.actor_rollout_ref.actor.checkpoint.load_contents))
+    if run.roles.critic is not None:
+        run.roles.critic.load_checkpoint(os.path.join(path, "critic"), list(cfg.critic.checkpoint.load_contents))
+    data_state = load_data_state(path)
+    if data_state is not None:
+        run.train_loader.load_state_dict(data_state)
     state = read_trainer_state(path)
-    trainer.global_step = state["global_step"]
-    trainer.kl_ctrl.load_state_dict(state["kl_ctrl"])
-    trainer.roles.rollout.sync_weights(trainer.roles.actor.named_weights())
-    log.info(f"resumed from {path}: continuing at step {trainer.global_step + 1}")
-
-
-def _load_role(role_dir: str, worker, contents: list[str]) -> None:
-    if isinstance(worker, GroupRole):  # every rank reads the unsharded files and loads its shard
-        worker.load_checkpoint(role_dir, contents)
-        return
-    state = load_role(role_dir, contents)
-    worker.load_checkpoint_state(state)
-    if "extra" in state:
-        set_rng_state(state["extra"]["rng"])
+    run.global_step = state["global_step"]
+    run.kl_ctrl.load_state_dict(state["kl_ctrl"])
+    run.roles.rollout.sync_weights()
+    run.resumed_from = path
+    log.info(f"resumed from {path}: continuing at step {run.global_step + 1}")

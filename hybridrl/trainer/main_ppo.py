@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import sys
 
+from hybridrl.config.schema import HybridRLConfig
 from hybridrl.logging.log import get_logger
 
 log = get_logger("hybridrl")
 
 
-def run_ppo(cfg) -> dict[str, float]:
+def run_ppo(cfg: HybridRLConfig) -> dict[str, float]:
+    from hybridrl.config.input_paths import check_input_paths
     from hybridrl.trainer.preflight import preflight
 
-    preflight(cfg)  # batch sizes, placement, loggers: seconds, before the trainer's imports
+    plan = preflight(cfg)  # batch sizes, placement, loggers: seconds, before the trainer's imports
+    check_input_paths(cfg)  # every data, model and reward file named at once, before anything loads
     from hybridrl.trainer.ppo_trainer import PPOTrainer
 
-    return PPOTrainer(cfg).fit()
+    return PPOTrainer(cfg, plan).fit()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,6 +27,11 @@ def main(argv: list[str] | None = None) -> int:
     from hybridrl.errors import run_with_actionable_errors
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    from hybridrl.cli_help import train_help, wants_help
+
+    if wants_help(argv):
+        print(train_help())
+        return 0
 
     def load_and_run():
         config_file, overrides = parse_cli_args(argv)

@@ -7,6 +7,7 @@ a test of the algorithm's name.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 
 import torch
@@ -14,103 +15,100 @@ import torch
 from hybridrl.algorithms import agg_loss, apply_kl_penalty, compute_advantage, get_kl_controller
 from hybridrl.algorithms.agreement import rollout_agreement_metrics
 from hybridrl.algorithms.balance import balanced_order
+from hybridrl.config import HybridRLConfig
+from hybridrl.config.run_plan import RunPlan
+from hybridrl.errors.oom import oom_guard
 from hybridrl.logging.log import get_logger
 from hybridrl.trainer import checkpointing
 from hybridrl.trainer.metrics import compute_data_metrics, compute_throughput_metrics, compute_timing_metrics
-from hybridrl.trainer.roles import Roles, build_roles, runs_on_ranks
 from hybridrl.trainer.preflight import preflight
-from hybridrl.trainer.setup import (build_dataset, build_loader, build_tokenizer, role_needs, seed_everything,
-                                    total_training_steps)
+from hybridrl.trainer.setup import build_dataset, build_loader, build_tokenizer, seed_everything, total_training_steps
 from hybridrl.trainer.validation import validation_metrics
 from hybridrl.utils.batch import Batch
 from hybridrl.utils.gc_time import gc_clock, startup_objects_frozen
 from hybridrl.utils.memory import PhaseMemory, host_memory_metrics, max_merge
-from hybridrl.trainer.oom import oom_guard
 from hybridrl.utils.metrics import timed
 from hybridrl.utils.profiling import ProfileSpec, StepProfiler, profiled_step
 from hybridrl.utils.threads import submit_responsive
+from hybridrl.workers.launch import Roles, build_roles
 from hybridrl.workers.rollout import sampling_params
 
 log = get_logger("hybridrl.trainer")
 
 
 class PPOTrainer:
-    def __init__(self, cfg, num_devices: int | None = None):
-        """`num_devices`: ranks to train on; None = trainer.nnodes x trainer.n_gpus_per_node (null: visible GPUs,
-        1 on CPU). More than one, or a run that asks for Ray, starts worker ranks (`group_roles`); `fit()` stops them
-        when it returns."""
-        shape = preflight(cfg, num_devices)
-        self.device, num_devices = shape.device, shape.num_devices
+    def __init__(self, cfg: HybridRLConfig, plan: RunPlan | None = None):
+        """`plan`: what `preflight(cfg)` returns (made here when not given). With worker ranks (several devices,
+        or Ray asked for) `fit()` stops them when it returns."""
+        self.plan = plan if plan is not None else preflight(cfg)
+        self.device = torch.device(self.plan.device)
         # With worker ranks the controller computes nothing on the GPU (unless a reward model runs here):
         # the ranks measure their own phases, and querying CUDA here would put a context on GPU 0.
-        self.on_ranks = runs_on_ranks(cfg, num_devices)  # also one rank, when Ray is asked for
-        on_controller = not self.on_ranks or cfg.reward_model.enable
+        on_controller = not self.plan.on_ranks or cfg.reward_model.enable
         self.memory = PhaseMemory(self.device if on_controller else "cpu")
-        self.actor_ranks = shape.actor_ranks  # the data-parallel split of training phases
         self.cfg = cfg
-        self.num_devices = num_devices
         seed_everything(cfg.trainer.seed)
-        self.needs = role_needs(cfg)
         self.tokenizer = build_tokenizer(cfg)
         self.train_loader = build_loader(cfg, build_dataset(cfg, self.tokenizer, "train"), self.tokenizer, "train")
         self.val_loader = (build_loader(cfg, build_dataset(cfg, self.tokenizer, "val"), self.tokenizer, "val")
                            if cfg.data.val_files else None)
         self.total_steps = total_training_steps(cfg, len(self.train_loader))
-        self.roles: Roles = build_roles(cfg, self.needs, self.tokenizer, self.device, self.total_steps,
-                                        world_size=num_devices)
+        self.roles: Roles = build_roles(cfg, self.plan, self.tokenizer, self.total_steps)
         kl = cfg.algorithm.kl_ctrl
         self.kl_ctrl = get_kl_controller(kl.type, kl.kl_coef, kl.target_kl, kl.horizon)
         self.global_step = 0
+        self.resumed_from: str | None = None  # the checkpoint resumed from (checkpointing.maybe_resume)
         self.profile_spec = ProfileSpec.from_config(cfg.global_profiler)
         self.profiler = StepProfiler("controller", self.memory.device,
                                      cuda_elsewhere=self.memory.device != self.device)  # the ranks hold the GPUs
-        self._reward_pool = None  # reward_model.launch_reward_fn_async: one scoring thread, made on first use
-        if cfg.reward_model.launch_reward_fn_async and getattr(self.roles.reward, "reward_model", None) is not None:
+        self._reward_pool: ThreadPoolExecutor | None = None  # launch_reward_fn_async: one thread, made on first use
+        self._last_reward_extra: dict[str, list] = {}
+        if cfg.reward_model.launch_reward_fn_async and self.roles.reward.scores_with_model:
             log.warning("reward_model.launch_reward_fn_async applies to reward functions; with a reward model "
                         "(reward_model.enable=true) scoring stays synchronous")
 
     # ================================================================= loop
     def fit(self) -> dict[str, float]:
-        from hybridrl.trainer.control import ElasticController
-        from hybridrl.trainer.elastic import make_elastic_rollout
+        from hybridrl.elastic.control import ElasticController
+        from hybridrl.elastic.rollout import make_elasticity
 
         # Elastic rollout (`hybridrl control`, SIGUSR1/SIGUSR2): requests are applied between steps only.
         self.control = ElasticController(checkpointing.root_dir(self.cfg))
-        self.roles.rollout = make_elastic_rollout(self)
+        self.elasticity = make_elasticity(self.cfg, self.plan, self.roles.rollout, self.total_steps)
         try:
             self.control.install()
             with startup_objects_frozen(), self._cpu_threads():  # gc_time.py; cpu_threads.py
                 return self._fit()
         finally:
             self.control.close()  # the previous signal handlers back, the pid file removed
-            self.roles.rollout = self.roles.rollout.close()  # borrowed replicas stopped; the run's own rollout
-            self.roles.shutdown()  # worker ranks, if any (a failed group is already stopped)
+            self.elasticity.close()  # borrowed replicas stopped
+            self.roles.shutdown()  # the worker ranks (a failed group is already stopped)
             if self._reward_pool is not None:
                 self._reward_pool.shutdown(wait=True)
 
     def _cpu_threads(self):
         """With worker ranks on this node, the controller takes its share of the cores (cpu_threads.py)."""
-        if not self.on_ranks or self.cfg.trainer.nnodes > 1:
+        if not self.plan.on_ranks or self.cfg.trainer.nnodes > 1:
             return nullcontext()
         from hybridrl.distributed.cpu_threads import controller_cpu_threads
 
-        return controller_cpu_threads(self.num_devices + 1)
+        return controller_cpu_threads(self.plan.world_size + 1)
 
     def _fit(self) -> dict[str, float]:
-        from hybridrl.logging.progress import StepProgress
         from hybridrl.logging.tracker import build_trackers
 
         checkpointing.maybe_resume(self)
-        trackers = build_trackers(self.cfg.trainer.logger, project_name=self.cfg.trainer.project_name,
-                                  experiment_name=self.cfg.trainer.experiment_name,
-                                  local_dir=checkpointing.root_dir(self.cfg), config_dict=_config_dict(self.cfg))
+        self.trackers = trackers = build_trackers(
+            self.cfg.trainer.logger, project_name=self.cfg.trainer.project_name,
+            experiment_name=self.cfg.trainer.experiment_name, local_dir=checkpointing.root_dir(self.cfg),
+            config_dict=_config_dict(self.cfg))
+        trackers.add("run_console", self._run_console())  # console: the banner now, progress per step, summary at end
         if self.val_loader is not None and self.cfg.trainer.val_before_train and self.global_step == 0:
             trackers.log(self.validate(), step=0)
-        progress = StepProgress(self.total_steps, initial_step=self.global_step)
         metrics: dict[str, float] = {}
         while self.global_step < self.total_steps:
             for request in self.control.pending():  # a step boundary: grow or shrink the rollout now
-                self.roles.rollout.apply(request)
+                self.elasticity.apply(request)
             prompts, epoch = self.train_loader.next_batch()
             self.global_step += 1
             with profiled_step(self.profile_spec, self.global_step, self.profiler, self._call_ranks):
@@ -119,10 +117,25 @@ class PPOTrainer:
                             "perf/rollout_num_devices": len(self.roles.rollout.devices)})
             self._after_step(metrics)
             trackers.log(metrics, step=self.global_step)
-            progress.update(self.global_step, metrics)
-        progress.close()
         trackers.finish()
         return metrics
+
+    # ---- console (logging/run_console.py, logging/banner.py): what the banner and the summary report ----
+    def _run_console(self):
+        from hybridrl import __version__
+        from hybridrl.logging.banner import run_facts
+        from hybridrl.logging.run_console import RunConsole
+
+        train_set, val_set = self.train_loader.dataset, self.val_loader.dataset if self.val_loader else None
+        return RunConsole(run_facts(
+            self.cfg, needs_critic=self.plan.needs.critic, needs_reference=self.plan.needs.reference,
+            device_type=self.device.type, num_devices=self.plan.world_size,
+            rollout_backend=self.plan.rollout_backend, train_rows=len(train_set),
+            val_rows=len(val_set) if val_set is not None else None,
+            prompt_lengths=getattr(train_set, "prompt_lengths", []), steps_per_epoch=len(self.train_loader),
+            total_steps=self.total_steps, start_step=self.global_step, output_dir=checkpointing.root_dir(self.cfg),
+            version=__version__))
+    # ---- end console ----
 
     def _after_step(self, metrics: dict[str, float]) -> None:
         """Validation and checkpointing at their frequencies (and always at the last step, as verl)."""
@@ -146,8 +159,8 @@ class PPOTrainer:
             yield
 
     def _call_ranks(self, method: str, *args) -> list:
-        """`method` on every worker rank (none in one process)."""
-        return self.roles.group.call_all(method, *args) if self.roles.group is not None else []
+        """`method` on every worker rank."""
+        return self.roles.groups.call_all(method, *args)
 
     def run_step(self, prompts: Batch) -> dict[str, float]:
         metrics: dict[str, float] = {}
@@ -156,7 +169,7 @@ class PPOTrainer:
         with timed("step", timings):  # the whole step (phases nest inside)
             with self._phase("gen", timings):
                 batch = self.generate(prompts, metrics)
-            if self.needs.greedy_baseline:
+            if self.plan.needs.greedy_baseline:
                 with self._phase("gen_max", timings):
                     batch["reward_baselines"] = self.greedy_baseline(prompts)
             batch = self._balance(batch, metrics)
@@ -167,10 +180,10 @@ class PPOTrainer:
             if not self.takes_old_log_probs_from_update(len(batch)):
                 with self._phase("old_log_prob", timings):
                     batch = self.old_log_prob(batch, metrics)
-            if self.needs.reference:
+            if self.roles.reference is not None:
                 with self._phase("ref", timings):
                     batch = batch.union(self.roles.reference.compute_ref_log_prob(batch))
-            if self.needs.critic:
+            if self.roles.critic is not None:
                 with self._phase("values", timings):
                     batch = batch.union(self.roles.critic.compute_values(batch))
             if scoring is not None:
@@ -180,9 +193,9 @@ class PPOTrainer:
                 batch = self.advantages(batch, metrics)
             self.update(batch, metrics, timings)
         self._dump_rollouts(batch)
-        metrics.update(compute_data_metrics(batch, self.needs.critic, self.cfg.actor_rollout_ref.rollout.response_length))
+        metrics.update(compute_data_metrics(batch, self.plan.needs.critic, self.cfg.actor_rollout_ref.rollout.response_length))
         metrics.update(compute_timing_metrics(batch, timings))
-        metrics.update(compute_throughput_metrics(batch, timings["step"], self.num_devices))
+        metrics.update(compute_throughput_metrics(batch, timings["step"], self.plan.world_size))
         metrics.update(self._phase_metrics())
         return metrics
 
@@ -191,7 +204,7 @@ class PPOTrainer:
         (verl's `global_seqlen/*` metrics); with one rank nothing moves."""
         if not self.cfg.trainer.balance_batch:
             return batch
-        order, balance = balanced_order(batch["attention_mask"], self.actor_ranks)
+        order, balance = balanced_order(batch["attention_mask"], self.plan.actor_ranks)
         metrics.update(balance)
         return batch.index(order) if order != sorted(order) else batch
 
@@ -200,9 +213,7 @@ class PPOTrainer:
         replicas) each rank's own, the max over all of them; with ranks also timing_s/<phase>_rank."""
         own = self.memory.pop_metrics() if self.device.type == "cuda" else host_memory_metrics()
         own["timing_s/gc"] = gc_clock().end_step()
-        ranks = self.roles.group.phase_metrics() if self.roles.group is not None else {}
-        replicas = getattr(self.roles.rollout, "phase_metrics", None)
-        return max_merge(own, ranks, replicas() if replicas is not None else {})
+        return max_merge(own, self.roles.phase_metrics())
 
     # =============================================================== phases
     def generate(self, prompts: Batch, metrics: dict[str, float]) -> Batch:
@@ -233,8 +244,7 @@ class PPOTrainer:
         old_log_prob / ref / values forwards run (the GIL handed back every 0.2 ms meanwhile: utils/threads.py);
         a Future of `compute_scores`, or None when scoring is synchronous (the key off, or a reward model,
         which needs the GPU itself)."""
-        has_model = getattr(self.roles.reward, "reward_model", None) is not None
-        if not self.cfg.reward_model.launch_reward_fn_async or has_model:
+        if not self.cfg.reward_model.launch_reward_fn_async or self.roles.reward.scores_with_model:
             return None
         if self._reward_pool is None:
             from concurrent.futures import ThreadPoolExecutor
@@ -281,19 +291,25 @@ class PPOTrainer:
         return batch
 
     def update(self, batch: Batch, metrics: dict[str, float], timings: dict[str, float]) -> None:
-        if self.needs.critic:
+        if self.roles.critic is not None:
             with self._phase("update_critic", timings):
                 metrics.update(self.roles.critic.update_critic(batch))
         if self.cfg.trainer.critic_warmup <= self.global_step:
             with self._phase("update_actor", timings):
                 metrics.update(self.roles.actor.update_actor(batch))
             with self._phase("update_weights", timings):  # to rollout ranks elsewhere: perf/update_weights_gb
-                metrics.update(self.roles.rollout.sync_weights(self.roles.actor.named_weights()) or {})
+                metrics.update(self.roles.rollout.sync_weights())
 
     # =========================================================== validation
     def validate(self) -> dict[str, float]:
+        if self.val_loader is None:
+            raise ValueError("validate() needs data.val_files; this run has none")
         rollout_cfg = self.cfg.actor_rollout_ref.rollout
-        sources, uids, scores, extra = [], [], [], {}
+        sources: list[str] = []
+        uids: list[str] = []
+        scores: list[float] = []
+        extra: dict[str, list] = {}
+        texts: dict[str, list] = {"inputs": [], "outputs": [], "gts": []}  # the validation hook (below)
         for chunk_index, prompts in enumerate(self.val_loader):
             prompts["uid"] = _uids(f"val{chunk_index}", len(prompts))
             params = sampling_params(rollout_cfg, validate=True, seed=self.cfg.trainer.seed)
@@ -304,7 +320,27 @@ class PPOTrainer:
             scores += scored["token_level_scores"].sum(-1).tolist()
             for key, values in chunk_extra.items():
                 extra.setdefault(key, []).extend(values)
+            self._collect_val_texts(batch, texts)
+        self._log_val_generations(texts, scores, extra)
         return validation_metrics(sources, uids, scores, extra)
+
+    # ---- validation hook: trainer.log_val_generations, trainer.validation_data_dir (logging/val_generations.py) ----
+    def _collect_val_texts(self, batch: Batch, texts: dict[str, list]) -> None:
+        from hybridrl.logging.val_generations import wants_validation_texts
+
+        if wants_validation_texts(self.cfg.trainer):
+            from hybridrl.models.hf import batch_decode
+            from hybridrl.workers.reward import decode_responses
+
+            texts["inputs"] += batch_decode(self.tokenizer, batch["prompts"].tolist(), skip_special_tokens=True)
+            texts["outputs"] += decode_responses(self.tokenizer, batch)
+            texts["gts"] += [(info or {}).get("ground_truth") for info in batch["reward_model"]]
+
+    def _log_val_generations(self, texts: dict[str, list], scores: list[float], extra: dict[str, list]) -> None:
+        from hybridrl.logging.val_generations import record_validation_samples
+
+        record_validation_samples(self.trackers, self.cfg.trainer, texts, scores, extra, self.global_step)
+    # ---- end validation hook ----
 
     # ============================================================== helpers
     def _rollout_seed(self) -> int:
@@ -329,7 +365,7 @@ def _uids(prefix: str, count: int) -> list[str]:
     return [f"{prefix}-{i}" for i in range(count)]
 
 
-def _config_dict(cfg) -> dict:
+def _config_dict(cfg: HybridRLConfig) -> dict:
     from hybridrl.config import config_to_dict
 
     return config_to_dict(cfg)

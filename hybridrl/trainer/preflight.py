@@ -1,44 +1,61 @@
-"""Checks of a run's configuration that need no model: done first, before the trainer's heavy imports.
+"""The run's plan, after every check that needs no model: done first, before the trainer's heavy imports.
 
 `hybridrl train` with a bad key or an impossible placement answers after importing torch (~4 s on a 2-core
-box), not after transformers and every worker module (~13 s). `PPOTrainer` runs the same checks, so code
-that builds a trainer directly gets the same errors. The checks are `config.validate.validate_run` (torch-free,
-so `print-config --validate` runs them too); here this machine's device and device counts are resolved.
+box), not after transformers and every worker module (~13 s). The checks are `config.validate.validate_run`
+(torch-free, so `print-config --validate` runs them too); here this machine's device, device counts and
+launcher are resolved, and the result is the one `RunPlan` the trainer and its ranks read.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from hybridrl.config import ConfigError
-from hybridrl.config.validate import actor_ranks, validate_run
+from hybridrl.config import ConfigError, HybridRLConfig
+from hybridrl.config.estimator_needs import ESTIMATOR_NEEDS, EstimatorNeeds, add_estimator_needs
+from hybridrl.config.run_plan import RunPlan, build_run_plan
+from hybridrl.config.validate import validate_run
 
 
-@dataclass(frozen=True)
-class RunShape:
-    device: torch.device  # where the controller's roles run (the worker ranks pick their own GPUs)
-    num_devices: int  # ranks in all: trainer.nnodes x trainer.n_gpus_per_node
-    actor_ranks: int  # ranks training the actor: what the batch-size rules divide by
-
-
-def preflight(cfg, num_devices: int | None = None) -> RunShape:
+def preflight(cfg: HybridRLConfig) -> RunPlan:
     """Validate `cfg` (device counts, batch sizes against the actor's ranks, device lists, tensor parallelism,
-    launcher, loggers) for this machine; raises ConfigError naming the keys to change. `num_devices` overrides
-    nnodes x n_gpus_per_node."""
-    from hybridrl.distributed.ray_launcher import configured_launcher
-
-    try:
-        on_ray = configured_launcher(cfg) == "ray"
-    except ValueError:  # trainer.launcher=local on several nodes: validate_run names the keys
-        on_ray = False
+    launcher, loggers) for this machine and plan the run; raises ConfigError naming the keys to change."""
+    describe_registered_estimator(cfg.algorithm.adv_estimator)
+    launcher = configured_launcher_or_local(cfg)
+    on_ray = launcher == "ray"
     device = resolve_device(cfg.trainer.device, on_ray)
     if on_ray and device.type == "cuda" and not torch.cuda.is_available():
         check_driver_without_gpu(cfg)
-    num_devices = num_devices or world_size(cfg, device.type)
+    num_devices = world_size(cfg, device.type)
     validate_run(cfg, device.type, num_devices, None if on_ray else visible_gpus(cfg, device.type))
-    return RunShape(device, num_devices, actor_ranks(cfg, num_devices))
+    # One rank and no Ray: the roles run in this process. Ray asked for (trainer.launcher=ray, several nodes or
+    # a Ray address) starts ranks even for one device, e.g. a driver on a CPU head node sending a one-GPU job.
+    in_process = num_devices == 1 and not on_ray
+    return build_run_plan(cfg, device=device.type, world_size=num_devices,
+                          launcher="in_process" if in_process else launcher)
+
+
+def describe_registered_estimator(name: str) -> None:
+    """A user's estimator (VERL_USE_EXTERNAL_MODULES) is not in config's torch-free table of needs: add its
+    registry spec there, so the plan starts a critic or samples a greedy baseline when it asks for one."""
+    if name in ESTIMATOR_NEEDS:
+        return
+    from hybridrl.algorithms.estimators import registered_spec
+
+    spec = registered_spec(name)
+    if spec is not None:
+        add_estimator_needs(name, EstimatorNeeds(critic=spec.needs_critic, greedy_baseline=spec.needs_greedy_baseline,
+                                                 groups=spec.needs_groups))
+
+
+def configured_launcher_or_local(cfg: HybridRLConfig) -> str:
+    """`configured_launcher`: "local" or "ray". trainer.launcher=local on several nodes is refused by
+    validate_run, which names the keys; until then it reads as local."""
+    from hybridrl.distributed.launcher_choice import configured_launcher
+
+    try:
+        return configured_launcher(cfg)
+    except ValueError:
+        return "local"
 
 
 def resolve_device(name: str, on_ray: bool = False) -> torch.device:
@@ -51,9 +68,9 @@ def resolve_device(name: str, on_ray: bool = False) -> torch.device:
     return torch.device(name)
 
 
-def check_driver_without_gpu(cfg) -> None:
+def check_driver_without_gpu(cfg: HybridRLConfig) -> None:
     """A Ray driver without a GPU (e.g. a CPU head node): the ranks get GPUs, the controller's own process none."""
-    from hybridrl.config.placement import is_remote, reward_model_ids
+    from hybridrl.config.role_devices import is_remote, reward_model_ids
 
     problems = []
     if cfg.trainer.n_gpus_per_node is None:
@@ -70,7 +87,7 @@ def check_driver_without_gpu(cfg) -> None:
             f"  - {p}" for p in problems))
 
 
-def world_size(cfg, device_type: str) -> int:
+def world_size(cfg: HybridRLConfig, device_type: str) -> int:
     """`trainer.nnodes x trainer.n_gpus_per_node`; n_gpus_per_node null = the visible GPUs (1 on CPU)."""
     per_node = cfg.trainer.n_gpus_per_node
     if per_node is None:
@@ -78,7 +95,7 @@ def world_size(cfg, device_type: str) -> int:
     return cfg.trainer.nnodes * per_node
 
 
-def visible_gpus(cfg, device_type: str) -> int | None:
+def visible_gpus(cfg: HybridRLConfig, device_type: str) -> int | None:
     """The GPUs this node sees, which a one-node CUDA run must fit; None where that is not checked here: on CPU
     (a rank is a gloo process: any number share the cores) and on several nodes (Ray places the pools)."""
     from hybridrl.distributed.placement import num_visible_devices

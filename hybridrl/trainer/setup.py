@@ -1,34 +1,18 @@
-"""Building what the trainer needs from the config: device, seeds, tokenizer, data, roles."""
+"""Building what the trainer needs from the config: seeds, tokenizer, data, the number of steps."""
 
 from __future__ import annotations
 
 import os
 import random
-from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from hybridrl.algorithms import get_advantage_estimator
+from hybridrl.config.schema import HybridRLConfig
 from hybridrl.data.dataset import RLDataset, collate
 from hybridrl.data.loader import StatefulLoader
 from hybridrl.models.hf import expand_path, load_policy_tokenizer
-
-
-@dataclass(frozen=True)
-class RoleNeeds:
-    """Which roles and extra phases this run needs — data, so the loop never tests algorithm names."""
-
-    critic: bool
-    reference: bool
-    greedy_baseline: bool
-
-
-def role_needs(cfg) -> RoleNeeds:
-    spec = get_advantage_estimator(cfg.algorithm.adv_estimator)
-    critic = cfg.critic.enable if cfg.critic.enable is not None else spec.needs_critic
-    reference = cfg.actor_rollout_ref.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
-    return RoleNeeds(critic=bool(critic), reference=bool(reference), greedy_baseline=spec.needs_greedy_baseline)
 
 
 def seed_everything(seed: int) -> None:
@@ -37,7 +21,7 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def build_tokenizer(cfg):
+def build_tokenizer(cfg: HybridRLConfig):
     from hybridrl.models.megatron import is_megatron_checkpoint
 
     model_cfg = cfg.actor_rollout_ref.model
@@ -49,12 +33,12 @@ def build_tokenizer(cfg):
     return load_policy_tokenizer(model_cfg, trust_remote_code=cfg.data.trust_remote_code)
 
 
-def _files(value) -> list[str]:
+def _files(value: str | list[str]) -> list[str | Path]:
     files = [value] if isinstance(value, str) else list(value)
     return [expand_path(f) for f in files]
 
 
-def build_dataset(cfg, tokenizer, split: str) -> RLDataset:
+def build_dataset(cfg: HybridRLConfig, tokenizer, split: str) -> RLDataset:
     data = cfg.data
     files = data.train_files if split == "train" else data.val_files
     max_samples = data.train_max_samples if split == "train" else data.val_max_samples
@@ -63,10 +47,11 @@ def build_dataset(cfg, tokenizer, split: str) -> RLDataset:
                      filter_overlong_prompts=data.filter_overlong_prompts, max_samples=max_samples,
                      return_raw_chat=data.return_raw_chat, apply_chat_template_kwargs=data.apply_chat_template_kwargs,
                      seed=data.seed if data.seed is not None else cfg.trainer.seed,
-                     media_keys=(data.image_key, data.video_key))
+                     media_keys=(data.image_key, data.video_key),
+                     require_ground_truth=True)  # the reward role reads reward_model.ground_truth of every row
 
 
-def build_loader(cfg, dataset: RLDataset, tokenizer, split: str) -> StatefulLoader:
+def build_loader(cfg: HybridRLConfig, dataset: RLDataset, tokenizer, split: str) -> StatefulLoader:
     data = cfg.data
 
     def collate_fn(rows):
@@ -81,7 +66,7 @@ def build_loader(cfg, dataset: RLDataset, tokenizer, split: str) -> StatefulLoad
                           collate_fn=collate_fn)
 
 
-def total_training_steps(cfg, num_batches_per_epoch: int) -> int:
+def total_training_steps(cfg: HybridRLConfig, num_batches_per_epoch: int) -> int:
     """`trainer.total_training_steps` when set, else epochs × batches per epoch (verl)."""
     total = num_batches_per_epoch * cfg.trainer.total_epochs
     if cfg.trainer.total_training_steps:
@@ -89,5 +74,5 @@ def total_training_steps(cfg, num_batches_per_epoch: int) -> int:
     return total
 
 
-def default_local_dir(cfg) -> str:
+def default_local_dir(cfg: HybridRLConfig) -> str:
     return os.path.abspath(expand_path(cfg.trainer.default_local_dir))

@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
+import sys
 
 import torch
 
 from hybridrl.data.dataset import RLDataset
+from hybridrl.errors import run_with_actionable_errors
 from hybridrl.logging.log import get_logger
 from hybridrl.models.hf import load_causal_lm, load_tokenizer
 
 log = get_logger("hybridrl.sft")
+NO_PROMPT_LIMIT = sys.maxsize  # max_prompt_length=None: every prompt is kept whole
 
 
 def _response_text(row: dict, response_key: str) -> str:
@@ -52,14 +56,19 @@ def collate_sft(examples, pad_id: int) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
-def run_sft(model_path: str, train_files: list[str], out_dir: str, *, epochs: float = 1.0, lr: float = 1e-3,
+def run_sft(model_path: str, train_files: list[str | Path], out_dir: str, *, epochs: float = 1.0, lr: float = 1e-3,
             batch_size: int = 64, response_key: str = "reward_model.ground_truth", seed: int = 0,
-            max_prompt_length: int = 64) -> dict[str, float]:
-    """Train and save an HF model directory to `out_dir`; returns {'loss_first', 'loss_last', 'steps'}."""
+            max_prompt_length: int | None = None, truncation: str = "error") -> dict[str, float]:
+    """Train and save an HF model directory to `out_dir`; returns {'loss_first', 'loss_last', 'steps'}.
+
+    `max_prompt_length` None keeps every prompt whole; a limit applies `truncation` as `data.truncation` does
+    (error: one DatasetError listing every longer prompt before training starts).
+    """
     torch.manual_seed(seed)
     tokenizer = load_tokenizer(model_path)
     model = load_causal_lm(model_path)
-    dataset = RLDataset(train_files, tokenizer, max_prompt_length=max_prompt_length)
+    limit = NO_PROMPT_LIMIT if max_prompt_length is None else max_prompt_length
+    dataset = RLDataset(train_files, tokenizer, max_prompt_length=limit, truncation=truncation)
     examples = build_examples(dataset, tokenizer, response_key)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     num_steps = max(1, int(epochs * len(examples) / batch_size))
@@ -92,8 +101,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--response-key", default="reward_model.ground_truth")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-prompt-length", type=int, default=None,
+                        help="prompt tokens kept (default: no limit, every prompt whole)")
+    parser.add_argument("--truncation", default="error", choices=["error", "left", "right", "middle"],
+                        help="a prompt over --max-prompt-length: error lists them all before training (default), or "
+                             "cut it as data.truncation does")
     args = parser.parse_args(argv)
-    result = run_sft(args.model, args.train_files, args.out, epochs=args.epochs, lr=args.lr,
-                     batch_size=args.batch_size, response_key=args.response_key, seed=args.seed)
-    log.info(f"sft done: {result}")
-    return 0
+
+    def train() -> None:
+        result = run_sft(args.model, args.train_files, args.out, epochs=args.epochs, lr=args.lr,
+                         batch_size=args.batch_size, response_key=args.response_key, seed=args.seed,
+                         max_prompt_length=args.max_prompt_length, truncation=args.truncation)
+        log.info(f"sft done: {result}; the model is in {args.out}")
+
+    return run_with_actionable_errors(train)

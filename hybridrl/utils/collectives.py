@@ -15,6 +15,13 @@ def all_reduce_int(value: int, op: dist.ReduceOp, group: dist.ProcessGroup | Non
     return int(tensor.item())
 
 
+def rank_and_world_size() -> tuple[int, int]:
+    """This process's place in its worker group: torch.distributed's, or (0, 1) outside one (one process)."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
 def is_rank0() -> bool:
     """One process, or rank 0 of a worker group: where a line about a role as a whole (its precision, its
     layout, its compilation) is logged, once rather than once per rank."""

@@ -15,6 +15,7 @@ Files go to `<save_path>/step_<N>/` (`step_<A>-<B>/` for a consecutive run with 
 
 from __future__ import annotations
 
+import logging
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -22,10 +23,10 @@ from typing import Callable, Iterator
 
 import torch
 
-from hybridrl.logging.log import get_logger
 from hybridrl.utils.profiler_options import TOOL_OPTIONS
 
-log = get_logger("hybridrl.profiling")
+# A child of the `hybridrl` logger, which `hybridrl.logging.log` configures on first use (utils sits below logging).
+log = logging.getLogger("hybridrl.profiling")
 
 TABLE_ROWS = 40
 

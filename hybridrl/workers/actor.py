@@ -9,24 +9,14 @@ import torch
 from hybridrl.algorithms import ActorLossSettings, PolicyLossSettings, agg_loss, get_policy_loss_fn, kl_penalty
 from hybridrl.algorithms.agreement import rollout_agreement_metrics
 from hybridrl.algorithms.policy_loss import policy_agg_mode
-from hybridrl.models.compile import compile_decoder_layers
-from hybridrl.models.hf import enable_activation_checkpointing, load_causal_lm
+from hybridrl.config.batch_sizes import BatchSizes
+from hybridrl.config.schema import HybridRLConfig
+from hybridrl.models.hf import load_causal_lm
 from hybridrl.utils.batch import Batch
 from hybridrl.workers.forward import batched_log_probs, response_log_probs
 from hybridrl.workers.loss_scope import MicroBatchWeights
 from hybridrl.workers.micro_batches import MicroBatchPlan
-from hybridrl.workers.offload import PhaseOffloader
-from hybridrl.workers.optim import build_lr_scheduler, build_optimizer
-from hybridrl.workers.precision import log_precision, resolve_precision
-from hybridrl.workers.sharding import (
-    TrainState,
-    clip_grad_norm,
-    gradient_sync,
-    named_weights,
-    replica_gradients,
-    shard_role,
-)
-from hybridrl.workers.sizes import BatchSizes
+from hybridrl.workers.trainable import RoleSpec, TrainState, build_trainable
 from hybridrl.workers.update_metrics import as_metric, means
 
 UPDATE_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask",
@@ -34,37 +24,23 @@ UPDATE_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "resp
 
 
 class ActorWorker(TrainState):
-    def __init__(self, cfg, sizes: BatchSizes, device: torch.device, total_training_steps: int):
+    def __init__(self, cfg: HybridRLConfig, sizes: BatchSizes, device: torch.device, total_training_steps: int):
         self.cfg = cfg
         self.actor_cfg = cfg.actor_rollout_ref.actor
         self.sizes = sizes
         self.device = device
         model_cfg = cfg.actor_rollout_ref.model
-        fsdp = self.actor_cfg.fsdp_config
-        self.precision = resolve_precision(fsdp, device, "actor_rollout_ref.actor.fsdp_config")
-        log_precision("actor", self.precision)
-        self.model = load_causal_lm(model_cfg.path, dtype=self.precision.master,
-                                    override_config=model_cfg.override_config,
-                                    trust_remote_code=model_cfg.trust_remote_code,
-                                    hf_config_path=model_cfg.hf_config_path,
-                                    tokenizer_path=model_cfg.tokenizer_path).to(device)
         self.lora = model_cfg.lora_rank > 0
         self._base_synced = False  # LoRA: the rollout got the full weights once; afterwards only deltas
-        if self.lora:
-            self.model = _apply_lora(self.model, model_cfg)
-        if model_cfg.enable_gradient_checkpointing:
-            enable_activation_checkpointing(self.model)
-            if self.lora:
-                self.model.enable_input_require_grads()  # frozen embeddings: let checkpointed blocks see grads
-        compile_decoder_layers(self.model, device, "actor", enabled=self.actor_cfg.use_torch_compile
-                               and fsdp.use_torch_compile, off_key="actor_rollout_ref.actor.use_torch_compile")
-        self.sharded = shard_role(self.model, fsdp, self.precision, "actor", log_prob_forward=True)
-        # fsdp_size=1 on several ranks: whole copies whose gradients are averaged (`.averages`)
-        self.replica_grads = replica_gradients(self.model, fsdp, self.precision.reduce)
-        self.optimizer = build_optimizer(self.model.parameters(), self.actor_cfg.optim)
-        self.offloader = PhaseOffloader(self.model, self.optimizer, device, fsdp.param_offload, fsdp.optimizer_offload,
-                                        self.sharded)
-        self.lr_scheduler = build_lr_scheduler(self.optimizer, self.actor_cfg.optim, total_training_steps)
+
+        def load(master: torch.dtype) -> torch.nn.Module:
+            model = load_causal_lm(model_cfg.path, dtype=master, override_config=model_cfg.override_config,
+                                   trust_remote_code=model_cfg.trust_remote_code,
+                                   hf_config_path=model_cfg.hf_config_path,
+                                   tokenizer_path=model_cfg.tokenizer_path).to(device)
+            return _apply_lora(model, model_cfg) if self.lora else model  # LoRA's init draws on the device's RNG
+
+        super().__init__(build_trainable(RoleSpec.actor(cfg), device, load, total_training_steps))
         self.policy_loss_fn = get_policy_loss_fn(self.actor_cfg.policy_loss.loss_mode)
         self.policy_agg_mode = policy_agg_mode(self.actor_cfg.policy_loss.loss_mode, self.actor_cfg.loss_agg_mode)
         self.loss_settings = _loss_settings(self.actor_cfg)
@@ -76,8 +52,8 @@ class ActorWorker(TrainState):
     def compute_log_prob(self, batch: Batch) -> Batch:
         """old_log_probs (B, R) and entropys (B, R) with the current policy."""
         self.model.eval()
-        with self.offloader.for_compute(), self.precision.autocast(self.sharded):
-            micro_batches = self.log_prob_plan.split(batch.to(self.device), self.sharded)
+        with self.offloader.for_compute(), self.parallel.autocast():
+            micro_batches = self.log_prob_plan.split(batch.to(self.device), self.parallel.max_over_ranks)
             log_probs, entropy = batched_log_probs(self.model, micro_batches, batch.meta["temperature"],
                                                    compute_entropy=True, remove_padding=self.remove_padding)
         return Batch({"old_log_probs": log_probs.cpu(), "entropys": entropy.cpu()})
@@ -118,13 +94,13 @@ class ActorWorker(TrainState):
     def _update_mini_batch(self, mini: Batch, metrics: dict[str, list[torch.Tensor | float]],
                            on_policy: bool = False) -> None:
         self.optimizer.zero_grad(set_to_none=True)
-        parts = self.update_plan.split(mini, self.sharded).parts
+        parts = self.update_plan.split(mini, self.parallel.max_over_ranks).parts
         weights = MicroBatchWeights(self.actor_cfg.loss_agg_scope, mini)
         forwards = []  # on-policy: (log_prob, entropy) of each micro-batch, detached, for the old_log_prob metrics
         mini_metrics: dict[str, list[torch.Tensor | float]] = defaultdict(list)
         for index, micro in enumerate(parts):
             last = index == len(parts) - 1  # one gradient reduce per mini-batch, in its last backward
-            with gradient_sync(self.model, self.sharded, enabled=last), self.replica_grads.overlapping(last):
+            with self.parallel.backward_sync(last):
                 loss, micro_parts, forward = self._micro_loss(micro, weights, on_policy)
                 loss.backward()
             if on_policy:
@@ -138,12 +114,8 @@ class ActorWorker(TrainState):
         if on_policy:
             for key, value in self._old_log_prob_metrics(parts, forwards, weights).items():
                 metrics[key].append(value)
-        self.replica_grads.finish()
-        grad_norm = clip_grad_norm(self.model, self.actor_cfg.grad_clip, self.sharded)
-        if torch.isfinite(grad_norm):
-            self.offloader.before_step()  # optimizer_offload: its state comes in now, after backward
-            self.optimizer.step()
-        else:
+        grad_norm = self.step(self.actor_cfg.grad_clip)
+        if not torch.isfinite(grad_norm):
             metrics["actor/num_skipped_steps"].append(1.0)
         metrics["actor/grad_norm"].append(as_metric(grad_norm))
 
@@ -154,7 +126,7 @@ class ActorWorker(TrainState):
         cfg = self.actor_cfg
         mask = micro["response_mask"]
         need_entropy = cfg.entropy_coeff != 0 or on_policy  # on-policy: actor/entropy comes from here
-        with self.precision.autocast(self.sharded):
+        with self.parallel.autocast():
             log_prob, entropy = response_log_probs(self.model, micro, micro.meta["temperature"], need_entropy,
                                                    self.remove_padding)
         old_log_prob = log_prob.detach() if on_policy else micro["old_log_probs"]
@@ -192,7 +164,7 @@ class ActorWorker(TrainState):
 
     # ------------------------------------------------------- state & weights
     def named_weights(self, gather_dtype: torch.dtype | None = None):
-        """(HF name, full tensor) pairs for the rollout engine's weight sync (gathered when sharded, in
+        """(HF name, full tensor) pairs for the rollout engine's weight sync (gathered under FSDP2, in
         `gather_dtype` when given: the rollout's dtype, so the gather moves no bytes the rollout drops).
 
         A generator: parameters are brought in (param_offload) only while the consumer iterates. With
@@ -201,7 +173,7 @@ class ActorWorker(TrainState):
         """
         with self.offloader.for_compute():
             if not self.lora:
-                yield from named_weights(self.model, self.sharded, gather_dtype)
+                yield from self.parallel.named_weights(gather_dtype)
                 return
             deltas_only, self._base_synced = self._base_synced, True
             yield from self._lora_weights(deltas_only)
@@ -212,13 +184,7 @@ class ActorWorker(TrainState):
         from hybridrl.models.lora import lora_targets, merged_weights_among
 
         targeted = lora_targets(self.model)
-        if self.sharded:
-            from hybridrl.distributed.fsdp import unsharded_units
-
-            units = unsharded_units(self.model)
-        else:
-            units = [[name for name, _ in self.model.named_parameters()]]
-        for names in units:
+        for names in self.parallel.weight_units():
             yield from merged_weights_among(self.model, names, targeted, deltas_only)
 
 

@@ -7,53 +7,33 @@ from collections import defaultdict
 import torch
 
 from hybridrl.algorithms import compute_value_loss, masked_mean
-from hybridrl.models.compile import compile_decoder_layers
-from hybridrl.models.hf import enable_activation_checkpointing, import_external_lib, load_value_model
+from hybridrl.config.batch_sizes import BatchSizes
+from hybridrl.config.schema import HybridRLConfig
+from hybridrl.models.hf import import_external_lib, load_value_model
 from hybridrl.utils.batch import Batch
 from hybridrl.workers.forward import response_values
 from hybridrl.workers.loss_scope import MicroBatchWeights
 from hybridrl.workers.micro_batches import MicroBatchPlan
-from hybridrl.workers.offload import PhaseOffloader
-from hybridrl.workers.optim import build_lr_scheduler, build_optimizer
-from hybridrl.workers.precision import log_precision, resolve_precision
-from hybridrl.workers.sharding import (
-    TrainState,
-    clip_grad_norm,
-    gradient_sync,
-    replica_gradients,
-    shard_role,
-)
-from hybridrl.workers.sizes import BatchSizes
+from hybridrl.workers.trainable import RoleSpec, TrainState, build_trainable
 from hybridrl.workers.update_metrics import as_metric, means
 
 UPDATE_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask", "values", "returns")
 
 
 class CriticWorker(TrainState):
-    def __init__(self, cfg, sizes: BatchSizes, device: torch.device, total_training_steps: int):
+    def __init__(self, cfg: HybridRLConfig, sizes: BatchSizes, device: torch.device, total_training_steps: int):
         self.cfg = cfg.critic
         self.sizes = sizes
         self.device = device
         model_cfg = self.cfg.model
-        self.precision = resolve_precision(model_cfg.fsdp_config, device, "critic.model.fsdp_config")
-        log_precision("critic", self.precision)
-        path = model_cfg.path or cfg.actor_rollout_ref.model.path
-        import_external_lib(model_cfg.external_lib, "critic.model.external_lib")
-        self.model = load_value_model(path, dtype=self.precision.master,
-                                      override_config=model_cfg.override_config,
-                                      trust_remote_code=model_cfg.trust_remote_code).to(device)
-        if model_cfg.enable_gradient_checkpointing:
-            enable_activation_checkpointing(self.model)
-        compile_decoder_layers(self.model, device, "critic", enabled=model_cfg.fsdp_config.use_torch_compile,
-                               off_key="critic.model.fsdp_config.use_torch_compile")
-        self.sharded = shard_role(self.model, model_cfg.fsdp_config, self.precision, "critic")
-        # fsdp_size=1 on several ranks: whole copies whose gradients are averaged (`.averages`)
-        self.replica_grads = replica_gradients(self.model, model_cfg.fsdp_config, self.precision.reduce)
-        self.optimizer = build_optimizer(self.model.parameters(), self.cfg.optim)
-        fsdp = model_cfg.fsdp_config
-        self.offloader = PhaseOffloader(self.model, self.optimizer, device, fsdp.param_offload, fsdp.optimizer_offload,
-                                        self.sharded)
-        self.lr_scheduler = build_lr_scheduler(self.optimizer, self.cfg.optim, total_training_steps)
+
+        def load(master: torch.dtype) -> torch.nn.Module:
+            import_external_lib(model_cfg.external_lib, "critic.model.external_lib")
+            return load_value_model(model_cfg.path or cfg.actor_rollout_ref.model.path, dtype=master,
+                                    override_config=model_cfg.override_config,
+                                    trust_remote_code=model_cfg.trust_remote_code).to(device)  # a fresh value head
+
+        super().__init__(build_trainable(RoleSpec.critic(cfg), device, load, total_training_steps))
         self.remove_padding = model_cfg.use_remove_padding
         self.values_plan = MicroBatchPlan.for_phase(cfg, "values", sizes.critic_forward_micro)
         self.update_plan = MicroBatchPlan.for_phase(cfg, "update_critic", sizes.critic_micro)
@@ -61,8 +41,8 @@ class CriticWorker(TrainState):
     @torch.no_grad()
     def compute_values(self, batch: Batch) -> Batch:
         self.model.eval()
-        micro_batches = self.values_plan.split(batch.to(self.device), self.sharded)
-        with self.offloader.for_compute(), self.precision.autocast(self.sharded):
+        micro_batches = self.values_plan.split(batch.to(self.device), self.parallel.max_over_ranks)
+        with self.offloader.for_compute(), self.parallel.autocast():
             values = [response_values(self.model, micro, self.remove_padding) for micro in micro_batches.parts]
         return Batch({"values": micro_batches.restore(torch.cat(values)).cpu()})
 
@@ -84,14 +64,14 @@ class CriticWorker(TrainState):
 
     def _update_mini_batch(self, mini: Batch, metrics: dict[str, list[torch.Tensor | float]]) -> None:
         self.optimizer.zero_grad(set_to_none=True)
-        parts = self.update_plan.split(mini, self.sharded).parts
+        parts = self.update_plan.split(mini, self.parallel.max_over_ranks).parts
         weights = MicroBatchWeights(self.cfg.loss_agg_scope, mini)
         mini_metrics = defaultdict(list)  # weighted micro-batch parts: their sum is the mini-batch's value
         for index, micro in enumerate(parts):
             mask = micro["response_mask"]
             last = index == len(parts) - 1  # one gradient reduce per mini-batch, in its last backward
-            with gradient_sync(self.model, self.sharded, enabled=last), self.replica_grads.overlapping(last):
-                with self.precision.autocast(self.sharded):
+            with self.parallel.backward_sync(last):
+                with self.parallel.autocast():
                     vpreds = response_values(self.model, micro, self.remove_padding)
                 vf_loss, vf_clipfrac = compute_value_loss(vpreds, micro["returns"], micro["values"], mask,
                                                           self.cfg.cliprange_value, self.cfg.loss_agg_mode)
@@ -103,10 +83,6 @@ class CriticWorker(TrainState):
             mini_metrics["critic/vpred_mean"].append(as_metric(masked_mean(vpreds, mask) * token_weight))
         for key, values in mini_metrics.items():
             metrics[key].append(sum(values))
-        self.replica_grads.finish()
-        grad_norm = clip_grad_norm(self.model, self.cfg.grad_clip, self.sharded)
-        if torch.isfinite(grad_norm):
-            self.offloader.before_step()  # optimizer_offload: its state comes in now, after backward
-            self.optimizer.step()
+        grad_norm = self.step(self.cfg.grad_clip)
         metrics["critic/grad_norm"].append(as_metric(grad_norm))
 

@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 from hybridrl.algorithms.aggregate import LOSS_AGG_SCOPES, micro_weight, mini_batch_counts
 from hybridrl.utils.batch import Batch
-from hybridrl.workers.sharding import is_distributed
+from hybridrl.utils.collectives import rank_and_world_size
 
 
 class MicroBatchWeights:
@@ -23,7 +23,7 @@ class MicroBatchWeights:
             raise ValueError(f"loss_agg_scope={scope!r} is not one of {list(LOSS_AGG_SCOPES)}")
         self.scope, self.mini_rows = scope, len(mini)
         if scope == "mini_batch":
-            self.ranks = dist.get_world_size() if is_distributed() else 1  # the ranks averaging gradients
+            self.ranks = rank_and_world_size()[1]  # the ranks averaging gradients
             self.counts = mini_batch_counts(mini["response_mask"])
             if self.ranks > 1:
                 dist.all_reduce(self.counts)  # queued on the device: no host sync

@@ -11,15 +11,15 @@ Outputs of forward-only passes are put back in the batch's row order (`MicroBatc
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from hybridrl.config.batch_rules import DYNAMIC_BSZ_KEYS, token_budget
+from hybridrl.config.schema import HybridRLConfig
 from hybridrl.logging.log import get_logger
 from hybridrl.utils.batch import Batch
-from hybridrl.workers.sharding import max_over_ranks
 
 log = get_logger("workers.micro_batches")
 _warned_keys: set[str] = set()
@@ -77,6 +77,11 @@ def partition_by_tokens(lengths: Sequence[int], max_tokens: int, num_parts: int 
     return parts
 
 
+def _alone(count: int) -> int:
+    """No other rank to agree with."""
+    return count
+
+
 # ---------------------------------------------------------------------------- batch level
 @dataclass
 class MicroBatches:
@@ -101,24 +106,25 @@ class MicroBatchPlan:
     budget_key: str = ""
 
     @classmethod
-    def for_phase(cls, cfg, phase: str, rows: int) -> "MicroBatchPlan":
+    def for_phase(cls, cfg: HybridRLConfig, phase: str, rows: int) -> "MicroBatchPlan":
         """`phase` is a key of DYNAMIC_BSZ_KEYS (old_log_prob, ref, values, update_critic, update_actor)."""
         return cls(rows, token_budget(cfg, phase), DYNAMIC_BSZ_KEYS[phase][1])
 
-    def split(self, batch: Batch, sharded: bool = False) -> MicroBatches:
-        """Collective when sharded with a budget: the ranks agree on the number of micro-batches."""
+    def split(self, batch: Batch, max_over_ranks: Callable[[int], int] = _alone) -> MicroBatches:
+        """With a budget, `max_over_ranks` (the role's `ParallelStrategy.max_over_ranks`: a collective under FSDP2,
+        where every rank must run as many forwards) makes the ranks agree on the number of micro-batches."""
         if self.max_tokens is None:
             return MicroBatches(batch.split(self.rows))
         lengths = batch["attention_mask"].sum(dim=-1).tolist()
         self._warn_oversize(lengths)
-        num_parts = max_over_ranks(min_num_parts(lengths, self.max_tokens), sharded)
+        num_parts = max_over_ranks(min_num_parts(lengths, self.max_tokens))
         parts = partition_by_tokens(lengths, self.max_tokens, num_parts)
         order = torch.tensor([i for part in parts for i in part], dtype=torch.long)
         return MicroBatches([batch.index(part) for part in parts], order)
 
     def _warn_oversize(self, lengths: list[int]) -> None:
         longest = max(lengths, default=0)
-        if longest > self.max_tokens and self.budget_key not in _warned_keys:
+        if self.max_tokens is not None and longest > self.max_tokens and self.budget_key not in _warned_keys:
             _warned_keys.add(self.budget_key)
             log.warning("a row holds %d tokens, over %s=%d: it runs as a micro-batch of its own (memory peaks "
                         "there); raise %s to at least %d (warned once)", longest, self.budget_key,

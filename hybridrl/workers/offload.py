@@ -7,9 +7,10 @@ that room for ~2-3 s of PCIe traffic per step on a 7B model (perf.md §5.2).
 
 Every `nn.Parameter` object stays the same, so optimizers, LR schedulers, tied embeddings and hooks keep
 pointing at valid parameters. One process: tensors move in place of their `.data` (and `.grad`). A rank of
-an FSDP2 group (`sharded`): parameters are DTensors whose local shard FSDP gathers from its own
-reference, so the module moves through its `_apply` (what `module.to` uses), which swaps each parameter's
-contents in place and re-registers the moved shard with FSDP; only this rank's shard travels. Optimizer
+an FSDP2 group: parameters are DTensors whose local shard FSDP gathers from its own
+reference, so the module (an FSDP root, `FSDPModule`) moves through its `_apply` (what `module.to` uses),
+which swaps each parameter's contents in place and re-registers the moved shard with FSDP; only this rank's
+shard travels. Optimizer
 state moves the same way in both cases (a DTensor's local shard). Device→host copies land in pinned
 memory (faster and async); one synchronize at the end makes them safe to read.
 """
@@ -20,6 +21,7 @@ from contextlib import ExitStack, contextmanager
 from typing import Callable, Iterator
 
 import torch
+from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 
 CPU = torch.device("cpu")
@@ -62,12 +64,12 @@ def _module_device(module: torch.nn.Module) -> torch.device | None:
     return first.device if first is not None else None
 
 
-def move_module(module: torch.nn.Module, device: torch.device | str, sharded: bool = False) -> None:
-    """Move parameters, their gradients and buffers to `device`, keeping every Parameter object.
-    `sharded`: `module` is the root of an FSDP2-sharded model (see the module docstring)."""
+def move_module(module: torch.nn.Module, device: torch.device | str) -> None:
+    """Move parameters, their gradients and buffers to `device`, keeping every Parameter object (an FSDP2 root:
+    this rank's shards, see the module docstring)."""
     device = torch.device(device)
     source = _module_device(module)
-    if sharded:
+    if isinstance(module, FSDPModule):
         with torch.no_grad():
             module._apply(lambda tensor: _move(tensor, device))
         _finish(device, source)
@@ -84,14 +86,14 @@ def move_module(module: torch.nn.Module, device: torch.device | str, sharded: bo
     _finish(device, source)
 
 
-def offload_module(module: torch.nn.Module, sharded: bool = False) -> None:
+def offload_module(module: torch.nn.Module) -> None:
     """Parameters, gradients and buffers to host memory (the device copy is freed)."""
-    move_module(module, CPU, sharded)
+    move_module(module, CPU)
 
 
-def load_module(module: torch.nn.Module, device: torch.device | str, sharded: bool = False) -> None:
+def load_module(module: torch.nn.Module, device: torch.device | str) -> None:
     """Parameters, gradients and buffers back to `device`."""
-    move_module(module, device, sharded)
+    move_module(module, device)
 
 
 def _state_tensors(optim: torch.optim.Optimizer) -> Iterator[tuple[dict, str, torch.Tensor]]:
@@ -156,14 +158,13 @@ class PhaseOffloader:
     """
 
     def __init__(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
-                 device: torch.device | str, param_offload: bool, optimizer_offload: bool,
-                 sharded: bool = False) -> None:
+                 device: torch.device | str, param_offload: bool, optimizer_offload: bool) -> None:
         self.module, self.optimizer = module, optimizer
         self.device = torch.device(device)
         self.param_offload = param_offload
         self.optimizer_offload = optimizer_offload and optimizer is not None
-        self._params = _Residency(self.param_offload, lambda: load_module(module, self.device, sharded),
-                                  lambda: offload_module(module, sharded))
+        self._params = _Residency(self.param_offload, lambda: load_module(module, self.device),
+                                  lambda: offload_module(module))
         # state created lazily by the first optimizer step goes out too
         self._optimizer = _Residency(self.optimizer_offload, lambda: load_optimizer(optimizer, self.device),
                                      lambda: offload_optimizer(optimizer))

@@ -39,7 +39,7 @@ def optimizer_class(module_name: str, class_name: str) -> type:
                          "torch.optim") from err
     is_optimizer = lambda v: isinstance(v, type) and issubclass(v, torch.optim.Optimizer)  # noqa: E731
     cls = getattr(module, class_name, None)
-    if not is_optimizer(cls):
+    if cls is None or not is_optimizer(cls):
         found = sorted(name for name, value in vars(module).items() if is_optimizer(value))
         raise ValueError(f"optim.optimizer={class_name!r} is not an optimizer class in {module_name}; "
                          f"available: {', '.join(found) or 'none'}")

@@ -7,8 +7,9 @@
 `mixed_precision.buffer_dtype` is checked by name only: buffers (e.g. rotary frequencies) keep the dtype
 they load in, as under verl's FSDP2 (whose MixedPrecisionPolicy has no buffer dtype).
 
-As a rank of a group FSDP2 casts (MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=reduce)); in
-one process the forward passes run under `torch.autocast(device, compute)`. Either way the parameters,
+Under FSDP2 the sharded model is cast by FSDP2 (MixedPrecisionPolicy(param_dtype=compute,
+reduce_dtype=reduce)); a whole model (one device, replicas) runs its forwards under
+`torch.autocast(device, compute)` (`workers.parallel`). Either way the parameters,
 their gradients and the optimizer state stay in the master dtype, so small updates (lr 1e-6) are not
 rounded away, and log-probs/values come out fp32 (the workers cast them).
 
@@ -49,9 +50,10 @@ class Precision:
         """FSDP2's param_dtype: None computes in the parameters' own dtype."""
         return self.compute if self.mixed else None
 
-    def autocast(self, sharded: bool) -> contextlib.AbstractContextManager:
-        """Around a forward in one process; a sharded model is cast by FSDP2 itself."""
-        if not self.mixed or sharded:
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """Around a forward of a whole model (`parallel.SingleDevice`, `Replicas`); FSDP2 casts a sharded model
+        itself (`parallel.FullyShardedStrategy.autocast`)."""
+        if not self.mixed:
             return contextlib.nullcontext()
         return torch.autocast(self.device_type, dtype=self.compute)
 

@@ -4,42 +4,35 @@ from __future__ import annotations
 
 import torch
 
-from hybridrl.models.compile import compile_decoder_layers
+from hybridrl.config.schema import HybridRLConfig
 from hybridrl.models.hf import load_causal_lm
 from hybridrl.utils.batch import Batch
 from hybridrl.workers.forward import batched_log_probs
 from hybridrl.workers.micro_batches import MicroBatchPlan
-from hybridrl.workers.offload import PhaseOffloader
-from hybridrl.workers.precision import log_precision, resolve_precision
-from hybridrl.workers.sharding import shard_role
+from hybridrl.workers.trainable import RoleSpec, build_frozen
 
 
 class ReferenceWorker:
-    def __init__(self, cfg, micro_batch_size: int, device: torch.device):
+    def __init__(self, cfg: HybridRLConfig, micro_batch_size: int, device: torch.device):
         model_cfg = cfg.actor_rollout_ref.model
         ref_cfg = cfg.actor_rollout_ref.ref
-        self.precision = resolve_precision(ref_cfg.fsdp_config, device, "actor_rollout_ref.ref.fsdp_config")
-        log_precision("reference", self.precision, trains=False)
         path = getattr(getattr(ref_cfg, "model", None), "path", None) or model_cfg.path
-        self.model = load_causal_lm(path, dtype=self.precision.master,
-                                    override_config=model_cfg.override_config,
-                                    trust_remote_code=model_cfg.trust_remote_code,
-                                    key="actor_rollout_ref.model.path").to(device)
-        self.model.requires_grad_(False).eval()
-        compile_decoder_layers(self.model, device, "reference",
-                               enabled=ref_cfg.use_torch_compile and ref_cfg.fsdp_config.use_torch_compile,
-                               off_key="actor_rollout_ref.ref.use_torch_compile")
-        self.sharded = shard_role(self.model, ref_cfg.fsdp_config, self.precision, "reference", log_prob_forward=True)
+
+        def load(master: torch.dtype) -> torch.nn.Module:
+            return load_causal_lm(path, dtype=master, override_config=model_cfg.override_config,
+                                  trust_remote_code=model_cfg.trust_remote_code,
+                                  key="actor_rollout_ref.model.path").to(device)
+
+        # ref.fsdp_config.param_offload: parameters live on the CPU between this role's forwards.
+        frozen = build_frozen(RoleSpec.reference(cfg), device, load)
+        self.model, self.parallel, self.offloader = frozen.model, frozen.parallel, frozen.offloader
         self.plan = MicroBatchPlan.for_phase(cfg, "ref", micro_batch_size)
         self.remove_padding = model_cfg.use_remove_padding  # verl's ref follows the model's switch
         self.device = device
-        # ref.fsdp_config.param_offload: parameters live on the CPU between this role's forwards.
-        self.offloader = PhaseOffloader(self.model, None, device, ref_cfg.fsdp_config.param_offload, False,
-                                        self.sharded)
 
     def compute_ref_log_prob(self, batch: Batch) -> Batch:
-        with self.offloader.for_compute(), self.precision.autocast(self.sharded):
-            micro_batches = self.plan.split(batch.to(self.device), self.sharded)
+        with self.offloader.for_compute(), self.parallel.autocast():
+            micro_batches = self.plan.split(batch.to(self.device), self.parallel.max_over_ranks)
             log_probs, _ = batched_log_probs(self.model, micro_batches, batch.meta["temperature"],
                                              compute_entropy=False, remove_padding=self.remove_padding)
         return Batch({"ref_log_prob": log_probs.cpu()})
@@ -59,15 +52,14 @@ class LoraReferenceWorker:
 
         actor = self.actor
         actor.model.eval()
-        with actor.offloader.for_compute(), reference_forward_context(actor.model), \
-                actor.precision.autocast(actor.sharded):
-            micro_batches = self.plan.split(batch.to(actor.device), actor.sharded)
+        with actor.offloader.for_compute(), reference_forward_context(actor.model), actor.parallel.autocast():
+            micro_batches = self.plan.split(batch.to(actor.device), actor.parallel.max_over_ranks)
             log_probs, _ = batched_log_probs(actor.model, micro_batches, batch.meta["temperature"],
                                              compute_entropy=False, remove_padding=actor.remove_padding)
         return Batch({"ref_log_prob": log_probs.cpu()})
 
 
-def build_reference(cfg, actor, micro_batch_size: int, device: torch.device):
+def build_reference(cfg: HybridRLConfig, actor, micro_batch_size: int, device: torch.device):
     """The frozen initial policy: with LoRA on `actor` (this process's, else None), its base model with the
     adapter disabled (no second copy of the weights); otherwise a frozen copy loaded from the model path."""
     if actor is not None and actor.lora:

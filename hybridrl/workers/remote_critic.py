@@ -27,3 +27,9 @@ class RemoteCriticWorker:
     def update_critic(self, batch: Batch) -> dict[str, float]:
         """No update: the remote value model is frozen, and the metrics say so."""
         return {"critic/frozen": 1.0}
+
+    def save_checkpoint(self, role_dir: str, contents: list[str]) -> None:
+        """Nothing to save: a frozen remote model has no state here (checkpoints have no critic folder)."""
+
+    def load_checkpoint(self, role_dir: str, contents: list[str]) -> None:
+        """Nothing to load (see `save_checkpoint`)."""

@@ -7,30 +7,30 @@ from __future__ import annotations
 
 import torch
 
-from hybridrl.config.placement import is_remote
+from hybridrl.config.role_devices import is_remote
+from hybridrl.config.schema import HybridRLConfig
 from hybridrl.models.hf import batch_decode
-from hybridrl.rewards.manager import place_scores, score_batch
-from hybridrl.rewards.pool import ScoreFnSpec, ScoringPool
+from hybridrl.rewards.manager import place_scores
+from hybridrl.rewards.managers import RewardRows, build_reward_manager
 from hybridrl.utils.batch import Batch
 from hybridrl.workers.rollout import unpadded_rows
 
 
-def score_fn_spec(cfg) -> ScoreFnSpec:
-    """`custom_reward_function.path/name` when set (with reward_kwargs), else the built-in table."""
-    custom = cfg.custom_reward_function
-    if not custom.path:
-        return ScoreFnSpec()
-    kwargs = dict(getattr(custom, "reward_kwargs", None) or {})
-    kwargs.update(getattr(cfg.reward_model, "reward_kwargs", None) or {})
-    return ScoreFnSpec(custom.path, custom.name or "compute_score", kwargs)
+def response_valid_mask(batch: Batch) -> torch.Tensor:
+    """(B, R) 1 on every response token that exists: the response columns of attention_mask (verl's rule), so a
+    multi-turn trajectory's tool/observation tokens (response_mask 0) count too; response_mask without it."""
+    width = batch["responses"].shape[1]
+    attention = batch.get("attention_mask")
+    return attention[:, -width:] if attention is not None and attention.shape[1] >= width else batch["response_mask"]
 
 
 def decode_responses(tokenizer, batch: Batch) -> list[str]:
-    """Each response's tokens (where response_mask is set) as text; only real tokens become Python ints."""
-    return batch_decode(tokenizer, unpadded_rows(batch["responses"], batch["response_mask"]), skip_special_tokens=True)
+    """Each whole response (every valid token, tool turns included) as text; only real tokens become Python ints."""
+    return batch_decode(tokenizer, unpadded_rows(batch["responses"], response_valid_mask(batch)),
+                        skip_special_tokens=True)
 
 
-def reward_model_devices(cfg, device: torch.device) -> list[torch.device]:
+def reward_model_devices(cfg: HybridRLConfig, device: torch.device) -> list[torch.device]:
     """Where an in-process RM runs (the controller's process): on CUDA one replica per GPU of
     `reward_model.device_ids` (this node's indices), else on the controller's GPU; on CPU the CPU."""
     if device.type != "cuda":
@@ -39,7 +39,7 @@ def reward_model_devices(cfg, device: torch.device) -> list[torch.device]:
     return [torch.device("cuda", device.index or 0)] if ids is None else [torch.device("cuda", i) for i in ids]
 
 
-def build_reward_model(cfg, tokenizer, device: torch.device = torch.device("cpu")):
+def build_reward_model(cfg: HybridRLConfig, tokenizer, device: torch.device = torch.device("cpu")):
     """verl's `reward_model.enable`: an HF token-classification RM in process (on `reward_model_devices`), or a
     remote pooling endpoint."""
     from hybridrl.models.hf import import_external_lib, load_tokenizer
@@ -63,23 +63,35 @@ def build_reward_model(cfg, tokenizer, device: torch.device = torch.device("cpu"
                              max_length=rm.max_length, trust_remote_code=trust)
 
 
+def reward_extra_infos(batch: Batch) -> list[dict | None]:
+    """Each row's extra_info (a copy) with verl's additions: `num_turns` (an agent loop's `__num_turns__`, else
+    None) and `rollout_reward_scores` (scores an agent loop set, `reward_scores`, else {})."""
+    rows = len(batch)
+    infos = batch.get("extra_info", [None] * rows)
+    turns, rollout_scores = batch.get("__num_turns__", [None] * rows), batch.get("reward_scores", [{}] * rows)
+    return [{**(info or {}), "num_turns": turn, "rollout_reward_scores": scores}
+            for info, turn, scores in zip(infos, turns, rollout_scores)]
+
+
 class RewardWorker:
-    def __init__(self, cfg, tokenizer, device: torch.device = torch.device("cpu")):
+    def __init__(self, cfg: HybridRLConfig, tokenizer, device: torch.device = torch.device("cpu")):
         """`device`: the controller's, where an in-process reward model runs unless reward_model.device_ids
         names GPUs for it."""
         self.tokenizer = tokenizer
         self.reward_fn_key = cfg.data.reward_fn_key
-        self.on_error = cfg.reward_model.on_error
-        spec = score_fn_spec(cfg)
-        self.compute_score = spec.load()  # loaded here too with workers: a bad file fails at start-up
+        # reward_manager.name / source: the function is loaded here, so a bad file fails at start-up
+        self.manager = build_reward_manager(cfg, tokenizer)
         self.reward_model = build_reward_model(cfg, tokenizer, device) if cfg.reward_model.enable else None
-        workers = cfg.reward_model.num_workers
-        self.pool = ScoringPool(spec, workers, self.on_error) if workers > 1 else None
+        self.scores_with_model = self.reward_model is not None  # it needs the device: scoring stays synchronous
+
+    @property
+    def pool(self):
+        """The row-scoring process pool of the naive/dapo manager (reward_model.num_workers > 1), else None."""
+        return getattr(self.manager, "pool", None)
 
     def close(self) -> None:
-        """Stop the scoring processes (reward_model.num_workers > 1); safe to call twice."""
-        if self.pool is not None:
-            self.pool.close()
+        """Stop the manager's scoring processes (num_workers > 1, prime); safe to call twice."""
+        self.manager.close()
 
     def describe(self) -> str:
         return self.reward_model.describe() if self.reward_model is not None else "rule/function rewards"
@@ -93,13 +105,12 @@ class RewardWorker:
         if self.reward_model is not None and not validate:
             rm_scores = self.reward_model.compute_rm_score(batch)["rm_scores"]
             return Batch({"token_level_scores": rm_scores.float()}), {}, {"reward/num_errors": 0.0}
-        texts = decode_responses(self.tokenizer, batch)
-        reward_info = list(batch["reward_model"])
-        rows = (texts, list(batch[self.reward_fn_key]), [r.get("ground_truth") for r in reward_info],
-                list(batch.get("extra_info", [None] * len(batch))))
-        scored = self.pool.score(*rows) if self.pool is not None else score_batch(
-            *rows, self.compute_score, on_error=self.on_error)
-        lengths = batch["response_mask"].sum(-1)
-        scores = place_scores(scored.scores, lengths, batch["responses"].shape[1])
-        metrics = {"reward/num_errors": float(scored.num_errors)}
+        lengths = response_valid_mask(batch).sum(-1)  # the score goes on the last token, as verl places it
+        rows = RewardRows(decode_responses(self.tokenizer, batch), list(batch[self.reward_fn_key]),
+                          [r.get("ground_truth") for r in batch["reward_model"]], reward_extra_infos(batch),
+                          lengths.tolist())
+        scored = self.manager(batch, rows)
+        scores = scored.token_level_scores if scored.token_level_scores is not None else place_scores(
+            scored.scores, lengths, batch["responses"].shape[1])
+        metrics = {"reward/num_errors": float(scored.num_errors), **scored.metrics}
         return Batch({"token_level_scores": scores.to(torch.float32)}), scored.extra, metrics

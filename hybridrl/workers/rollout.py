@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 import numpy as np
 import torch
 
+from hybridrl.config.run_plan import RunPlan
+from hybridrl.config.schema import HybridRLConfig
 from hybridrl.models.hf import resolve_dtype
-from hybridrl.rollout import SamplingParams, build_rollout_backend, resolve_backend_name
-from hybridrl.rollout.hf_backend import HFRolloutBackend
+from hybridrl.rollout import SamplingParams, build_rollout_backend
+from hybridrl.rollout.engine.parallel import TensorParallel
 from hybridrl.utils.batch import Batch
 from hybridrl.utils.metrics import timed
 
@@ -26,12 +29,12 @@ def sampling_params(rollout_cfg, *, validate: bool, greedy: bool = False, seed: 
         ignore_eos=rollout_cfg.ignore_eos, eos_token_ids=tuple(eos_token_ids), seed=seed)
 
 
-def rollout_weights_dtype(cfg, device_type: str) -> torch.dtype:
+def rollout_weights_dtype(cfg: HybridRLConfig, backend: str) -> torch.dtype:
     """The dtype a rollout replica holds its weights in, so a weight handoff sends no more bytes than it
-    keeps: our engine's `rollout.dtype`; the hf backend generates with a plain copy of the model loaded in
-    the actor's `fsdp_config.model_dtype` (it ignores `rollout.dtype`)."""
+    keeps: our engine's (`backend` "hybrid") `rollout.dtype`; the hf backend generates with a plain copy of
+    the model loaded in the actor's `fsdp_config.model_dtype` (it ignores `rollout.dtype`)."""
     arr = cfg.actor_rollout_ref
-    if resolve_backend_name(arr.rollout.name, device_type) == "hybrid":
+    if backend == "hybrid":
         return resolve_dtype(arr.rollout.dtype)
     return resolve_dtype(arr.actor.fsdp_config.model_dtype)
 
@@ -75,26 +78,28 @@ def assemble(prompts: Batch, token_ids: list[list[int]], log_probs: list[list[fl
 
 
 class RolloutWorker:
-    """`model` is the trainer's own module (one process: the hf backend generates with it, so weight sync is
-    free), or with `replica=True` a private plain copy (a data-parallel rank whose actor is FSDP-sharded):
-    the hf backend generates with the copy and `sync_weights` copies the gathered weights into it."""
+    """`model` is the actor's own module (whole on this device: the hf backend generates with it, so weight sync
+    is free; our engine is built from it), or with `replica=True` a private plain copy (a rank whose actor is
+    sharded or elsewhere): the hf backend generates with the copy and `sync_weights` copies the gathered
+    weights into it. `plan.rollout_backend` names the backend."""
 
-    def __init__(self, cfg, model, tokenizer, device_type: str, *, replica: bool = False, model_context=None,
-                 tp=None):
+    def __init__(self, cfg: HybridRLConfig, plan: RunPlan, model, tokenizer, *, replica: bool = False,
+                 model_context: Callable[[], AbstractContextManager] | None = None, tp: TensorParallel | None = None):
         self.cfg = cfg.actor_rollout_ref.rollout
         self.pad_token_id = tokenizer.pad_token_id
         self.eos_token_ids = _eos_ids(tokenizer, model)
-        self.weights_dtype = rollout_weights_dtype(cfg, device_type)  # what `sync_weights` keeps of a tensor
-        self.backend = build_rollout_backend(self.cfg.name, model, pad_token_id=self.pad_token_id,
+        self.weights_dtype = rollout_weights_dtype(cfg, plan.rollout_backend)  # what `sync_weights` keeps of a tensor
+        self.backend = build_rollout_backend(plan.rollout_backend, model, pad_token_id=self.pad_token_id,
                                              eos_token_ids=self.eos_token_ids, rollout_cfg=self.cfg,
-                                             device_type=device_type, tp=tp)
-        self.replica = model if replica and isinstance(self.backend, HFRolloutBackend) else None
-        # The hf backend generating with the trainer's own module needs its parameters present
+                                             device_type=plan.device, tp=tp)
+        hf = plan.rollout_backend == "hf"  # generates with a module it is given: no engine, no KV cache to free
+        self.replica = model if replica and hf else None
+        # The hf backend generating with the actor's own module needs its parameters present
         # (actor param_offload): `model_context` is the actor's `offloader.for_compute`.
-        shares_module = isinstance(self.backend, HFRolloutBackend) and self.replica is None
+        shares_module = hf and self.replica is None
         self.model_context = model_context if shares_module and model_context is not None else nullcontext
         # rollout.free_cache_engine (verl, default true): the engine's KV cache exists only while generating.
-        self.free_cache = self.cfg.free_cache_engine and not isinstance(self.backend, HFRolloutBackend)
+        self.free_cache = self.cfg.free_cache_engine and not hf
         if self.free_cache:
             self.backend.sleep()
 

@@ -40,7 +40,14 @@ def test_quick_run_end_to_end(tmp_path, capsys):
     assert report == json.loads(out.read_text())
     main, seqs = report["main"], 4 * 2
     assert main["engine"]["generated_tokens"] == main["hf"]["generated_tokens"] == seqs * 8
-    assert main["engine"]["gen_tok_s"] > 0 and main["engine_over_hf"] > 0
+    assert main["hf_static"]["generated_tokens"] == seqs * 8  # HF's static-cache path: the stronger peer
+    assert (main["hf"]["cache"], main["hf_static"]["cache"], main["hf_static"]["compiled"]) == ("dynamic", "static",
+                                                                                                 False)  # CPU: eager
+    for peer in ("engine", "hf", "hf_static"):  # every peer warmed by a full-size call before the timed one
+        assert main[peer]["warmup_wall_s"] > 0 and main[peer]["gen_tok_s"] > 0
+    assert main["engine_over_hf"] == main["engine"]["gen_tok_s"] / main["hf"]["gen_tok_s"]  # within this run
+    assert main["engine_over_hf_static"] == main["engine"]["gen_tok_s"] / main["hf_static"]["gen_tok_s"]
+    assert "full-size call" in main["warmup"]
     assert main["engine"]["metrics"]["rollout/mean_decode_step_s"] > 0
     assert "4.3e12" in main["roofline"]["formula"] and 0 < main["roofline"]["fraction_of_roofline"]
     varied = report["varied_lengths"]["engine"]["response_length"]

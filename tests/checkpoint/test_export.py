@@ -12,7 +12,7 @@ from hybridrl.checkpoint.export_cli import main as export_main
 from hybridrl.checkpoint.manager import CheckpointError, begin_save, commit_save, find_resume_dir, step_dirs
 from hybridrl.config import load_config
 from hybridrl.trainer.ppo_trainer import PPOTrainer
-from tests.trainer.helpers import tiny_run_overrides
+from tests.trainer.helpers import local_worker, tiny_run_overrides
 
 
 def test_tracker_written_only_after_commit_and_rotation(tmp_path):
@@ -44,7 +44,7 @@ def test_export_reproduces_actor_logits(tmp_path, arith_model_dir, arithmetic_fi
     exported = AutoModelForCausalLM.from_pretrained(target)
     ids = torch.tensor([[5, 6, 7, 8, 9]])
     with torch.no_grad():
-        expected = trainer.roles.actor.model.eval()(ids).logits
+        expected = local_worker(trainer).actor.model.eval()(ids).logits
         assert torch.allclose(exported(ids).logits, expected, atol=1e-5)
     assert os.path.exists(os.path.join(target, "tokenizer_config.json"))
     from_run = str(tmp_path / "exported_from_run")
@@ -79,5 +79,11 @@ def test_model_merger_spelling_exports_actor_and_critic(tmp_path, arith_model_di
     critic = AutoModelForTokenClassification.from_pretrained(str(tmp_path / "critic_hf"))
     ids = torch.tensor([[5, 6, 7]])
     with torch.no_grad():
-        expected = trainer.roles.critic.model.eval()(ids).logits
+        expected = local_worker(trainer).critic.model.eval()(ids).logits
         assert torch.allclose(critic(ids).logits, expected, atol=1e-5)
+    # `hybridrl export` on the critic/ folder itself needs no --role: the folder names the role
+    assert export_main([os.path.join(step, "critic"), str(tmp_path / "critic_export")]) == 0
+    exported = AutoModelForTokenClassification.from_pretrained(str(tmp_path / "critic_export"))
+    with torch.no_grad():
+        assert torch.allclose(exported(ids).logits, expected, atol=1e-5)
+    assert export_main([os.path.join(step, "critic"), str(tmp_path / "x"), "--role", "actor"]) == 2

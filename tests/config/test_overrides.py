@@ -5,8 +5,11 @@ from __future__ import annotations
 import pytest
 
 from hybridrl.config import ConfigError, load_config
-from hybridrl.config.overrides import parse_override
-from hybridrl.config.values import parse_value
+from hybridrl.config.overrides import parse_override, parse_overrides
+
+
+def parse_value(text: str):
+    return parse_override(f"a.b={text}").value
 
 
 @pytest.mark.parametrize(
@@ -29,6 +32,9 @@ from hybridrl.config.values import parse_value
         ("${data.max_prompt_length}", "${data.max_prompt_length}"),
         ("[${a.b},2]", ["${a.b}", 2]),
         ("http://host:8000", "http://host:8000"),
+        ("1_000", 1000),
+        ("$HOME/data/x.parquet", "$HOME/data/x.parquet"),
+        ("", ""),
     ],
 )
 def test_parse_value(text, expected):
@@ -38,15 +44,27 @@ def test_parse_value(text, expected):
 
 def test_comma_without_brackets_is_refused_with_the_list_spelling():
     with pytest.raises(ConfigError, match=r"a\.b='\[1,2\]'"):
-        parse_value("1,2", "a.b")
+        parse_value("1,2")
 
 
 def test_parse_override_prefixes():
     assert (parse_override("+a.b=1").op, parse_override("++a.b=1").op) == ("add", "force")
-    assert parse_override("~a.b").op == "delete"
-    assert parse_override("a.b=x=y").value == "x=y"  # only the first '=' separates key and value
-    with pytest.raises(ConfigError, match="has no '='"):
-        parse_override("a.b")
+    assert parse_override("~a.b").op == "delete" and parse_override("~a.b").has_value is False
+    assert parse_override("a.b='x=y'").value == "x=y"
+
+
+@pytest.mark.parametrize("text", ["a.b", "a.b=x=y", "a.b=~/models/m", "a.b=a#b"])
+def test_hydra_grammar_errors_name_the_override_and_the_fix(text):
+    with pytest.raises(ConfigError) as err:
+        parse_override(text)
+    assert f"cannot parse the override {text!r}" in str(err.value) and "key='...'" in str(err.value)
+
+
+def test_values_with_spaces_and_group_choices_split_off():
+    parsed = parse_overrides(["a.b=uv run --frozen", "model_engine=megatron", "actor@actor_rollout_ref.actor=x",
+                              "data.x=1"], frozenset({"model_engine"}))
+    assert [o.value for o in parsed.keys] == ["uv run --frozen", 1]
+    assert parsed.groups == ["model_engine=megatron", "actor@actor_rollout_ref.actor=x"]
 
 
 def test_plain_set_with_typed_values():
@@ -87,9 +105,9 @@ def test_plus_adds_under_open_dicts_and_nested_dict_values():
     assert cfg.ray_kwargs.ray_init == {"num_cpus": None, "address": "auto"}
 
 
-def test_plus_on_an_existing_schema_key_is_refused():
-    with pytest.raises(ConfigError, match=r"key exists, use data.train_batch_size=\.\.\. or \+\+data.train_batch_size"):
-        load_config(["+data.train_batch_size=4"])
+def test_plus_on_an_existing_schema_key_sets_it():
+    # Hydra refuses this, but scripts written for one verl version add with `+` keys another version has
+    assert load_config(["+data.train_batch_size=4"]).data.train_batch_size == 4
 
 
 def test_plus_accepted_for_keys_verl_yaml_lacks():

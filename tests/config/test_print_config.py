@@ -30,7 +30,7 @@ def test_print_config_with_overrides_and_docs(capsys):
 
 
 def test_print_config_errors_go_to_stderr(capsys):
-    assert main_print_config(["actor_rollout_ref.rollout.name=vllm"]) == 2
+    assert main_print_config(["actor_rollout_ref.rollout.name=lmdeploy"]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and "hybridrl ships its own rollout engine" in captured.err
     assert main_print_config(["--validate"]) == 2  # the defaults leave the micro batch sizes unset, as verl's do
@@ -45,9 +45,19 @@ QUICKSTART_GRPO = [
 ]
 
 
-def test_validate_runs_the_checks_train_runs_before_loading(capsys):
+def existing_inputs(root: Path) -> list[str]:
+    """Data and model paths that exist (--validate also checks every input path; data/ tests scan real rows)."""
+    (root / "model").mkdir()
+    for name in ("train.parquet", "test.parquet"):
+        (root / name).touch()
+    return [f"data.train_files={root / 'train.parquet'}", f"data.val_files={root / 'test.parquet'}",
+            f"actor_rollout_ref.model.path={root / 'model'}"]
+
+
+def test_validate_runs_the_checks_train_runs_before_loading(capsys, tmp_path):
     """The placement, launcher and device-count checks, not only the value rules: what train refuses."""
-    assert main_print_config(["--validate", *QUICKSTART_GRPO, "trainer.n_gpus_per_node=2"]) == 0
+    assert main_print_config(["--validate", *QUICKSTART_GRPO, "trainer.n_gpus_per_node=2",
+                              *existing_inputs(tmp_path)]) == 0
     capsys.readouterr()
     assert main_print_config(["--validate", *QUICKSTART_GRPO, "trainer.n_gpus_per_node=2",
                               "actor_rollout_ref.actor.device_ids=[0,5]"]) == 2
@@ -74,7 +84,7 @@ def test_interpolated_defaults_match_the_dataclass_defaults():
 def test_top_level_keys_are_frozen():
     assert list(config_tree(load_config())) == [
         "data", "actor_rollout_ref", "critic", "reward_model", "reward_manager", "custom_reward_function",
-        "algorithm", "trainer", "ray_kwargs", "global_profiler", "transfer_queue",
+        "algorithm", "trainer", "ray_kwargs", "global_profiler", "transfer_queue", "model_engine", "distillation", "skip",
     ]  # fmt: skip
 
 

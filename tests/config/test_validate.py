@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 
 import pytest
@@ -97,10 +98,21 @@ def test_critic_rules_only_when_enabled():
     assert "critic.ppo_mini_batch_size (96) must divide data.train_batch_size (256)" in problems(gae)
 
 
-def test_group_estimators_need_several_responses():
-    message = problems(["actor_rollout_ref.rollout.n=1"])
-    assert "actor_rollout_ref.rollout.n (1) must be > 1 for algorithm.adv_estimator=grpo" in message
-    assert "algorithm.adv_estimator=rloo" in problems(["actor_rollout_ref.rollout.n=1", "algorithm.adv_estimator=rloo"])
+@pytest.mark.parametrize(("estimator", "meaning"), [
+    ("grpo", "each advantage is the response's raw score (a group of one has mean 0 and std 1)"),
+    ("rloo", "each advantage is the response's raw score"),
+    ("rloo_vectorized", "every advantage is 0"),
+])
+def test_group_estimators_with_one_response_run_as_verl_with_a_warning(estimator, meaning, caplog):
+    with caplog.at_level(logging.WARNING, logger="hybridrl"):
+        cfg = load_config(GRPO + ["actor_rollout_ref.rollout.n=1", f"algorithm.adv_estimator={estimator}"])
+    validate_config(cfg, world_size=1)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and warnings[0].startswith(
+        f"algorithm.adv_estimator={estimator} with actor_rollout_ref.rollout.n=1: {meaning}")
+    caplog.clear()
+    load_config(GRPO)  # n=5: no warning
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]
 
 
 def test_value_rules():

@@ -6,7 +6,7 @@ import shlex
 
 import pytest
 
-from hybridrl.config import ConfigError, load_config, validate_config
+from hybridrl.config import load_config, validate_config
 
 VERL_GSM8K_GRPO = """
 algorithm.adv_estimator=grpo data.train_files=$HOME/data/gsm8k/train.parquet data.val_files=$HOME/data/gsm8k/test.parquet
@@ -26,29 +26,20 @@ trainer.nnodes=1 trainer.save_freq=20 trainer.test_freq=5 trainer.total_epochs=1
 """
 
 
-def argv(engine: str) -> list[str]:
+def argv() -> list[str]:
     # shlex does what the shell does to the quotes; $HOME stays literal, which is fine for a path string
-    return shlex.split(VERL_GSM8K_GRPO.replace("rollout.name=vllm", f"rollout.name={engine}"))
+    return shlex.split(VERL_GSM8K_GRPO)
 
 
-def test_loads_and_validates_with_the_hybrid_engine():
-    cfg = load_config(argv("hybrid"))
+def test_loads_and_validates_unchanged():
+    cfg = load_config(argv())
     arr = cfg.actor_rollout_ref
     assert cfg.algorithm.adv_estimator == "grpo" and cfg.data.train_batch_size == 1024
     assert cfg.data.truncation == "error" and cfg.data.filter_overlong_prompts is True
     assert arr.actor.optim.lr == pytest.approx(1e-6) and arr.actor.entropy_coeff == 0.0
-    assert arr.rollout.name == "hybrid" and arr.rollout.n == 5 and arr.rollout.gpu_memory_utilization == 0.6
+    assert arr.rollout.name == "auto" and arr.rollout.n == 5 and arr.rollout.gpu_memory_utilization == 0.6
     assert arr.rollout.response_length == 1024  # follows data.max_response_length
     assert arr.ref.fsdp_config.param_offload is True and arr.ref.fsdp_config.forward_only is True
     assert cfg.trainer.logger == ["console", "wandb"] and cfg.trainer.project_name == "verl_grpo_example_gsm8k"
     assert cfg.trainer.default_local_dir == "checkpoints/verl_grpo_example_gsm8k/qwen2_7b_function_rm"
     validate_config(cfg, world_size=8)  # 256 x 5 / 8 = 160 rows per device, micro 40 divides it
-
-
-def test_vllm_gives_the_own_engine_error():
-    with pytest.raises(ConfigError) as err:
-        load_config(argv("vllm"))
-    assert str(err.value) == (
-        "actor_rollout_ref.rollout.name='vllm': hybridrl ships its own rollout engine: use "
-        "actor_rollout_ref.rollout.name=hybrid (or hf, or auto); nothing to install"
-    )

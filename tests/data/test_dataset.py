@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from hybridrl.data.dataset import RLDataset, collate, truncate_prompt_ids
+from hybridrl.data.errors import DatasetError
 from hybridrl.data.parquet import write_parquet
 from hybridrl.models.tiny import build_char_tokenizer
 
@@ -46,9 +47,8 @@ def test_truncation_modes_cut_the_templated_prompt(tmp_path, char_tokenizer):
     for mode, text in expected.items():
         dataset = RLDataset(path, char_tokenizer, max_prompt_length=4, truncation=mode)
         assert char_tokenizer.decode(dataset[0]["input_ids"]) == text, mode
-    dataset = RLDataset(path, char_tokenizer, max_prompt_length=4, truncation="error")
-    with pytest.raises(ValueError) as error:
-        dataset[0]
+    with pytest.raises(DatasetError) as error:  # at construction, before any row is used
+        RLDataset(path, char_tokenizer, max_prompt_length=4, truncation="error")
     for needle in (path, "row 0", "11 tokens", "data.max_prompt_length=4", "data.filter_overlong_prompts=True",
                    "data.truncation=left"):
         assert needle in str(error.value)
@@ -124,15 +124,15 @@ def test_string_prompt_jsonl_and_files_concatenate(tmp_path, gsm8k_dir, char_tok
 
 def test_max_samples_is_a_seeded_subset(gsm8k_parquet_dir, char_tokenizer):
     path = str(gsm8k_parquet_dir / "test.parquet")
-    first = RLDataset(path, char_tokenizer, max_samples=50, seed=1)
-    again = RLDataset(path, char_tokenizer, max_samples=50, seed=1)
-    other = RLDataset(path, char_tokenizer, max_samples=50, seed=2)
+    first = RLDataset(path, char_tokenizer, max_samples=50, seed=1, max_prompt_length=2048)
+    again = RLDataset(path, char_tokenizer, max_samples=50, seed=1, max_prompt_length=2048)
+    other = RLDataset(path, char_tokenizer, max_samples=50, seed=2, max_prompt_length=2048)
     indices = [row["extra_info"]["index"] for row in first.rows]
     assert len(first) == 50 and len(set(indices)) == 50
     assert indices == [row["extra_info"]["index"] for row in again.rows]
     assert indices != [row["extra_info"]["index"] for row in other.rows]
     assert indices != list(range(50))  # random, not the head of the file
-    assert len(RLDataset(path, char_tokenizer, max_samples=-1)) == 1319
+    assert len(RLDataset(path, char_tokenizer, max_samples=-1, max_prompt_length=2048)) == 1319
 
 
 def test_no_chat_template_joins_contents_with_newlines(tmp_path, caplog):
@@ -183,3 +183,41 @@ def test_dataset_collate_fn_on_real_rows(gsm8k_parquet_dir, char_tokenizer):
     assert batch["input_ids"][0, -lengths[0]:].tolist() == dataset[0]["input_ids"].tolist()
     assert (batch["input_ids"][0, :512 - lengths[0]] == char_tokenizer.pad_token_id).all()
     assert set(batch.non_tensors) >= {"data_source", "reward_model", "extra_info", "index", "ability"}
+
+
+def test_every_unusable_row_is_listed_at_construction(tmp_path, char_tokenizer):
+    """One error names every overlong prompt and every row a reward function could not score, with the fix."""
+    rows = [{"prompt": "ab", "reward_model": {"style": "rule", "ground_truth": "1"}},
+            {"prompt": "abcdefgh", "reward_model": {"style": "rule", "ground_truth": "2"}},  # 9 tokens: overlong
+            {"prompt": "cd", "reward_model": None},
+            {"prompt": "ef", "reward_model": {"style": "rule"}},
+            {"prompt": "gh", "reward_model": {"style": "model"}}]  # a reward model scores it: no ground truth needed
+    path = tmp_path / "rows.jsonl"
+    path.write_text("\n".join(json.dumps(row) for row in rows))
+    with pytest.raises(DatasetError) as error:
+        RLDataset(str(path), char_tokenizer, max_prompt_length=4, require_ground_truth=True)
+    message = str(error.value)
+    assert "1 of 5 prompts longer than data.max_prompt_length=4" in message and "row 1: 9 tokens" in message
+    assert "1 of 5 rows without a `reward_model` dict" in message and "row 2: reward_model is None" in message
+    assert "1 of 5 rows without reward_model.ground_truth" in message and "row 3:" in message
+    assert "row 4" not in message and "row 0" not in message
+    dataset = RLDataset(str(path), char_tokenizer, max_prompt_length=4, truncation="left")  # no reward checks
+    assert dataset.prompt_lengths == [3, 9, 3, 3, 3]
+
+
+def test_prompt_lengths_follow_filtering_and_subsets(tmp_path, char_tokenizer):
+    path = _write_prompts(tmp_path / "p.parquet", ["ab", "abcdef", "abc", "abcdefgh"])  # 3, 7, 4, 9 tokens
+    dataset = RLDataset(path, char_tokenizer, max_prompt_length=4, filter_overlong_prompts=True)
+    assert dataset.prompt_lengths == [3, 4]
+    assert [len(dataset[i]["input_ids"]) for i in range(len(dataset))] == dataset.prompt_lengths
+
+
+def test_empty_and_unreadable_files_are_dataset_errors(tmp_path, char_tokenizer):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(DatasetError, match="hold no rows"):
+        RLDataset(str(empty), char_tokenizer)
+    broken = tmp_path / "broken.parquet"
+    broken.write_bytes(b"not parquet at all")
+    with pytest.raises(DatasetError, match="not a readable parquet file"):
+        RLDataset(str(broken), char_tokenizer)

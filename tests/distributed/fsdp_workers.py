@@ -78,13 +78,19 @@ class FSDPWorker:
 
 
 class RankProbe:
-    """What a rank sees of its set-up: FSDP units after `shard_model`, and its process group's timeout."""
+    """What a rank sees of its set-up: FSDP units after `parallelize`, and its process group's timeout."""
 
     def units_resharding_after_forward(self, reshard_after_forward: bool) -> list[bool]:
-        from hybridrl.workers.sharding import shard_model
+        from types import SimpleNamespace
+
+        from hybridrl.workers.parallel import parallelize
+        from hybridrl.workers.precision import resolve_precision
 
         model = build_tiny_model(seed=0)
-        shard_model(model, reshard_after_forward=reshard_after_forward)
+        fsdp_cfg = SimpleNamespace(fsdp_size=-1, reshard_after_forward=reshard_after_forward, model_dtype="fp32",
+                                   dtype="bf16", mixed_precision={})
+        strategy = parallelize(model, fsdp_cfg, resolve_precision(fsdp_cfg, "cpu", "fsdp_config"), "probe")
+        assert strategy.name == "FSDP2"
         return [layer._get_fsdp_state()._fsdp_param_group.post_forward_mesh_info is not None
                 for layer in model.model.layers]
 

@@ -102,5 +102,5 @@ def test_reshard_after_forward_reaches_every_unit(probe_group, reshard):
 
 
 def test_ranks_take_the_collective_timeout_from_the_environment_the_trainer_sets(probe_group):
-    """actor_rollout_ref.nccl_timeout travels to the ranks as HYBRIDRL_COLLECTIVE_TIMEOUT_S (group_roles)."""
+    """actor_rollout_ref.nccl_timeout travels to the ranks as HYBRIDRL_COLLECTIVE_TIMEOUT_S (workers/launch)."""
     assert probe_group.call_all("collective_timeout_s") == [123.0, 123.0]

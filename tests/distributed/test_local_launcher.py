@@ -127,15 +127,16 @@ def test_a_failed_start_up_names_the_rank_log_folder_it_keeps():
         shutil.rmtree(log_dir, ignore_errors=True)
 
 
-def test_one_rank_failing_while_the_other_waits_in_a_collective_shuts_the_group_down(group):
-    # last test of the module: it closes the shared group
-    group.error_grace_s = 1.0
-    with pytest.raises(WorkerError, match="rank 1 gives up") as info:
-        group.call_all("fail_on_rank1_else_all_reduce")
-    assert info.value.rank == 1 and "did not answer" in str(info.value)
-    assert not any(p.is_alive() for p in group._procs)
-    with pytest.raises(GroupClosedError):
-        group.call_rank0("getpid")
+def test_one_rank_failing_while_the_other_waits_in_a_collective_shuts_the_group_down():
+    # its own group: the failure closes it (the shared one must stay usable whatever order the tests run in)
+    with LocalWorkerGroup(ToyWorker, {"scale": 2.0}, world_size=2, role="actor") as group:
+        group.error_grace_s = 1.0
+        with pytest.raises(WorkerError, match="rank 1 gives up") as info:
+            group.call_all("fail_on_rank1_else_all_reduce")
+        assert info.value.rank == 1 and "did not answer" in str(info.value)
+        assert not any(p.is_alive() for p in group._procs)
+        with pytest.raises(GroupClosedError):
+            group.call_rank0("getpid")
 
 
 def test_a_clean_shutdown_removes_the_logs_as_announced_and_reports_no_nanobind_leaks(capsys, caplog):

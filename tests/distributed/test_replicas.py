@@ -52,7 +52,7 @@ class ReplicaRank:
 
     def weights(self) -> dict:
         return {role: {"plain": all(type(p) is torch.nn.Parameter for p in worker.model.parameters()),
-                       "replicas": worker.replica_grads.averages,
+                       "replicas": worker.parallel.name == "replicas",
                        "state": {k: v.detach().cpu().clone() for k, v in worker.model.named_parameters()}}
                 for role, worker in self.roles.items()}
 
@@ -63,7 +63,7 @@ def assert_replicas_train_as_one_process(model_dir: str, device: str = "cpu", ex
     flags = [*REPLICAS, *extra]
     one = {"actor": build_actor(model_dir, flags, device=device), "critic": build_critic(model_dir, flags, device=device)}
     initial = {role: {k: v.detach().cpu().clone() for k, v in w.model.named_parameters()} for role, w in one.items()}
-    assert not any(worker.replica_grads.averages for worker in one.values())  # one process: nothing to replicate
+    assert all(worker.parallel.name == "single device" for worker in one.values())  # one process: nothing to replicate
     for _ in range(2):
         one["actor"].update_actor(batch)
         one["critic"].update_critic(batch)

@@ -15,12 +15,10 @@ import torch
 
 from hybridrl.distributed.weight_handoff import (
     BufferSpec,
-    SpilledWeights,
+    PickledWeights,
     WeightManifest,
     map_weights,
     new_buffer_path,
-    open_weights,
-    payload_bytes,
     sweep_stale_buffers,
     write_weights,
 )
@@ -60,7 +58,9 @@ def test_views_equal_the_weights_cast_to_the_rollout_dtype(buffer_path, dtype):
     want = {k: v.to(dtype) if v.is_floating_point() else v for k, v in weights().items()}
     assert_equal_exactly(map_weights(manifest), want)
     assert all(e.offset % 64 == 0 for e in manifest.entries)  # every tensor on a cache line
-    assert payload_bytes(manifest) == manifest.nbytes
+    pickled = PickledWeights(want)  # the other form of a handoff: the tensors themselves
+    assert manifest.shared and not pickled.shared and pickled.nbytes == sum(t.nbytes for t in want.values())
+    assert_equal_exactly(dict(pickled.open()), want)
 
 
 def test_manifest_round_trips(buffer_path):
@@ -68,7 +68,7 @@ def test_manifest_round_trips(buffer_path):
     assert WeightManifest.from_dict(json.loads(json.dumps(manifest.to_dict()))) == manifest
     assert pickle.loads(pickle.dumps(manifest)) == manifest
     assert len(pickle.dumps(manifest)) < 2048  # what crosses the pipe: no tensor payload
-    assert_equal_exactly(dict(open_weights(WeightManifest.from_dict(manifest.to_dict()))),
+    assert_equal_exactly(dict(WeightManifest.from_dict(manifest.to_dict()).open()),
                          cast(weights(), torch.bfloat16))
 
 
@@ -106,7 +106,7 @@ def test_a_buffer_over_the_limit_spills_every_tensor_and_says_how_much_was_neede
             yield item
 
     result = write_weights(gather(), BufferSpec(buffer_path, torch.bfloat16, max_bytes=100))
-    assert isinstance(result, SpilledWeights) and gathered == list(weights())
+    assert isinstance(result, PickledWeights) and gathered == list(weights())
     assert_equal_exactly(result.tensors, cast(weights(), torch.bfloat16))
     full = write_weights(weights().items(), BufferSpec(buffer_path, torch.bfloat16))
     assert result.needed_bytes == full.nbytes
@@ -116,7 +116,7 @@ def test_a_buffer_over_the_limit_spills_every_tensor_and_says_how_much_was_neede
 
 def test_a_buffer_known_too_big_is_not_written_again(buffer_path):
     result = write_weights(weights().items(), BufferSpec(buffer_path, None, max_bytes=100, expected_bytes=10_000))
-    assert isinstance(result, SpilledWeights) and not os.path.exists(buffer_path)
+    assert isinstance(result, PickledWeights) and not os.path.exists(buffer_path)
     assert_equal_exactly(result.tensors, weights())
 
 

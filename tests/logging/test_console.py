@@ -1,10 +1,22 @@
-"""Console line: verl's `step:N - key:value` format and the policy → value → reward → system → rest order."""
+"""The console's step line: compact and grouped (policy → value → reward → validation → system) by default,
+verl's `step:N - key:value` line with HYBRIDRL_CONSOLE=verl."""
 
 from __future__ import annotations
 
 import math
 
-from hybridrl.logging.console import ConsoleTracker, format_console_line, order_metrics
+import pytest
+
+from hybridrl.logging.console import ConsoleTracker, format_console_line, format_step_line, order_metrics
+
+STEP = {  # a PPO step's metrics as the trainer logs them (a few of the ~70 keys)
+    "actor/pg_loss": -0.0123456, "actor/kl_loss": 0.00123, "actor/ppo_kl": 0.0004, "actor/entropy": 1.23456,
+    "actor/pg_clipfrac": 0.0213, "actor/grad_norm": 0.8456, "actor/lr": 1e-6, "critic/vf_loss": 0.3125,
+    "critic/vf_explained_var": 0.4219, "critic/score/mean": 0.625, "critic/score/max": 1.0,
+    "response_length/mean": 143.4, "response_length/clip_ratio": 0.03, "timing_s/step": 3.1234, "timing_s/gen": 1.2,
+    "timing_s/update_actor": 1.0, "perf/throughput": 12432.0, "perf/max_memory_allocated_gb": 9.21,
+    "global_seqlen/mean": 5.0, "training/global_step": 12,
+}
 
 
 def test_order_groups_policy_value_reward_system_then_rest():
@@ -35,7 +47,31 @@ def test_format_line_numbers_and_order():
                     "training/global_step:3 - timing_s/step:12.3457")
 
 
-def test_console_tracker_prints_one_grepable_line(capsys):
+def test_step_line_is_compact_grouped_and_has_units():
+    assert format_step_line(12, STEP) == (
+        "step:12 | policy pg_loss -0.01235  kl_ref 0.00123  ppo_kl 0.0004  entropy 1.235  clip 2.1%  grad 0.846"
+        " | value vf_loss 0.3125  expl_var 0.422 | reward score 0.625  len 143 tok  len_clip 3.0%"
+        " | system step 3.12 s  gen 1.20 s  12.4k tok/s  mem 9.2 GB")
+
+
+def test_step_line_adds_validation_and_leaves_out_absent_groups():
+    metrics = {"critic/score/mean": 0.5, "val-core/openai/gsm8k/reward/mean@1": 0.845,
+               "val-core/openai/gsm8k/reward/best@4/mean": 0.9, "val-aux/openai/gsm8k/reward/std@4": 0.1,
+               "timing_s/step": float("nan")}
+    assert format_step_line(3, metrics) == ("step:3 | reward score 0.500 | val openai/gsm8k reward@1 0.845"
+                                            " | system step nan")
+
+
+def test_console_tracker_prints_one_compact_line(capsys, monkeypatch):
+    monkeypatch.delenv("HYBRIDRL_CONSOLE", raising=False)
     ConsoleTracker().log({"critic/score/mean": 0.5}, step=7)
-    out = capsys.readouterr().out
-    assert out == "step:7 - critic/score/mean:0.5\n"
+    assert capsys.readouterr().out == "step:7 | reward score 0.500\n"
+
+
+def test_verl_style_prints_every_key(capsys, monkeypatch):
+    monkeypatch.setenv("HYBRIDRL_CONSOLE", "verl")
+    ConsoleTracker().log({"critic/score/mean": 0.5, "zz/other": 1}, step=7)
+    assert capsys.readouterr().out == "step:7 - critic/score/mean:0.5 - zz/other:1\n"
+    monkeypatch.setenv("HYBRIDRL_CONSOLE", "fancy")
+    with pytest.raises(ValueError, match="HYBRIDRL_CONSOLE='fancy'"):
+        ConsoleTracker()

@@ -53,7 +53,7 @@ def test_console_and_file_together(tmp_path, capsys):
     tracker = _build(["console", "file"], tmp_path)
     tracker.log({"critic/score/mean": 1.0}, step=1)
     tracker.finish()
-    assert capsys.readouterr().out.startswith("step:1 - critic/score/mean:1")
+    assert capsys.readouterr().out.startswith("step:1 | reward score 1.000")
     assert (tmp_path / "metrics.jsonl").exists()
 
 

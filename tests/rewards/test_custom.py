@@ -72,3 +72,14 @@ def test_file_that_fails_to_import_names_the_file(tmp_path):
     path.write_text(BROKEN_FILE)
     with pytest.raises(ImportError, match=r"broken.py failed: ModuleNotFoundError"):
         load_custom_reward_fn(str(path))
+
+
+def test_verls_own_scorer_files_map_to_hybridrls(tmp_path):
+    from hybridrl.rewards.custom import load_custom_reward_fn
+
+    # verl's GDPO example: custom_reward_function.path=$REPO_ROOT/verl/utils/reward_score/rlla.py
+    fn = load_custom_reward_fn(str(tmp_path / "verl" / "utils" / "reward_score" / "rlla.py"), "compute_score")
+    result = fn("d", "<|im_start|>assistant<think>a</think><|im_end|>", "<think>x</think>", {"experiment_name": "qwen"})
+    assert result == {"score": 1.0, "format_reward": 1.0, "accuracy_reward": 0.0}
+    with pytest.raises(FileNotFoundError, match="is not a file"):
+        load_custom_reward_fn(str(tmp_path / "verl" / "utils" / "reward_score" / "unknown.py"))

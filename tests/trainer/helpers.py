@@ -1,6 +1,15 @@
-"""Overrides for tiny CPU trainer runs, shared by trainer tests."""
+"""Overrides for tiny CPU trainer runs, and a look into a one-process run, shared by trainer tests."""
 
 from __future__ import annotations
+
+from hybridrl.workers.colocated import ColocatedWorker
+
+
+def local_worker(trainer) -> ColocatedWorker:
+    """The worker of a one-process run: its roles (actor.model, rollout.backend, ...) live in this process."""
+    worker = trainer.roles.groups.local_worker
+    assert worker is not None, "this trainer's roles run in other processes"
+    return worker
 
 
 def tiny_run_overrides(model_dir: str, files: tuple[str, str], out_dir: str, *, algo: str = "grpo",

@@ -10,7 +10,7 @@ import torch
 from hybridrl.config import load_config
 from hybridrl.trainer.ppo_trainer import PPOTrainer
 from tests.trainer.engine_sync import assert_engine_matches_actor
-from tests.trainer.helpers import gpu_run_overrides
+from tests.trainer.helpers import gpu_run_overrides, local_worker
 from tests.trainer.test_ppo_trainer import read_metrics
 
 pytestmark = pytest.mark.gpu
@@ -23,7 +23,7 @@ def test_two_step_grpo_with_hybrid_engine_and_weight_sync(tmp_path, arith_model_
         "actor_rollout_ref.rollout.gpu_memory_utilization=0.05",
         "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32"])  # fp32 actor forward too (GPU: bf16)
     trainer = PPOTrainer(load_config(overrides))
-    engine = trainer.roles.rollout.backend
+    engine = local_worker(trainer).rollout.backend
     assert type(engine).__name__ == "LLMEngine"
     trainer.fit()
     records = read_metrics(str(tmp_path))
@@ -52,7 +52,7 @@ def test_two_gpu_ranks_sync_weights_per_unit_and_report_rank_memory(tmp_path, ar
         f"actor_rollout_ref.rollout.tensor_model_parallel_size={tensor_parallel}",
         f"actor_rollout_ref.actor.fsdp_config.fsdp_size={fsdp_size}", f"actor_rollout_ref.ref.fsdp_config.fsdp_size={fsdp_size}"])
     trainer = PPOTrainer(load_config(overrides))
-    assert trainer.roles.group is not None and not trainer.memory.enabled
+    assert trainer.plan.on_ranks and not trainer.memory.enabled
     trainer.fit()
     records = read_metrics(str(tmp_path))
     assert [r["step"] for r in records] == [1, 2]

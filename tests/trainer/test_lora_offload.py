@@ -14,7 +14,7 @@ from hybridrl.checkpoint.export_cli import main as export_main
 from hybridrl.config import load_config
 from hybridrl.rollout.base import SamplingParams
 from hybridrl.trainer.ppo_trainer import PPOTrainer
-from tests.trainer.helpers import tiny_run_overrides
+from tests.trainer.helpers import local_worker, tiny_run_overrides
 
 pytest.importorskip("peft")
 
@@ -44,7 +44,7 @@ def lora_run(tmp_path, model_dir, files, backend: str) -> PPOTrainer:
 
 def test_lora_grpo_trains_only_the_adapter_and_syncs_merged_deltas(tmp_path, arith_model_dir, arithmetic_files):
     trainer = lora_run(tmp_path, arith_model_dir, arithmetic_files, "hybrid")
-    model = trainer.roles.actor.model
+    model = local_worker(trainer).actor.model
     before = {k: v.clone() for k, v in model.state_dict().items()}
     trainer.fit()
     after = model.state_dict()
@@ -58,8 +58,8 @@ def test_lora_grpo_trains_only_the_adapter_and_syncs_merged_deltas(tmp_path, ari
     merged = AutoModelForCausalLM.from_pretrained(arith_model_dir)
     merged.load_state_dict(_merged_state(model))
     prompts = [[5, 6, 7, 4], [8, 9, 10]]
-    trainer.roles.rollout.backend.wake_up()  # free_cache_engine: the KV cache exists only while generating
-    got = trainer.roles.rollout.backend.generate(prompts, SamplingParams(do_sample=False, max_new_tokens=5,
+    local_worker(trainer).rollout.backend.wake_up()  # free_cache_engine: the KV cache exists only while generating
+    got = local_worker(trainer).rollout.backend.generate(prompts, SamplingParams(do_sample=False, max_new_tokens=5,
                                                                          ignore_eos=True)).token_ids
     for prompt, tokens in zip(prompts, got):
         ref = merged.generate(torch.tensor([prompt]), max_new_tokens=5, do_sample=False, eos_token_id=None,

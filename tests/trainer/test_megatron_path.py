@@ -12,7 +12,7 @@ from transformers import AutoModelForCausalLM
 from hybridrl.config import ConfigError, load_config
 from hybridrl.models.megatron import main_convert
 from hybridrl.trainer.ppo_trainer import PPOTrainer
-from tests.trainer.helpers import tiny_run_overrides
+from tests.trainer.helpers import local_worker, tiny_run_overrides
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +38,7 @@ def test_grpo_runs_from_a_megatron_checkpoint(tmp_path, megatron_dir, hf_dir, ar
     reference = AutoModelForCausalLM.from_pretrained(hf_dir)
     ids = torch.tensor([[5, 6, 7, 8]])
     with torch.no_grad():
-        torch.testing.assert_close(trainer.roles.actor.model.eval()(ids).logits, reference(ids).logits)
+        torch.testing.assert_close(local_worker(trainer).actor.model.eval()(ids).logits, reference(ids).logits)
     trainer.fit()
     record = json.loads(open(os.path.join(str(tmp_path), "metrics.jsonl")).readline())
     assert record["critic/vf_loss"] >= 0.0

@@ -87,11 +87,11 @@ def test_two_ranks_give_the_metrics_of_one_process(tmp_path, arith_model_dir, ar
     profile = os.path.join(out, "profile")  # profiling step 2 must not change its metrics either
     trainer = PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, out, ranks=2, steps=2, extra=[
         "global_profiler.tool=torch", "global_profiler.steps=[2]", f"global_profiler.save_path={profile}"])))
-    assert trainer.roles.group is not None and trainer.num_devices == 2
+    assert trainer.plan.on_ranks and trainer.plan.world_size == 2
     # Memory: each rank reports its own peak (CPU: its resident set), the controller takes the max;
     # the controller itself measures nothing (on GPUs it would otherwise open a CUDA context).
     assert not trainer.memory.enabled
-    assert trainer.roles.group.phase_metrics()["perf/max_memory_allocated_gb"] > 0.05  # torch + a model
+    assert trainer.roles.groups.phase_metrics()["perf/max_memory_allocated_gb"] > 0.05  # torch + a model
     trainer.fit()
     records = read_metrics(out)
     assert [r["step"] for r in records] == [1, 2]
@@ -103,7 +103,7 @@ def test_two_ranks_give_the_metrics_of_one_process(tmp_path, arith_model_dir, ar
         assert all(0 < r[f"timing_s/{phase}_rank"] <= r[f"timing_s/{phase}"] for r in records), phase
         assert all(0 < r[f"timing_s/{phase}_rank_min"] <= r[f"timing_s/{phase}_rank"] for r in records), phase
     assert all(r["timing_s/gc"] >= 0 and r["timing_s/gc_rank"] >= r["timing_s/gc_rank_min"] >= 0 for r in records)
-    group = trainer.roles.group.groups["actor_rollout_ref"]
+    group = trainer.roles.groups.by_name["actor_rollout_ref"]
     assert not any(p.is_alive() for p in group._procs)  # fit() stopped the ranks
     assert sorted(os.listdir(profile)) == ["step_2"]
     for process in ("controller", "rank0", "rank1"):  # every process of the run, the same step
@@ -171,7 +171,7 @@ def test_roles_on_separate_ranks_give_the_metrics_of_one_process(tmp_path, arith
                                                       "actor_rollout_ref.ref.device_ids=[0]",
                                                       "actor_rollout_ref.rollout.device_ids=[1]",
                                                       "critic.device_ids=[2]"])))
-    assert sorted(trainer.roles.group.groups) == ["actor_ref", "critic", "rollout"]
+    assert sorted(trainer.roles.groups.by_name) == ["actor_ref", "critic", "rollout"]
     trainer.fit()
     records = read_metrics(out)
     assert records[1]["training/rollout_probs_diff_mean"] < 1e-5  # the rollout group got the updated weights
@@ -189,7 +189,7 @@ def test_killed_rank_stops_the_run_and_checkpoints_resume_across_world_sizes(tmp
     copy_checkpoint(source, 1, out)
     trainer = PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, out, ranks=2, steps=3,
                                                extra=["trainer.save_freq=1"])))
-    victim = trainer.roles.group.groups["actor_rollout_ref"].pids[1]
+    victim = trainer.roles.groups.by_name["actor_rollout_ref"].pids[1]
     score, calls = trainer.roles.reward.compute_scores, []
 
     def score_then_kill(batch, **kwargs):  # reward runs on the controller, between gen and old_log_prob
@@ -273,7 +273,7 @@ def test_one_rank_asked_to_use_ray_runs_its_roles_in_a_ray_actor(tmp_path, arith
     trainer = PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, out, ranks=1, steps=1, extra=[
         *LOCAL_RAY, "trainer.ray_wait_register_center_timeout=60"])))
     try:
-        group = trainer.roles.group.groups["actor_rollout_ref"]
+        group = trainer.roles.groups.by_name["actor_rollout_ref"]
         assert isinstance(group, RayWorkerGroup) and group.world_size == 1 and group.pids[0] != os.getpid()
         assert not trainer.memory.enabled  # the rank measures its phases, not the controller
     except BaseException:

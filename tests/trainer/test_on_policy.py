@@ -7,7 +7,7 @@ import torch
 
 from hybridrl.config import load_config
 from hybridrl.trainer.ppo_trainer import PPOTrainer
-from tests.trainer.helpers import tiny_run_overrides
+from tests.trainer.helpers import local_worker, tiny_run_overrides
 from tests.trainer.test_ppo_trainer import read_metrics, stable
 from tests.workers.helpers import build_actor, ragged_batch
 
@@ -33,7 +33,8 @@ def test_shortcut_gives_the_recomputed_run(tmp_path, arith_model_dir, arithmetic
         for key in ("actor/entropy", "training/rollout_probs_diff_mean", "training/rollout_log_probs_diff_max",
                     "actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "critic/score/mean"):
             assert got[key] == pytest.approx(want[key], rel=1e-4, abs=1e-6), key
-    for (name, a), b in zip(shortcut.roles.actor.model.named_parameters(), recompute.roles.actor.model.parameters()):
+    for (name, a), b in zip(local_worker(shortcut).actor.model.named_parameters(),
+                            local_worker(recompute).actor.model.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6, msg=name)
 
 

@@ -11,7 +11,7 @@ import torch
 
 from hybridrl.config import ConfigError, load_config
 from hybridrl.trainer.ppo_trainer import PPOTrainer
-from tests.trainer.helpers import tiny_run_overrides
+from tests.trainer.helpers import local_worker, tiny_run_overrides
 
 VOLATILE = ("timing_s/", "timing_per_token_ms/", "perf/")
 
@@ -38,9 +38,9 @@ def train(overrides: list[str]) -> PPOTrainer:
 def test_two_steps_finite_losses_and_parameters_change(tmp_path, arith_model_dir, arithmetic_files, algo, extra):
     cfg = load_config(tiny_run_overrides(arith_model_dir, arithmetic_files, str(tmp_path), algo=algo, extra=extra))
     trainer = PPOTrainer(cfg)
-    before = {k: v.clone() for k, v in trainer.roles.actor.model.state_dict().items()}
+    before = {k: v.clone() for k, v in local_worker(trainer).actor.model.state_dict().items()}
     trainer.fit()
-    after = trainer.roles.actor.model.state_dict()
+    after = local_worker(trainer).actor.model.state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before), "actor parameters did not change"
     records = read_metrics(str(tmp_path))
     assert [r["step"] for r in records] == [1, 2]

@@ -31,9 +31,18 @@ def test_device_ids_index_the_runs_ranks_on_cpu():
     message = preflight_error(["actor_rollout_ref.actor.device_ids=[0,1]"])
     assert ("actor_rollout_ref.actor.device_ids=[0, 1] names rank 1 outside 0..0: the run has 1 rank "
             "(trainer.n_gpus_per_node is null: 1 on CPU); set trainer.n_gpus_per_node=2") in message
-    shape = preflight(load_config(BASE + ["trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.device_ids=[0,1]",
-                                          "actor_rollout_ref.rollout.device_ids=[0,1]"]))
-    assert (shape.num_devices, shape.actor_ranks) == (2, 2)
+    plan = preflight(load_config(BASE + ["trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.device_ids=[0,1]",
+                                         "actor_rollout_ref.rollout.device_ids=[0,1]"]))
+    assert (plan.world_size, plan.actor_ranks) == (2, 2)
+
+
+def test_one_rank_runs_in_this_process_and_more_ranks_or_ray_start_worker_ranks():
+    plan = preflight(load_config(BASE))
+    assert (plan.launcher, plan.world_size, plan.on_ranks) == ("in_process", 1, False)
+    assert plan.groups[0].roles == ("actor", "rollout") and plan.rollout_backend == "hf"
+    two = preflight(load_config(BASE + ["trainer.n_gpus_per_node=2"]))
+    assert (two.launcher, two.world_size, two.groups[0].device_ids) == ("local", 2, (0, 1))
+    assert preflight(load_config(BASE + ["trainer.launcher=ray"])).launcher == "ray"  # one rank, on Ray
 
 
 def test_ranks_beyond_the_visible_cores_are_fine_on_cpu():
@@ -78,8 +87,8 @@ no_local_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="the driver 
 def test_a_driver_without_a_gpu_may_send_gpu_ranks_to_ray():
     """A CPU head node (this machine): the ranks get the cluster's GPUs, so no local GPU is required, but
     the GPUs per node must be given, and nothing may need a GPU in the driver's own process."""
-    shape = preflight(load_config(BASE + GPU_RANKS_ON_RAY + ["trainer.n_gpus_per_node=2"]))
-    assert (shape.device.type, shape.num_devices) == ("cuda", 2)
+    plan = preflight(load_config(BASE + GPU_RANKS_ON_RAY + ["trainer.n_gpus_per_node=2"]))
+    assert (plan.device, plan.world_size) == ("cuda", 2)
     assert "trainer.n_gpus_per_node is null (= the GPUs this node sees) but this driver sees none" in \
         preflight_error(GPU_RANKS_ON_RAY)
     assert "the in-process reward model runs in the driver's process, which sees no GPU" in preflight_error(

@@ -98,8 +98,7 @@ def test_memory_snapshot_holds_the_step_allocations(tmp_path):
 
 @pytest.mark.parametrize("overrides,message", [
     (["global_profiler.tool=nsys", "global_profiler.steps=[1]"], "nsys profile"),
-    (["global_profiler.tool=torch"], "needs global_profiler.steps"),
-    (["global_profiler.tool=torch", "global_profiler.steps=[0]"], "needs global_profiler.steps"),
+    (["global_profiler.tool=torch", "global_profiler.steps=[0]"], "must list step numbers >= 1"),
     (["global_profiler.tool=torch", "global_profiler.steps=[1]", "+global_profiler.global_tool_config.torch.dicsrete=true"],
      "unknown option"),
     (["global_profiler.tool=torch", "global_profiler.steps=[1]", "+global_profiler.global_tool_config.torch.contents=[gpu]"],

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from hybridrl.config import load_config
+from hybridrl.config.batch_sizes import BatchSizes
 from hybridrl.utils.batch import Batch
-from hybridrl.workers.sizes import BatchSizes
 
 
 def worker_config(model_dir: str, extra: list[str] = ()):

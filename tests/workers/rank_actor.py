@@ -17,7 +17,8 @@ class ActorRank:
     def compute_log_prob(self, batch: Batch) -> Batch:
         """The log-probs, and how many micro-batches this rank ran (the same on every rank, or FSDP hangs)."""
         out = self.actor.compute_log_prob(batch)
-        out["num_parts"] = torch.full((len(batch),), len(self.actor.log_prob_plan.split(batch, True).parts))
+        agreed = self.actor.log_prob_plan.split(batch, self.actor.parallel.max_over_ranks)
+        out["num_parts"] = torch.full((len(batch),), len(agreed.parts))
         out["local_min_parts"] = torch.full((len(batch),), len(self.actor.log_prob_plan.split(batch).parts))
         return out
 
@@ -133,3 +134,18 @@ class LoraRank:
         """What a rollout sync receives, each tensor copied as it arrives: a non-targeted weight is a view
         of its unit's gathered parameters, freed when the next unit is gathered (as the engine consumes it)."""
         return {name: tensor.detach().cpu().clone() for name, tensor in self.actor.named_weights()}
+
+
+class ParallelProbe:
+    """Which strategy `parallelize` picks on this rank for a role's fsdp_size, and what it reports."""
+
+    def strategies(self, model_dir: str) -> dict[int, dict]:
+        torch.set_num_threads(1)
+        out = {}
+        for fsdp_size in (-1, 1, 2):
+            actor = build_actor(model_dir, [f"actor_rollout_ref.actor.fsdp_config.fsdp_size={fsdp_size}"],
+                                dist.get_world_size())
+            out[fsdp_size] = {"name": actor.parallel.name, "single_device": actor.parallel.single_device,
+                              "plain": all(type(p) is torch.nn.Parameter for p in actor.model.parameters()),
+                              "agreed": actor.parallel.max_over_ranks(dist.get_rank() + 3)}
+        return out

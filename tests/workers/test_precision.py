@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from hybridrl.config import ConfigError, load_config
+from hybridrl.workers.parallel import FullyShardedStrategy, SingleDevice
 from hybridrl.workers.precision import resolve_precision
 from tests.workers.helpers import build_actor, ragged_batch
 
@@ -40,8 +41,10 @@ def test_cpu_computes_in_the_master_dtype_unless_param_dtype_is_set():
     forced = resolve_precision(actor_fsdp([f"{ACTOR}.mixed_precision={{param_dtype:bf16,reduce_dtype:fp16}}"]), "cpu",
                                ACTOR)
     assert (forced.compute, forced.reduce) == (torch.bfloat16, torch.float16)
-    assert isinstance(forced.autocast(sharded=False), torch.autocast)
-    assert not isinstance(forced.autocast(sharded=True), torch.autocast)  # FSDP2 casts a sharded model itself
+    assert isinstance(forced.autocast(), torch.autocast)
+    sharded = FullyShardedStrategy(torch.nn.Linear(1, 1), forced)
+    assert not isinstance(sharded.autocast(), torch.autocast)  # FSDP2 casts a sharded model itself
+    assert isinstance(SingleDevice(torch.nn.Linear(1, 1), forced).autocast(), torch.autocast)
 
 
 def test_param_dtype_overrides_dtype_and_bf16_master_computes_bf16():

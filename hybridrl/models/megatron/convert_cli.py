@@ -7,7 +7,7 @@ import sys
 
 import torch
 
-from hybridrl.models.hf import ModelLoadError
+from hybridrl.models.errors import ModelLoadError
 
 _DTYPES = {"auto": None, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 

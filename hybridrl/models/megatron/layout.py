@@ -15,7 +15,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from hybridrl.models.hf import ModelLoadError
+from hybridrl.models.errors import ModelLoadError
 
 TRACKER = "latest_checkpointed_iteration.txt"
 SHARD_FILE = "model_optim_rng.pt"

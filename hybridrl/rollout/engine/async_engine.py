@@ -13,15 +13,33 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
 from hybridrl.rollout.base import SamplingParams, TokenOutput
 from hybridrl.rollout.engine.sequence import Sequence
 
-if TYPE_CHECKING:
-    from hybridrl.rollout.engine.llm_engine import LLMEngine
+
+
+class RequestCore(Protocol):
+    """What the front end drives: `LLMEngine`'s request API (a Protocol, so this module and the engine's do not
+    import each other)."""
+
+    device: torch.device | str
+    requests: dict[str, Sequence]
+
+    def make_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> Sequence: ...
+
+    def submit_request(self, seq: Sequence) -> None: ...
+
+    def abort_request(self, request_id: str) -> TokenOutput | None: ...
+
+    def step(self) -> list[tuple[str, TokenOutput]]: ...
+
+    def has_unfinished_requests(self) -> bool: ...
+
+    def take_metrics(self) -> dict[str, float]: ...
 
 # Event-loop turns given to callers after a step hands out results (`_let_callers_react`): a trajectory's
 # own code, a tool awaiting one thing (asyncio.sleep(0), a ready future) and its next `generate`.
@@ -42,7 +60,7 @@ class AsyncLLMEngine:
     """RequestEngine over an `LLMEngine`. `step_in_thread=False` steps on the event loop itself (it then
     blocks other coroutines for a step's duration)."""
 
-    def __init__(self, engine: LLMEngine, *, step_in_thread: bool = True) -> None:
+    def __init__(self, engine: RequestCore, *, step_in_thread: bool = True) -> None:
         self.engine = engine
         self.step_in_thread = step_in_thread
         self._ops: list[_Op] = []

@@ -33,9 +33,10 @@ def test_lighteval_parquet_layout_with_exact_schema(tmp_path):
         "extra_info": {"split": "train", "index": 1},
     }
     assert len(read_rows(tmp_path / "out" / "test.parquet")) == 1
-    # Each reference solution earns full reward against its own ground truth.
-    for raw, row in zip(RAW, rows):
-        assert compute_score(raw["solution"], row["reward_model"]["ground_truth"]) == 1.0
+    # Each \\boxed reference solution earns full reward against its own ground truth; an \\fbox one scores 0,
+    # as in verl's MATH reward (it finds the box, then cannot unbox it).
+    scores = [compute_score(raw["solution"], row["reward_model"]["ground_truth"]) for raw, row in zip(RAW, rows)]
+    assert scores == [1.0, 1.0, 1.0, 0.0]
 
 
 def test_data_source_flag_and_jsonl(tmp_path):

@@ -1,0 +1,151 @@
+"""The one build of a role's model: precision → load → checkpointing → compile → parallelize → optimizer →
+offload → LR schedule, shared by the actor and the critic (`build_trainable`) and, without the optimizer, the
+reference (`build_frozen`); and the checkpoint state of a trained role (`TrainState`).
+
+What differs between the roles is data (`RoleSpec`: which config section, which keys name a problem) plus
+how the model is loaded (a causal LM, with LoRA for the actor; a value model for the critic).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from hybridrl.config.schema import HybridRLConfig
+from hybridrl.models.compile import compile_decoder_layers
+from hybridrl.models.hf import enable_activation_checkpointing
+from hybridrl.workers.offload import PhaseOffloader
+from hybridrl.workers.optim import build_lr_scheduler, build_optimizer
+from hybridrl.workers.parallel import ParallelStrategy, parallelize
+from hybridrl.workers.precision import Precision, log_precision, resolve_precision
+
+LoadModel = Callable[[torch.dtype], torch.nn.Module]  # master dtype -> the role's model on its device
+
+
+@dataclass(frozen=True)
+class RoleSpec:
+    """What the build reads of a role's config section, and the keys its messages name."""
+
+    role: str  # "actor", "critic" or "reference" (log lines)
+    fsdp_key: str  # where its fsdp_config lives, e.g. "actor_rollout_ref.actor.fsdp_config"
+    fsdp: Any  # that fsdp_config: precision, fsdp_size, reshard_after_forward, offloads
+    optim: Any = None  # its optim section; None: frozen (the reference)
+    gradient_checkpointing: bool = False
+    compile: bool = False  # use_torch_compile (both the role's key and its fsdp_config's where verl has two)
+    compile_key: str = ""  # the key that turns compilation off
+    log_prob_forward: bool = False  # it computes log-probs (`forward.response_log_probs`), not values
+    lora: bool = False  # a PEFT adapter trains: frozen embeddings must still let checkpointed blocks see grads
+
+    @classmethod
+    def actor(cls, cfg: HybridRLConfig) -> RoleSpec:
+        arr = cfg.actor_rollout_ref
+        fsdp = arr.actor.fsdp_config
+        return cls("actor", "actor_rollout_ref.actor.fsdp_config", fsdp, arr.actor.optim,
+                   arr.model.enable_gradient_checkpointing, arr.actor.use_torch_compile and fsdp.use_torch_compile,
+                   "actor_rollout_ref.actor.use_torch_compile", log_prob_forward=True, lora=arr.model.lora_rank > 0)
+
+    @classmethod
+    def critic(cls, cfg: HybridRLConfig) -> RoleSpec:
+        model = cfg.critic.model
+        return cls("critic", "critic.model.fsdp_config", model.fsdp_config, cfg.critic.optim,
+                   model.enable_gradient_checkpointing, model.fsdp_config.use_torch_compile,
+                   "critic.model.fsdp_config.use_torch_compile")
+
+    @classmethod
+    def reference(cls, cfg: HybridRLConfig) -> RoleSpec:
+        ref = cfg.actor_rollout_ref.ref
+        return cls("reference", "actor_rollout_ref.ref.fsdp_config", ref.fsdp_config,
+                   compile=ref.use_torch_compile and ref.fsdp_config.use_torch_compile,
+                   compile_key="actor_rollout_ref.ref.use_torch_compile", log_prob_forward=True)
+
+
+@dataclass
+class Trainable:
+    model: torch.nn.Module
+    precision: Precision
+    parallel: ParallelStrategy
+    optimizer: torch.optim.Optimizer
+    lr_scheduler: torch.optim.lr_scheduler.LRScheduler
+    offloader: PhaseOffloader  # param_offload / optimizer_offload between the role's phases
+
+
+@dataclass
+class Frozen:
+    model: torch.nn.Module
+    precision: Precision
+    parallel: ParallelStrategy
+    offloader: PhaseOffloader  # param_offload between the role's forwards
+
+
+def build_trainable(spec: RoleSpec, device: torch.device, load: LoadModel, total_steps: int) -> Trainable:
+    """The role's model ready to train: parallelized over this process's group (`parallelize`), then its
+    optimizer (which must see the parallelized parameters), offloads and LR schedule."""
+    model, precision, parallel = _prepare(spec, device, load)
+    optimizer = build_optimizer(model.parameters(), spec.optim)
+    offloader = PhaseOffloader(model, optimizer, device, spec.fsdp.param_offload, spec.fsdp.optimizer_offload)
+    return Trainable(model, precision, parallel, optimizer, build_lr_scheduler(optimizer, spec.optim, total_steps),
+                     offloader)
+
+
+def build_frozen(spec: RoleSpec, device: torch.device, load: LoadModel) -> Frozen:
+    """A model that only runs forwards (no gradients, no optimizer): the reference policy."""
+    model, precision, parallel = _prepare(spec, device, load)
+    return Frozen(model, precision, parallel, PhaseOffloader(model, None, device, spec.fsdp.param_offload, False))
+
+
+def _prepare(spec: RoleSpec, device: torch.device, load: LoadModel
+             ) -> tuple[torch.nn.Module, Precision, ParallelStrategy]:
+    trains = spec.optim is not None
+    precision = resolve_precision(spec.fsdp, device, spec.fsdp_key)
+    log_precision(spec.role, precision, trains=trains)
+    model = load(precision.master)
+    if not trains:
+        model.requires_grad_(False).eval()
+    if spec.gradient_checkpointing:
+        enable_activation_checkpointing(model)
+        if spec.lora:
+            model.enable_input_require_grads()  # frozen embeddings: let checkpointed blocks see grads
+    compile_decoder_layers(model, device, spec.role, enabled=spec.compile, off_key=spec.compile_key)
+    return model, precision, parallelize(model, spec.fsdp, precision, spec.role, log_prob_forward=spec.log_prob_forward)
+
+
+class TrainState:
+    """A trained role's model, optimizer, LR schedule and how they are parallelized; its checkpoint state is
+    unsharded whatever the world size, so a checkpoint resumes on any number of ranks."""
+
+    lora: bool = False  # a PEFT adapter trains (the actor's LoRA): checkpoints also hold it in peft format
+
+    def __init__(self, trainable: Trainable) -> None:
+        self.model, self.precision, self.parallel = trainable.model, trainable.precision, trainable.parallel
+        self.optimizer, self.lr_scheduler = trainable.optimizer, trainable.lr_scheduler
+        self.offloader = trainable.offloader
+
+    def state_dict(self) -> dict:
+        """Unsharded state (collective under FSDP2: rank 0 gets it, the other ranks get empty dicts)."""
+        with self.offloader.resident():
+            return {"model": self.parallel.model_state(), "optimizer": self.parallel.optimizer_state(self.optimizer),
+                    "lr_scheduler": self.lr_scheduler.state_dict()}
+
+    def load_checkpoint_state(self, state: dict) -> None:
+        """What `checkpoint.manager.load_role` read: `model`, `optimizer` and `extra` (the LR schedule), those
+        that `checkpoint.load_contents` named. Collective under FSDP2: every rank passes the full state."""
+        with self.offloader.resident():
+            if "model" in state:
+                self.parallel.load_model_state(state["model"])
+            if "optimizer" in state:
+                self.parallel.load_optimizer_state(self.optimizer, state["optimizer"])
+        if "extra" in state:
+            self.lr_scheduler.load_state_dict(state["extra"]["lr_scheduler"])
+
+    def step(self, grad_clip: float) -> torch.Tensor:
+        """After an optimizer step's last backward: complete the gradients, clip them, step unless the norm is not
+        finite (the step is then skipped); returns the norm before clipping."""
+        self.parallel.finish_gradients()
+        grad_norm = self.parallel.clip_grad_norm(grad_clip)
+        if torch.isfinite(grad_norm):
+            self.offloader.before_step()  # optimizer_offload: its state comes in now, after backward
+            self.optimizer.step()
+        return grad_norm
