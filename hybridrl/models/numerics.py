@@ -34,6 +34,7 @@ log = get_logger("hybridrl.models")
 
 # HF `model_type`s the rollout engine implements (rollout/engine/models/__init__.py, MODEL_REGISTRY)
 ENGINE_MODEL_TYPES = frozenset({"llama", "mistral", "phi3", "qwen2", "qwen3"})
+_HOOKS_ATTRIBUTE = "_hybridrl_residual_stream_hooks"
 
 
 @dataclass
@@ -42,10 +43,14 @@ class ResidualStreamHooks:
 
     handles: list[RemovableHandle] = field(default_factory=list)
 
+    model: nn.Module | None = None  # the model the hooks are on, marked while they are
+
     def remove(self) -> None:
         for handle in self.handles:
             handle.remove()
         self.handles.clear()
+        if self.model is not None and getattr(self.model, _HOOKS_ATTRIBUTE, None) is self:
+            delattr(self.model, _HOOKS_ATTRIBUTE)
 
 
 @dataclass
@@ -87,12 +92,25 @@ def keep_residual_stream_fp32(model: nn.Module) -> ResidualStreamHooks | None:
                     "residual stream (the rollout engine's is fp32: expect a larger rollout/trainer log-prob "
                     "gap); please report this transformers version", type(base).__name__)
         return None
+    if keeps_fp32_residual_stream(base):
+        return getattr(base, _HOOKS_ATTRIBUTE)
     compute = _ComputeDtype()
-    hooks = ResidualStreamHooks()
+    hooks = ResidualStreamHooks(model=base)
     hooks.handles.append(base.get_input_embeddings().register_forward_hook(_widen_embedding(compute)))
     hooks.handles.append(rotary.register_forward_hook(_rope_in_compute_dtype(compute)))
     hooks.handles += [norm.register_forward_hook(_round_norm_output) for norm in norms]
+    setattr(base, _HOOKS_ATTRIBUTE, hooks)
     return hooks
+
+
+def keeps_fp32_residual_stream(model: nn.Module) -> bool:
+    """Whether `keep_residual_stream_fp32` hooked `model` (or the base model of its PEFT wrapper).
+
+    FSDP2 must then leave its decoder layers' inputs alone (`MixedPrecisionPolicy(cast_forward_inputs=False)`
+    on those units, distributed/fsdp.py): its default casts every layer's input, the residual stream, to
+    `param_dtype`, which rounds the stream to 16 bits once per layer."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return isinstance(getattr(base, _HOOKS_ATTRIBUTE, None), ResidualStreamHooks)
 
 
 def _widen_embedding(compute: _ComputeDtype):
