@@ -51,8 +51,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     fill_defaults(args, dict(num_prompts=4, n=2, response_length=8, micro_batch=4, shapes="quick"),
                   dict(num_prompts=64, n=8, response_length=256, micro_batch=64, shapes="0.5b,7b"))
     args.shapes = [s for s in args.shapes.split(",") if s]
-    if set(args.shapes) - set(SHAPES) or (args.num_prompts * args.n) % args.micro_batch:
-        parser.error(f"--shapes takes {sorted(SHAPES)}; --micro-batch must divide prompts x n")
+    if set(args.shapes) - set(SHAPES):
+        parser.error(f"--shapes {','.join(args.shapes)}: unknown shape(s); choose from {sorted(SHAPES)}")
+    if (args.num_prompts * args.n) % args.micro_batch:
+        parser.error(f"--micro-batch {args.micro_batch} must divide --num-prompts x --n "
+                     f"({args.num_prompts} x {args.n}); try {args.num_prompts}")
     return args
 
 

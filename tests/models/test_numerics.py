@@ -33,7 +33,7 @@ def make_prompts(seed: int = 0) -> list[list[int]]:
 
 
 def engine_for(model, fp32_residual: bool = True) -> LLMEngine:
-    return LLMEngine(model, num_kv_blocks=128, block_size=4, fp32_residual=fp32_residual)
+    return LLMEngine(model, device="cpu", num_kv_blocks=128, block_size=4, fp32_residual=fp32_residual)
 
 
 @torch.no_grad()
