@@ -5,7 +5,7 @@ larger than any one sub-layer's output, so its rounding is the largest error of 
 implementations whose kernels sum in different orders (the engine's decode step, the trainer's forward)
 round it differently: on CPU (bf16, Qwen2.5-0.5B shape, random weights, 4 x 2 GSM8K prompts x 128
 tokens) the mean |rollout - trainer log-prob| falls from 0.0085 to 0.0044 when both sides keep it in
-fp32 (docs/design.md, "Numerics shared by the engine and the trainer").
+fp32 (docs/design.md, "Numerics shared by the engine and the trainer", has the ranking of the causes).
 
 For a decoder that computes in a 16-bit dtype (16-bit weights, FSDP2's `param_dtype`, or autocast), of an
 architecture the engine runs (`ENGINE_MODEL_TYPES`), `keep_residual_stream_fp32` makes the forward:
