@@ -144,3 +144,11 @@ def test_architectures_the_engine_does_not_run_are_left_alone():
 
     model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64))
     assert keep_residual_stream_fp32(model) is None and not keeps_fp32_residual_stream(model)
+
+
+@pytest.mark.parametrize("fp32_residual", [True, False])
+def test_load_causal_lm_gives_the_trainer_the_shared_numerics(tiny_model_dir, fp32_residual):
+    from hybridrl.models.hf import load_causal_lm
+
+    model = load_causal_lm(tiny_model_dir, dtype=torch.bfloat16, fp32_residual=fp32_residual)
+    assert keeps_fp32_residual_stream(model) is fp32_residual
