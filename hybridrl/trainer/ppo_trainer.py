@@ -20,6 +20,7 @@ from hybridrl.config.run_plan import RunPlan
 from hybridrl.errors.oom import oom_guard
 from hybridrl.logging.log import get_logger
 from hybridrl.trainer import checkpointing
+from hybridrl.trainer.correction import bypass_old_log_probs, checked_settings, decoupled_correction, needs_whole_batch
 from hybridrl.trainer.metrics import compute_data_metrics, compute_throughput_metrics, compute_timing_metrics
 from hybridrl.trainer.preflight import preflight
 from hybridrl.trainer.setup import build_dataset, build_loader, build_tokenizer, seed_everything, total_training_steps
@@ -56,6 +57,7 @@ class PPOTrainer:
         self.roles: Roles = build_roles(cfg, self.plan, self.tokenizer, self.total_steps)
         kl = cfg.algorithm.kl_ctrl
         self.kl_ctrl = get_kl_controller(kl.type, kl.kl_coef, kl.target_kl, kl.horizon)
+        self.correction = checked_settings(cfg)  # algorithm.rollout_correction (trainer/correction.py)
         self.global_step = 0
         self.resumed_from: str | None = None  # the checkpoint resumed from (checkpointing.maybe_resume)
         self.profile_spec = ProfileSpec.from_config(cfg.global_profiler)
@@ -177,7 +179,9 @@ class PPOTrainer:
             if scoring is None:
                 with self._phase("reward", timings):
                     batch = self.score(batch, metrics)
-            if not self.takes_old_log_probs_from_update(len(batch)):
+            if self.correction.bypass_mode:  # rollout correction's bypass mode: π_old := π_rollout, no pass
+                batch = bypass_old_log_probs(batch)
+            elif not self.takes_old_log_probs_from_update(len(batch)):
                 with self._phase("old_log_prob", timings):
                     batch = self.old_log_prob(batch, metrics)
             if self.roles.reference is not None:
@@ -265,9 +269,11 @@ class PPOTrainer:
         """The on-policy shortcut (TRL's default, verl's `on_policy` branch of the update): with one epoch over
         one mini-batch and no KL in the reward, the update's first forward sees the very weights that would
         compute old log-probs, so it supplies them (detached) and the separate old_log_prob pass is skipped.
-        The update then reports actor/entropy and training/rollout_probs_diff_* from that forward."""
+        The update then reports actor/entropy, training/rollout_probs_diff_* and rollout_corr/* from that forward
+        (and computes IS weights there; rejection sampling keeps the pass: trainer/correction.py)."""
         actor, algo = self.cfg.actor_rollout_ref.actor, self.cfg.algorithm
         return (actor.reuse_on_policy_log_prob and actor.ppo_epochs == 1 and not algo.use_kl_in_reward
+                and not needs_whole_batch(self.correction)
                 and num_rows <= actor.ppo_mini_batch_size * self.cfg.actor_rollout_ref.rollout.n
                 and self.cfg.trainer.critic_warmup <= self.global_step)
 
@@ -281,6 +287,7 @@ class PPOTrainer:
             self.kl_ctrl.update(current_kl, n_steps=len(batch))
             metrics.update(kl_metrics)
         batch["token_level_rewards"] = rewards
+        batch = decoupled_correction(batch, self.correction, metrics)  # IS weights, rejection mask, rollout_corr/*
         advantages, returns = compute_advantage(
             algo.adv_estimator, token_level_rewards=rewards, response_mask=batch["response_mask"],
             index=batch["uid"], values=batch.get("values"), reward_baselines=batch.get("reward_baselines"),
