@@ -15,7 +15,7 @@ import torch
 from hybridrl.algorithms import agg_loss, apply_kl_penalty, compute_advantage, get_kl_controller
 from hybridrl.algorithms.agreement import rollout_agreement_metrics
 from hybridrl.algorithms.balance import balanced_order
-from hybridrl.config import HybridRLConfig
+from hybridrl.config import ConfigError, HybridRLConfig
 from hybridrl.config.run_plan import RunPlan
 from hybridrl.errors.oom import oom_guard
 from hybridrl.logging.log import get_logger
@@ -41,6 +41,9 @@ class PPOTrainer:
     def __init__(self, cfg: HybridRLConfig, plan: RunPlan | None = None):
         """`plan`: what `preflight(cfg)` returns (made here when not given). With worker ranks (several devices,
         or Ray asked for) `fit()` stops them when it returns."""
+        if type(self) is PPOTrainer and cfg.trainer.v1.trainer_mode != "sync":
+            raise ConfigError(f"trainer.v1.trainer_mode={cfg.trainer.v1.trainer_mode} runs the asynchronous trainer: "
+                              "build it with hybridrl.trainer.async_trainer.make_trainer(cfg) (hybridrl train does)")
         self.plan = plan if plan is not None else preflight(cfg)
         self.device = torch.device(self.plan.device)
         # With worker ranks the controller computes nothing on the GPU (unless a reward model runs here):
@@ -305,7 +308,11 @@ class PPOTrainer:
             with self._phase("update_actor", timings):
                 metrics.update(self.roles.actor.update_actor(batch))
             with self._phase("update_weights", timings):  # to rollout ranks elsewhere: perf/update_weights_gb
-                metrics.update(self.roles.rollout.sync_weights())
+                metrics.update(self.sync_rollout_weights())
+
+    def sync_rollout_weights(self) -> dict[str, float]:
+        """The actor's new weights into the rollout (the asynchronous trainer also resumes generation here)."""
+        return self.roles.rollout.sync_weights()
 
     # =========================================================== validation
     def validate(self) -> dict[str, float]:
@@ -350,9 +357,18 @@ class PPOTrainer:
     # ---- end validation hook ----
 
     # ============================================================== helpers
-    def _rollout_seed(self) -> int:
+    def _rollout_seed(self, step: int | None = None) -> int:
+        """The sampling seed of the batch trained at `step` (default: this step)."""
         base = self.cfg.actor_rollout_ref.rollout.seed
-        return (base if base is not None else self.cfg.trainer.seed) * 1_000_003 + self.global_step
+        return (base if base is not None else self.cfg.trainer.seed) * 1_000_003 + (
+            self.global_step if step is None else step)
+
+    # ---- checkpoint state beyond the roles and the data position (the asynchronous trainer's buffer) ----
+    def checkpoint_extras(self) -> dict:
+        return {}
+
+    def load_checkpoint_extras(self, state: dict) -> None:
+        """`state`: what `checkpoint_extras` returned when the checkpoint was saved ({} when it holds none)."""
 
     def _dump_rollouts(self, batch: Batch) -> None:
         out_dir = self.cfg.trainer.rollout_data_dir
