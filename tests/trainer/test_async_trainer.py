@@ -125,3 +125,32 @@ def test_resume_mid_async_loses_and_repeats_no_prompt(tmp_path, arith_model_dir,
     assert set(saved) <= set(after) | left  # nothing saved was lost
     drawn = {f"{index}-{row}" for index in range(1, resumed.batches_queued + 1) for row in range(8)}
     assert drawn == set(before) | set(after) | left
+
+
+class UidRecordingTrainer(AsyncPPOTrainer):
+    def generate(self, prompts: Batch, metrics: dict[str, float]) -> Batch:
+        batch = super().generate(prompts, metrics)
+        self.trained = getattr(self, "trained", []) + [sorted(set(batch["uid"]))]
+        return batch
+
+
+def test_separate_async_on_two_cpu_ranks_generates_on_its_own_rank_while_the_actor_trains(
+        tmp_path, arith_model_dir, arithmetic_files):
+    """The rollout on rank 1, the actor on rank 0 (the local launcher's processes): generation runs on its
+    thread between the weight handoffs; every step trains 8 distinct groups and reports the idle ratios."""
+    extra = ["trainer.v1.trainer_mode=separate_async", "trainer.n_gpus_per_node=2",
+             "actor_rollout_ref.actor.device_ids=[0]", "actor_rollout_ref.rollout.device_ids=[1]",
+             "trainer.v1.separate_async.parameter_sync_step=2", "actor_rollout_ref.rollout.dtype=float32",
+             "trainer.v1.sampler.max_off_policy_threshold=2"]
+    trainer = UidRecordingTrainer(load_config(overrides(tmp_path, arith_model_dir, arithmetic_files, "split", extra)))
+    assert sorted(trainer.roles.groups.by_name) == ["actor", "rollout"]
+    trainer.fit()
+    records = read_metrics(str(tmp_path / "split"))
+    assert [r["training/global_step"] for r in records] == [1, 2, 3]
+    uids = [uid for step in trainer.trained for uid in step]
+    assert len(trainer.trained) == 3 and len(uids) == len(set(uids)) == 3 * 8
+    for record in records:
+        assert record["perf/update_weights_gb"] > 0  # the handoff into the rollout's own rank
+        assert 0.0 <= record["fully_async/rollouter/idle_ratio"] <= 1.0
+        assert record["fully_async/trainer/idle_ratio"] >= 0.0
+        assert record["training/off_policy/trajectory_staleness_worst/max"] <= 1.0
