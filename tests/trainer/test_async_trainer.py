@@ -108,7 +108,7 @@ def test_resume_mid_async_loses_and_repeats_no_prompt(tmp_path, arith_model_dir,
     """A checkpoint after step 2 with groups finished and in flight: the resumed run trains steps 3-4 from the
     restored buffer (finished groups as they were, running ones re-issued), so across both runs no group trains
     twice, and every prompt drawn before the checkpoint is trained or still in the buffer at the end."""
-    extra = PARKING + ["trainer.save_freq=2"]
+    extra = PARKING + ["trainer.save_freq=2", "trainer.test_freq=2"]  # validation between parks too
     first = RecordingTrainer(load_config(overrides(tmp_path, arith_model_dir, arithmetic_files, "ckpt", extra,
                                                    steps=2)), burst=2)
     first.fit()
@@ -137,11 +137,12 @@ class UidRecordingTrainer(AsyncPPOTrainer):
 def test_separate_async_on_two_cpu_ranks_generates_on_its_own_rank_while_the_actor_trains(
         tmp_path, arith_model_dir, arithmetic_files):
     """The rollout on rank 1, the actor on rank 0 (the local launcher's processes): generation runs on its
-    thread between the weight handoffs; every step trains 8 distinct groups and reports the idle ratios."""
+    thread between the weight handoffs and pauses for validation; every step trains 8 distinct groups and reports
+    the idle ratios."""
     extra = ["trainer.v1.trainer_mode=separate_async", "trainer.n_gpus_per_node=2",
              "actor_rollout_ref.actor.device_ids=[0]", "actor_rollout_ref.rollout.device_ids=[1]",
              "trainer.v1.separate_async.parameter_sync_step=2", "actor_rollout_ref.rollout.dtype=float32",
-             "trainer.v1.sampler.max_off_policy_threshold=2"]
+             "trainer.v1.sampler.max_off_policy_threshold=2", "trainer.test_freq=2"]
     trainer = UidRecordingTrainer(load_config(overrides(tmp_path, arith_model_dir, arithmetic_files, "split", extra)))
     assert sorted(trainer.roles.groups.by_name) == ["actor", "rollout"]
     trainer.fit()
@@ -154,3 +155,4 @@ def test_separate_async_on_two_cpu_ranks_generates_on_its_own_rank_while_the_act
         assert 0.0 <= record["fully_async/rollouter/idle_ratio"] <= 1.0
         assert record["fully_async/trainer/idle_ratio"] >= 0.0
         assert record["training/off_policy/trajectory_staleness_worst/max"] <= 1.0
+    assert [any(k.startswith("val-core/") for k in r) for r in records] == [False, True, True]  # step 2, last step
