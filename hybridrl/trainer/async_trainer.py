@@ -84,7 +84,7 @@ class AsyncPPOTrainer(PPOTrainer):
             return super().validate()
 
     # ================================================================ the gen phase
-    def generate(self, prompts: Batch, metrics: dict[str, float]) -> Batch:
+    def generate(self, prompts: Batch, metrics: dict[str, float], round_index: int = 0) -> Batch:
         """This step's batch: `prompts` (the loop's loader batch) join the queue, and the oldest train batch of
         finished groups comes back, with the off-policy metrics of its trajectories."""
         self._queue(prompts)

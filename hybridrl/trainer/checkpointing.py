@@ -43,6 +43,16 @@ class CheckpointedRun(Protocol):
     def load_checkpoint_extras(self, state: dict) -> None: ...
 
 
+class CheckpointExtras:
+    """No state beyond the roles and the data position; the asynchronous trainer saves its buffer here."""
+
+    def checkpoint_extras(self) -> dict:
+        return {}
+
+    def load_checkpoint_extras(self, state: dict) -> None:
+        """`state`: what `checkpoint_extras` returned when the checkpoint was saved ({} when it holds none)."""
+
+
 def root_dir(cfg: HybridRLConfig) -> str:
     return default_local_dir(cfg)
 

@@ -37,8 +37,8 @@ class RecordingTrainer(AsyncPPOTrainer):
             if engine.core is not None:
                 engine.core.max_decode_burst = burst
 
-    def generate(self, prompts: Batch, metrics: dict[str, float]) -> Batch:
-        batch = super().generate(prompts, metrics)
+    def generate(self, prompts: Batch, metrics: dict[str, float], round_index: int = 0) -> Batch:
+        batch = super().generate(prompts, metrics, round_index)
         self.trained[self.global_step] = sorted(set(batch["uid"]))
         return batch
 
@@ -128,8 +128,8 @@ def test_resume_mid_async_loses_and_repeats_no_prompt(tmp_path, arith_model_dir,
 
 
 class UidRecordingTrainer(AsyncPPOTrainer):
-    def generate(self, prompts: Batch, metrics: dict[str, float]) -> Batch:
-        batch = super().generate(prompts, metrics)
+    def generate(self, prompts: Batch, metrics: dict[str, float], round_index: int = 0) -> Batch:
+        batch = super().generate(prompts, metrics, round_index)
         self.trained = getattr(self, "trained", []) + [sorted(set(batch["uid"]))]
         return batch
 
