@@ -93,9 +93,12 @@ def overrides(args, paths: dict[str, Path], mode: str) -> list[str]:
     """rl_step_bench's GRPO + KL workload with EOS kept, token-budget micro-batches, and the trainer mode."""
     arr, budget = "actor_rollout_ref", args.token_budget
     base = [o for o in rl_step_hybridrl.overrides(args, paths, "hybrid")
-            if not o.startswith((f"{arr}.rollout.ignore_eos", "trainer.total_training_steps", "trainer.default_local_dir"))]
+            if not o.startswith((f"{arr}.rollout.ignore_eos", "trainer.total_training_steps", "trainer.default_local_dir",
+                                 f"{arr}.rollout.max_num_seqs"))]
+    # the engine may run every sequence admitted: one batch's rows in sync, up to threshold batches' in async
+    in_flight = args.num_prompts * args.n * (1 if mode == "sync" else args.threshold)
     return base + [
-        f"{arr}.rollout.ignore_eos=false", f"trainer.total_training_steps={args.warmup_steps + args.steps}",
+        f"{arr}.rollout.max_num_seqs={in_flight}", f"{arr}.rollout.ignore_eos=false", f"trainer.total_training_steps={args.warmup_steps + args.steps}",
         f"trainer.default_local_dir={paths['work'] / mode}", f"{arr}.actor.use_dynamic_bsz=true",
         f"{arr}.actor.ppo_max_token_len_per_gpu={budget}", f"{arr}.rollout.log_prob_max_token_len_per_gpu={budget}",
         f"{arr}.ref.log_prob_max_token_len_per_gpu={budget}", f"trainer.v1.trainer_mode={mode}",
