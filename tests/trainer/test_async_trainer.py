@@ -156,3 +156,23 @@ def test_separate_async_on_two_cpu_ranks_generates_on_its_own_rank_while_the_act
         assert record["fully_async/trainer/idle_ratio"] >= 0.0
         assert record["training/off_policy/trajectory_staleness_worst/max"] <= 1.0
     assert [any(k.startswith("val-core/") for k in r) for r in records] == [False, True, True]  # step 2, last step
+
+
+def test_stale_batches_get_rollout_correction_weights(tmp_path, arith_model_dir, arithmetic_files):
+    """Two batches in flight and a reward that moves the policy (lr 1e-2): from step 2 on the trained groups were
+    sampled one version back, and the token IS weights π_old/π_rollout (TIS, capped at 2) spread out where the
+    fresh first step's stay at the kernels' mismatch."""
+    reward = tmp_path / "length_reward.py"
+    reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                      "    return float(len(solution_str) % 5) / 4.0\n")
+    extra = ["trainer.v1.trainer_mode=colocate_async", "trainer.v1.sampler.max_off_policy_threshold=2",
+             "algorithm.rollout_correction.rollout_is=token", "algorithm.rollout_correction.rollout_is_threshold=2.0",
+             f"custom_reward_function.path={reward}", "data.max_response_length=48",
+             "actor_rollout_ref.actor.optim.lr=1e-2"]
+    make_trainer(load_config(overrides(tmp_path, arith_model_dir, arithmetic_files, "tis", extra))).fit()
+    first, *later = read_metrics(str(tmp_path / "tis"))
+    assert first["training/off_policy/trajectory_staleness/max"] == 0.0
+    assert first["rollout_corr/rollout_is_std"] < 0.01
+    for record in later:
+        assert record["training/off_policy/trajectory_staleness/max"] == 1.0
+        assert record["rollout_corr/rollout_is_std"] > 0.05 and record["rollout_corr/rollout_is_max"] <= 2.0
