@@ -23,8 +23,10 @@ def _masked_values(tensor: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 def compute_data_metrics(batch: Batch, use_critic: bool, max_response_length: int) -> dict[str, float]:
     """verl's `compute_data_metrics`: scores, rewards, advantages, returns, values, lengths."""
     mask = batch["response_mask"]
-    response_length = mask.sum(-1).float()
-    prompt_length = batch["attention_mask"][:, : batch["prompts"].shape[1]].sum(-1).float()
+    # lengths from the attention mask (verl's too): rejection sampling may have taken tokens out of response_mask
+    prompt_width = batch["prompts"].shape[1]
+    response_length = batch["attention_mask"][:, prompt_width:].sum(-1).float()
+    prompt_length = batch["attention_mask"][:, :prompt_width].sum(-1).float()
     metrics = {}
     metrics.update(_stats("critic/score", batch["token_level_scores"].sum(-1)))
     metrics.update(_stats("critic/rewards", batch["token_level_rewards"].sum(-1)))
