@@ -16,9 +16,9 @@ def run_ppo(cfg: HybridRLConfig) -> dict[str, float]:
 
     plan = preflight(cfg)  # batch sizes, placement, loggers: seconds, before the trainer's imports
     check_input_paths(cfg)  # every data, model and reward file named at once, before anything loads
-    from hybridrl.trainer.ppo_trainer import PPOTrainer
+    from hybridrl.trainer.async_trainer import make_trainer
 
-    return PPOTrainer(cfg, plan).fit()
+    return make_trainer(cfg, plan).fit()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,8 +25,10 @@ def compute_data_metrics(batch: Batch, use_critic: bool, max_response_length: in
     """verl's `compute_data_metrics`: scores, rewards, advantages, returns, values, lengths; and hybridrl's
     `training/nonfinite/<key>` counts where the chain has non-finite values (trainer/nonfinite.py)."""
     mask = batch["response_mask"]
-    response_length = mask.sum(-1).float()
-    prompt_length = batch["attention_mask"][:, : batch["prompts"].shape[1]].sum(-1).float()
+    # lengths from the attention mask (verl's too): rejection sampling may have taken tokens out of response_mask
+    prompt_width = batch["prompts"].shape[1]
+    response_length = batch["attention_mask"][:, prompt_width:].sum(-1).float()
+    prompt_length = batch["attention_mask"][:, :prompt_width].sum(-1).float()
     metrics = nonfinite_batch_metrics(batch)
     metrics.update(_stats("critic/score", batch["token_level_scores"].sum(-1)))
     metrics.update(_stats("critic/rewards", batch["token_level_rewards"].sum(-1)))

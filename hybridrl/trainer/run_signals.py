@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from hybridrl.checkpoint.manager import tracker_step
-from hybridrl.elastic.control import ElasticController
+from hybridrl.elastic.control import ElasticController, Request
 from hybridrl.logging.log import get_logger
 from hybridrl.trainer import checkpointing
 
@@ -74,16 +74,19 @@ class RunSignals:
             number = getattr(signal, name)
             self._previous[number] = signal.signal(number, self._on_stop_signal)
 
-    def around_construction(self, build: Callable[[], None]) -> ElasticController:
-        """`install()`, then `build()` the trainer (closed again if that fails), then `reclaim()`; the controller."""
-        self.install()
+    @classmethod
+    def around(cls, run_dir: str, build: Callable[[], None]) -> RunSignals:
+        """The run's signals, installed before `build()` constructs the trainer (closed again if that fails) and
+        taken back from whatever replaced them meanwhile (`reclaim`)."""
+        signals = cls(run_dir)
+        signals.install()
         try:
             build()
         except BaseException:
-            self.close()
+            signals.close()
             raise
-        self.reclaim()
-        return self.control
+        signals.reclaim()
+        return signals
 
     def reclaim(self) -> None:
         """Take SIGTERM/SIGINT back from what replaced the handlers while the run was built (`ray.init` installs
@@ -122,12 +125,13 @@ class RunSignals:
         os.write(2, f"[hybridrl] received {name}: step {self.next_step} finishes, then {then}; send {name} again to "
                     f"stop at once\n".encode())
 
-    def at_step_boundary(self, run: StoppableRun) -> None:
-        """Called before each step: if a signal asked the run to stop, save (when configured) and raise RunStopped."""
+    def at_step_boundary(self, run: StoppableRun) -> list[Request]:
+        """Called before each step: if a signal asked the run to stop, save (when configured) and raise RunStopped;
+        else the rollout requests (grow/shrink) that arrived, to apply now (`ElasticController.pending`)."""
         self.training, self.next_step, self.total_steps = True, run.global_step + 1, run.total_steps
         self.save_freq = run.cfg.trainer.save_freq
         if not self.received:
-            return
+            return self.control.pending()
         signum = self.received[0]
         checkpoint = self._save_for_stop(run)
         run.trackers.finish()  # the console's summary (with the checkpoint), files closed, loggers finished

@@ -207,7 +207,7 @@ def test_refused_requests_are_logged_and_training_goes_on(tmp_path, arith_model_
     previous = signal.getsignal(signal.SIGUSR1)
     trainer = PPOTrainer(load_config(run_overrides(arith_model_dir, arithmetic_files, out, steps=3,
                                                    extra=["trainer.logger=[file]"])))
-    assert signal.getsignal(signal.SIGUSR1) == trainer.control._on_signal  # taken from construction on
+    assert signal.getsignal(signal.SIGUSR1) == trainer.signals.control._on_signal  # taken from construction on
     score, calls = trainer.roles.reward.compute_scores, []
 
     def score_and_signal(batch, **kwargs):  # runs mid-step: requests wait for the step boundary
