@@ -62,6 +62,17 @@ class TrainRun:
     def interrupt(self) -> None:
         self.process.send_signal(signal.SIGINT)  # what Ctrl-C sends the trainer
 
+    def interrupt_twice(self, timeout_s: float = 60.0) -> None:
+        """Ctrl-C, then Ctrl-C again once the trainer has acknowledged the first: during training the first lets
+        the step finish (trainer/run_signals.py), which a step stuck in its reward function never does."""
+        self.interrupt()
+        deadline = time.monotonic() + timeout_s
+        while "received SIGINT" not in self.stderr():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"the trainer did not acknowledge SIGINT:\n{self.stderr()[-3000:]}")
+            time.sleep(0.1)
+        self.interrupt()
+
     def wait(self, timeout_s: float) -> int:
         return self.process.wait(timeout=timeout_s)
 

@@ -17,7 +17,7 @@ from hybridrl.rewards.pool import ScoreFnSpec, ScoringPool
 from hybridrl.errors.oom import oom_guard
 from tests.faults.reward_runs import REPO, alive, start_run
 
-INTERRUPTED_RC = 130  # hybridrl.errors: "hybridrl: interrupted"
+INTERRUPTED_RC = 130  # 128 + SIGINT
 
 
 def _metrics(out_dir) -> list[dict]:
@@ -27,15 +27,15 @@ def _metrics(out_dir) -> list[dict]:
 
 
 def test_ctrl_c_stops_a_run_whose_reward_thread_hangs(tmp_path, arith_model_dir, arithmetic_files):
-    """launch_reward_fn_async with a function that never returns and no deadline: SIGINT ends the run
-    (the scoring thread is not waited for)."""
+    """launch_reward_fn_async with a function that never returns and no deadline: a second SIGINT ends the run
+    at once (the scoring thread is not waited for)."""
     run = start_run(tmp_path, arith_model_dir, arithmetic_files, "hang",
                     ["reward_model.launch_reward_fn_async=true", "reward_model.reward_fn_timeout_s=null"])
     try:
         run.wait_for_marker()
-        run.interrupt()
+        run.interrupt_twice()
         assert run.wait(timeout_s=60) == INTERRUPTED_RC, run.stderr()[-3000:]
-        assert "hybridrl: interrupted" in run.stderr()
+        assert "stopped by SIGINT (a second signal)" in run.stderr()
     finally:
         run.kill()
 
@@ -82,7 +82,7 @@ def test_ctrl_c_stops_a_run_whose_reward_workers_hang(tmp_path, arith_model_dir,
                     ["reward_model.num_workers=2", "reward_model.reward_fn_timeout_s=null"])
     try:
         workers = run.wait_for_marker()
-        run.interrupt()
+        run.interrupt_twice()
         assert run.wait(timeout_s=60) == INTERRUPTED_RC, run.stderr()[-3000:]
         assert not [pid for pid in workers if alive(pid)], "reward workers outlived the run"
     finally:
