@@ -22,7 +22,8 @@ def _masked_values(tensor: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 def compute_data_metrics(batch: Batch, use_critic: bool, max_response_length: int) -> dict[str, float]:
     """verl's `compute_data_metrics`: scores, rewards, advantages, returns, values, lengths."""
     mask = batch["response_mask"]
-    response_length = mask.sum(-1).float()
+    # verl counts a response's tokens by attention_mask: a multi-turn trajectory's tool turns included
+    response_length = batch["attention_mask"][:, -batch["responses"].shape[1]:].sum(-1).float()
     prompt_length = batch["attention_mask"][:, : batch["prompts"].shape[1]].sum(-1).float()
     metrics = {}
     metrics.update(_stats("critic/score", batch["token_level_scores"].sum(-1)))

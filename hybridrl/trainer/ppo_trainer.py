@@ -353,11 +353,13 @@ class PPOTrainer:
             return
         from hybridrl.logging.rollout_dump import dump_rollout_jsonl
         from hybridrl.models.hf import batch_decode
+        from hybridrl.rollout.agent.metrics import rollout_turn_fields
         from hybridrl.workers.reward import decode_responses
 
         prompts = batch_decode(self.tokenizer, batch["prompts"].tolist(), skip_special_tokens=True)
+        extra = {**(self._last_reward_extra or {}), **rollout_turn_fields(self.tokenizer, batch)}  # agent loops' turns
         dump_rollout_jsonl(out_dir, self.global_step, prompts, decode_responses(self.tokenizer, batch),
-                           batch["token_level_scores"].sum(-1).tolist(), self._last_reward_extra or None)
+                           batch["token_level_scores"].sum(-1).tolist(), extra or None)
 
 
 def _uids(prefix: str, count: int) -> list[str]:
