@@ -18,6 +18,7 @@ from hybridrl.models.tiny import build_char_tokenizer
 from hybridrl.rollout.base import SamplingParams, TokenOutput
 from hybridrl.rollout.hf_backend import HFRolloutBackend
 from hybridrl.trainer.ppo_trainer import PPOTrainer
+from tests.rollout.agent import scripted_call_loop
 from tests.rollout.agent.helpers import tool_call
 from tests.rollout.agent.hf_request_engine import teacher_forced_log_probs
 from tests.rollout.tools.test_registry import VERL_GSM8K_TOOL_YAML
@@ -84,6 +85,7 @@ def tool_run_overrides(model_dir: str, task: tuple[str, str, str], out_dir: str,
         "trainer.device=cpu", "trainer.logger=[file]", "trainer.total_training_steps=2", "trainer.test_freq=2",
         "trainer.save_freq=-1", "trainer.val_before_train=false", f"trainer.default_local_dir={out_dir}",
         f"trainer.rollout_data_dir={os.path.join(out_dir, 'rollouts')}", "trainer.seed=7",
+        f"custom_reward_function.path={scripted_call_loop.__file__}", "custom_reward_function.name=compute_score",
     ] + list(extra)
 
 
@@ -107,6 +109,7 @@ def test_verl_tool_task_trains_two_steps(tmp_path, chatml_model_dir, gsm8k_tool_
     for record in records:
         for key in ("actor/pg_loss", "actor/grad_norm", "critic/score/mean"):
             assert math.isfinite(record[key]), (key, record[key])
+        assert record["actor/grad_norm"] > 0
         assert record["agent_loop/num_tool_calls/min"] >= 1 and record["tool_call_counts/mean"] >= 1
         assert record["num_turns/min"] >= 4  # user, assistant (the call), tool, assistant
         assert record["agent_loop/tool_errors/total"] == 0
@@ -136,3 +139,50 @@ def assert_tool_tokens_untrained(batch, tokenizer) -> None:
         assert float(batch["advantages"][row, observed]) == 0.0
         valid = int(batch["attention_mask"][row, -batch["responses"].shape[1]:].sum())
         assert int(mask[:valid].sum()) < valid  # some valid tokens are not trained on
+
+
+@pytest.mark.parametrize("tool_class,kind,text", [
+    ("RaisingTool", "exception", "disk on fire"),
+    ("HangingTool", "timeout", "timed out"),
+    ("GarbageTool", "invalid_return", "calc_gsm8k_reward"),
+])
+def test_a_failing_tool_answers_with_an_error_and_the_run_continues(tmp_path, chatml_model_dir, gsm8k_tool_task,
+                                                                     scripted_first_turn, tool_class, kind, text):
+    tools = tmp_path / "tools.yaml"
+    tools.write_text(VERL_GSM8K_TOOL_YAML.replace('"verl.tools.gsm8k_tool.Gsm8kTool"',
+                                                  f"tests.rollout.agent.tool_fixtures.{tool_class}"))
+    out = str(tmp_path / "run")
+    task = (gsm8k_tool_task[0], gsm8k_tool_task[1], str(tools))
+    PPOTrainer(load_config(tool_run_overrides(chatml_model_dir, task, out, extra=[
+        "trainer.total_training_steps=1", "trainer.test_freq=-1",
+        "actor_rollout_ref.rollout.multi_turn.tool_call_timeout=0.5"]))).fit()
+    [record] = read_jsonl(os.path.join(out, "metrics.jsonl"))
+    assert record[f"agent_loop/tool_errors/{kind}"] == 8 == record["agent_loop/tool_errors/total"]
+    assert math.isfinite(record["actor/pg_loss"])
+    tool_turns = [turn for row in read_jsonl(os.path.join(out, "rollouts", "1.jsonl")) for turn in row["turns"]
+                  if turn["role"] == "tool"]
+    assert len(tool_turns) == 8 and all(text in turn["text"] and not turn["trained"] for turn in tool_turns)
+
+
+def test_two_cpu_ranks_on_the_hybrid_engine(tmp_path, chatml_model_dir, gsm8k_tool_task):
+    """2 worker processes, each running the agent loops of its shard on hybridrl's own engine (its request API);
+    the controller joins the rows and computes the agent metrics over all 8 trajectories."""
+    loops = tmp_path / "loops.yaml"
+    loops.write_text(scripted_call_loop.CONFIG)
+    out = str(tmp_path / "run")
+    overrides = [o for o in tool_run_overrides(chatml_model_dir, gsm8k_tool_task, out)
+                 if o != "actor_rollout_ref.rollout.name=hf"]
+    trainer = PPOTrainer(load_config(overrides + [
+        "trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+        "actor_rollout_ref.rollout.name=hybrid", "actor_rollout_ref.rollout.dtype=float32",
+        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={loops}", "trainer.test_freq=-1"]))
+    assert trainer.plan.on_ranks and trainer.plan.world_size == 2
+    trainer.fit()
+    records = read_jsonl(os.path.join(out, "metrics.jsonl"))
+    assert [r["step"] for r in records] == [1, 2]
+    for record in records:
+        assert math.isfinite(record["actor/pg_loss"]) and record["actor/grad_norm"] > 0
+        assert record["agent_loop/num_tool_calls/min"] >= 1 and record["num_turns/min"] >= 4
+        assert record["agent_loop/tool_errors/total"] == 0
+    rows = read_jsonl(os.path.join(out, "rollouts", "2.jsonl"))
+    assert len(rows) == 8 and all(any(t["role"] == "tool" and not t["trained"] for t in row["turns"]) for row in rows)
