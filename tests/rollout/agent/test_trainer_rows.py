@@ -186,3 +186,25 @@ def test_two_cpu_ranks_on_the_hybrid_engine(tmp_path, chatml_model_dir, gsm8k_to
         assert record["agent_loop/tool_errors/total"] == 0
     rows = read_jsonl(os.path.join(out, "rollouts", "2.jsonl"))
     assert len(rows) == 8 and all(any(t["role"] == "tool" and not t["trained"] for t in row["turns"]) for row in rows)
+
+
+def test_a_resumed_run_reproduces_the_trajectories(tmp_path, chatml_model_dir, gsm8k_tool_task, scripted_first_turn):
+    """Interrupted after step 2 and resumed, step 3 generates the trajectories (and metrics) of the run that went
+    straight through; with dynamic batching of the actor's micro-batches."""
+    common = ["trainer.save_freq=2", "trainer.test_freq=-1", "actor_rollout_ref.actor.use_dynamic_bsz=true",
+              "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4096"]
+    straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
+
+    def train(out: str, steps: int, extra: list[str] = ()) -> None:
+        PPOTrainer(load_config(tool_run_overrides(chatml_model_dir, gsm8k_tool_task, out, extra=[
+            *common, f"trainer.total_training_steps={steps}", *extra]))).fit()
+
+    train(straight, 3)
+    train(resumed, 2)
+    train(resumed, 3, ["trainer.resume_mode=auto"])
+    dumps = [read_jsonl(os.path.join(out, "rollouts", "3.jsonl")) for out in (straight, resumed)]
+    assert [row["output"] for row in dumps[0]] == [row["output"] for row in dumps[1]]
+    last = [read_jsonl(os.path.join(out, "metrics.jsonl"))[-1] for out in (straight, resumed)]
+    assert last[1]["step"] == 3
+    for key in ("actor/pg_loss", "critic/score/mean", "num_turns/mean", "agent_loop/num_tool_calls/mean"):
+        assert last[1][key] == pytest.approx(last[0][key], rel=1e-5, abs=1e-7), key
