@@ -80,7 +80,10 @@ def local_assets(folder: Path) -> tuple[str, str]:
 
 
 def localize(args: list[str], checkout: Path, model: str, data: str) -> list[str]:
-    """Point model and data paths at local files; make checkout-relative file paths absolute."""
+    """Point model and data paths at local files; make checkout-relative file paths absolute. A model or data
+    path the script leaves out (set in a config file, or verl's default: `~/data/rlhf/gsm8k/*.parquet` from
+    verl's preprocessing, `~/models/deepseek-llm-7b-chat`) is pointed at the local stand-in too, so a missing
+    file is never what a script is measured on."""
     out = []
     for arg in args:
         prefix, key, value = _split(arg)
@@ -94,7 +97,11 @@ def localize(args: list[str], checkout: Path, model: str, data: str) -> list[str
             out.append(f"{prefix}{key}={checkout / value}")
         else:
             out.append(arg)
-    return out
+    given = {key for _, key, _ in map(_split, out)}
+    missing = {key: data for key in DATA_KEYS if key not in given}
+    if "actor_rollout_ref.model.path" not in given:
+        missing["actor_rollout_ref.model.path"] = model
+    return out + [f"{key}={value}" for key, value in missing.items()]
 
 
 def _split(arg: str) -> tuple[str, str | None, str]:

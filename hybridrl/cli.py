@@ -75,7 +75,11 @@ def _scan_data(cfg) -> None:
 def _scan_splits(cfg, tokenizer, build_dataset) -> None:
     for split in ("train", "val") if cfg.data.val_files else ("train",):
         dataset = build_dataset(cfg, tokenizer, split)
-        lengths = dataset.prompt_lengths or [0]
+        if not dataset.prompt_lengths:  # a verl-style data.custom_cls class: its rows are read when drawn
+            print(f"validated {split} data: {len(dataset)} rows from {dataset.label}; its first row read, the "
+                  f"others are read (and cut per data.truncation) when drawn", file=sys.stderr)
+            continue
+        lengths = dataset.prompt_lengths
         print(f"validated {split} data: {len(dataset)} rows ({dataset.num_filtered} filtered as overlong), prompt "
               f"tokens max {max(lengths)} mean {sum(lengths) / len(lengths):.0f} (data.max_prompt_length="
               f"{cfg.data.max_prompt_length})", file=sys.stderr)

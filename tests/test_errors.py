@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -75,3 +76,15 @@ def test_validate_scans_the_data_and_checks_paths(run_args, capsys):
     assert "DatasetError" in err and "of 64 prompts longer than data.max_prompt_length=3" in err
     assert cli_main(["print-config", "--validate", *run_args, "actor_rollout_ref.model.path=/no/model"]) == 2
     assert "actor_rollout_ref.model.path='/no/model': no such directory" in capsys.readouterr().err
+
+
+def test_validate_builds_a_user_dataset_class_as_train_does(run_args, capsys):
+    classes = Path(__file__).resolve().parent / "data" / "user_classes" / "verl_style.py"
+    user_class = [f"data.custom_cls.path={classes}", "data.custom_cls.name=RawPromptDataset"]
+    assert cli_main(["print-config", "--validate", *run_args, *user_class]) == 0
+    err = capsys.readouterr().err
+    assert "validated train data: 64 rows from data.custom_cls RawPromptDataset" in err
+    assert cli_main(["print-config", "--validate", *run_args, f"data.custom_cls.path={classes}",
+                     "data.custom_cls.name=NoGroundTruthDataset"]) == 2
+    err = capsys.readouterr().err
+    assert "data.custom_cls NoGroundTruthDataset" in err and "ground_truth" in err

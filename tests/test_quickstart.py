@@ -17,7 +17,7 @@ def test_quickstart_grpo_learns(tmp_path):
     assert after - before >= MARGIN, result["curve"]
     assert os.path.getsize(result["plot"]) > 1000
     assert os.path.exists(result["metrics_file"])
-    assert os.path.isfile(os.path.join(result["checkpoint"], "actor", "model.pt"))  # the final step is kept
+    assert os.path.isfile(os.path.join(result["checkpoint"], "actor", "model.safetensors"))  # the final step is kept
     words = shlex.split(result["train_command"].replace("\\\n", " "))  # the printed command runs as written
     assert words[:2] == ["hybridrl", "train"]
     assert load_config(words[2:]).trainer.total_training_steps == 60

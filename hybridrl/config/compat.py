@@ -42,7 +42,6 @@ NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
     **{f"{role}.fsdp_config.full_determinism": ((False,), f"deterministic kernels (full_determinism) are {_LATER}")
        for role in FSDP_ROLES},
     "actor_rollout_ref.model.enable_activation_offload": ((False,), f"activation offload is {_LATER}"),
-    "trainer.val_only": ((False,), f"validation-only runs are {_LATER}"),
     "actor_rollout_ref.actor.ulysses_sequence_parallel_size": ((1,), f"Ulysses sequence parallelism is {_LATER}"),
     "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size": ((1,), f"Ulysses sequence parallelism is {_LATER}"),
     "actor_rollout_ref.ref.ulysses_sequence_parallel_size": ((1,), f"Ulysses sequence parallelism is {_LATER}"),
@@ -54,7 +53,6 @@ NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
     "actor_rollout_ref.ref.strategy": (("fsdp", "fsdp2"), _ENGINES),
     "critic.strategy": (("fsdp", "fsdp2"), _ENGINES),
     "algorithm.use_pf_ppo": ((False,), f"PF-PPO is {_LATER}"),
-    "algorithm.filter_groups.enable": ((False,), f"DAPO dynamic sampling (filter_groups) is {_LATER}"),
     "algorithm.rollout_correction.rollout_is": ((None,), f"rollout-correction importance sampling is {_LATER}"),
     "algorithm.rollout_correction.rollout_rs": ((None,), f"rollout-correction rejection sampling is {_LATER}"),
     "algorithm.rollout_correction.bypass_mode": ((False,), f"rollout-correction bypass mode is {_LATER}"),
@@ -69,19 +67,18 @@ NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
     "actor_rollout_ref.rollout.data_parallel_size": ((1,), "engine-internal data parallelism is not used: every device runs a replica"),
     "actor_rollout_ref.rollout.expert_parallel_size": ((1,), f"expert-parallel rollout is {_LATER}; use 1"),
     "actor_rollout_ref.rollout.skip_rollout": ((False,), f"rollout skipping (cached rollouts) is {_LATER}"),
-    "actor_rollout_ref.rollout.over_sample_rate": ((0, 0.0), f"over-sampling prompts to cut long tails is {_LATER}"),
     "actor_rollout_ref.rollout.trace.backend": ((None,), f"rollout tracing is {_LATER}"),
     "actor_rollout_ref.actor.router_replay.mode": (("disabled",), f"MoE router replay is {_LATER}"),
-    "data.custom_cls.path": ((None,), f"custom dataset classes are {_LATER}"),
-    "data.sampler.class_path": ((None,), f"custom (curriculum) samplers are {_LATER}"),
-    "data.datagen.path": ((None,), f"dynamic data generation is {_LATER}"),
-    "global_profiler.tool": ((None, "torch", "torch_memory"), "hybridrl profiles with tool=torch (traces) or "
-                             "tool=torch_memory (CUDA allocator snapshots); for Nsight Systems run the whole job under "
-                             "`nsys profile -t cuda,nvtx python -m hybridrl ...`; Ascend NPUs are not supported"),
+    "data.datagen.path": ((None,), f"dynamic data generation (verl's experimental DynamicGenDataset, whose dataset "
+                                   "grows after every step; verl's August-2026 tree removed it) is "
+                                   f"{_LATER}: the resumable loader's per-epoch order and checkpointed position "
+                                   "assume a fixed dataset; generate the rows offline into data.train_files, or order "
+                                   "existing rows with a curriculum sampler (data.sampler.class_path)"),
+    "global_profiler.tool": ((None, "torch", "torch_memory", "nsys"), "Ascend NPU tools (npu, precision_debugger) "
+                             "are not supported: hybridrl runs on NVIDIA GPUs and CPUs; use tool=nsys (Nsight "
+                             "Systems), torch (torch.profiler traces) or torch_memory (CUDA allocator snapshots)"),
     "trainer.esi_redundant_time": ((0,), f"ESI pre-expiry checkpointing is {_LATER}"),
     "trainer.default_hdfs_dir": ((None,), f"HDFS checkpoint mirroring is {_LATER}"),
-    "data.use_shm": ((False,), f"/dev/shm preloading is {_LATER}"),
-    "actor_rollout_ref.model.use_shm": ((False,), f"/dev/shm preloading is {_LATER}"),
     "transfer_queue.enable": ((False,), f"the transfer queue is {_LATER}"),
     "critic.model.lora_rank": ((0,), "LoRA arrives in a later hybridrl release; use lora_rank=0 (full fine-tuning)"),
     "actor_rollout_ref.actor.use_prefix_grouper": ((False,), f"sharing a group's prompt prefix in the training forward is {_LATER}"),

@@ -7,6 +7,7 @@ import os
 import re
 from typing import Any, Iterator
 
+from hybridrl.config.data_rules import user_class_files
 from hybridrl.config.errors import ConfigError
 from hybridrl.config.placement import is_remote
 from hybridrl.config.roles import critic_enabled
@@ -50,6 +51,7 @@ def _file_paths(cfg: HybridRLConfig) -> Iterator[tuple[str, str]]:
     for key, value in optional:
         if value:
             yield key, value
+    yield from user_class_files(cfg.data)
 
 
 def missing_paths(cfg: HybridRLConfig) -> list[str]:

@@ -1,5 +1,5 @@
 """Lines the loader logs about a config it accepts: verl spellings read another way, and settings verl runs
-whose effect users should know (GRPO with one response per prompt)."""
+whose effect users should know (GRPO with one response per prompt, keys verl itself ignores)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,35 @@ def config_notices(cfg: HybridRLConfig) -> list[str]:
             f"{SINGLETON_ADVANTAGE[estimator]}, as in verl; group baselines need actor_rollout_ref.rollout.n > 1 "
             "(e.g. 5)"
         )
-    return notices + _profiler_notices(cfg)
+    return notices + _profiler_notices(cfg) + _sampling_notices(cfg) + _validation_notices(cfg)
+
+
+def _sampling_notices(cfg: HybridRLConfig) -> list[str]:
+    """DAPO dynamic sampling's settings with a surprising effect, and over_sample_rate, which verl reads nowhere."""
+    notices = []
+    rollout, groups = cfg.actor_rollout_ref.rollout, cfg.algorithm.filter_groups
+    if groups.enable and rollout.n == 1:
+        notices.append("warning: algorithm.filter_groups.enable=true with actor_rollout_ref.rollout.n=1 keeps every "
+                       "prompt (a group of one response has nothing to compare, as in verl): dynamic sampling filters "
+                       "nothing; set actor_rollout_ref.rollout.n > 1 (DAPO uses 16)")
+    if groups.enable and cfg.reward_model.launch_reward_fn_async:
+        notices.append("reward_model.launch_reward_fn_async with algorithm.filter_groups: each generation batch is "
+                       "scored before the forward passes (the groups are filtered on their scores), so scoring "
+                       "overlaps nothing")
+    if rollout.over_sample_rate:
+        notices.append(f"actor_rollout_ref.rollout.over_sample_rate={rollout.over_sample_rate} has no effect, as in "
+                       "verl: verl's trainer (January and August 2026) reads it nowhere; every response is generated "
+                       "to its end (set it to 0 to drop this line)")
+    return notices
+
+
+def _validation_notices(cfg: HybridRLConfig) -> list[str]:
+    trainer = cfg.trainer
+    if trainer.val_only and not trainer.val_before_train:
+        return ["warning: trainer.val_only=true has no effect with trainer.val_before_train=false, as in verl (whose "
+                "val_only acts in the validation before training): this run trains; set "
+                "trainer.val_before_train=true to validate once and stop"]
+    return []
 
 
 PROFILED_ROLES = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "actor_rollout_ref.rollout", "critic", "reward_model")

@@ -21,6 +21,10 @@ def profiler_problems(profiler_cfg) -> list[str]:
     if unknown:
         problems.append(f"global_profiler.global_tool_config.{profiler_cfg.tool} has unknown option(s) {unknown}; "
                         f"known: {sorted(known)}")
+    capture = profiler_cfg.global_tool_config.get("nsys", {}).get("worker_nsight_options", {}).get("capture-range")
+    if profiler_cfg.tool == "nsys" and capture not in (None, "cudaProfilerApi"):
+        problems.append(f"global_profiler.global_tool_config.nsys.worker_nsight_options.capture-range={capture!r}: the "
+                        "profiled steps are marked with cudaProfilerStart/Stop, so it must be cudaProfilerApi")
     contents = profiler_cfg.global_tool_config.get("torch", {}).get("contents", [])
     if profiler_cfg.tool == "torch" and set(contents) - set(TORCH_CONTENTS):
         problems.append(f"global_profiler.global_tool_config.torch.contents={contents} may hold only "

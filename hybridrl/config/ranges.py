@@ -140,7 +140,7 @@ RANGES: dict[str, Range] = {
     "data.max_response_length": TOKENS,
     "data.train_batch_size": at_least(1, "prompts per step"),
     "data.val_batch_size": COUNT,
-    "data.gen_batch_size": at_least(1, "prompts per generation batch (>= data.train_batch_size)"),
+    "data.gen_batch_size": at_least(1, "prompts per generation batch (a DAPO dynamic-sampling round)"),
     "data.seed": SEED,
     "data.dataloader_num_workers": COUNT_OR_ZERO,
     "data.image_patch_size": COUNT,
@@ -355,10 +355,12 @@ def cross_range_problems(cfg: Any) -> list[str]:
     """Ranges that depend on another key."""
     problems = []
     gen, train = cfg.data.gen_batch_size, cfg.data.train_batch_size
-    if gen is not None and gen < train:
+    if gen is not None and gen < train and not cfg.algorithm.filter_groups.enable:
+        # With dynamic sampling any size works: a step takes as many rounds of gen_batch_size prompts as it needs.
         problems.append(f"data.gen_batch_size ({gen}) must be >= data.train_batch_size ({train}) or null: it counts the "
-                        f"prompts generated per step, of which train_batch_size are trained on; set "
-                        f"data.gen_batch_size=null (= data.train_batch_size)")
+                        f"prompts generated per step, of which train_batch_size are trained on (any size works with "
+                        f"DAPO dynamic sampling, algorithm.filter_groups.enable=true); set data.gen_batch_size=null "
+                        f"(= data.train_batch_size)")
     elif gen is not None and gen > train and not cfg.algorithm.filter_groups.enable:
         # verl's loader yields gen_batch_size prompts; without dynamic sampling every one of them is trained on,
         # so the batch rules (checked against train_batch_size) would not describe the step.

@@ -147,15 +147,17 @@ class RayKwargsConfig:
 class GlobalProfilerConfig:
     """Profiling of selected steps."""
 
-    tool: str | None = setting(None, "torch (torch.profiler traces + top-op tables) or torch_memory (CUDA allocator "
-                               "snapshots) of the controller and every worker rank; null = off. nsys|npu: refused, "
-                               "run the job under nsys instead.")
+    tool: str | None = setting(None, "torch (torch.profiler traces + top-op tables), torch_memory (CUDA allocator "
+                               "snapshots) or nsys (Nsight Systems capture ranges + NVTX ranges; run under `nsys "
+                               "profile --capture-range=cudaProfilerApi`) of the controller and every worker rank; "
+                               "null = off. npu: refused.")
     steps: list[int] | None = setting(None, "Steps to profile (1-based, e.g. [2,3]).")
     profile_continuous_steps: bool = setting(False, "Profile consecutive listed steps as one trace.")
     save_path: str = setting("outputs/profile", "Where profiles go: <save_path>/step_<N>/<process>.*.")
     global_tool_config: dict = setting({}, "Per-tool options (open dict): torch.contents (cpu, cuda, memory, shapes, "
                                            "stack), torch.discrete (one profile per phase), "
-                                           "torch_memory.trace_alloc_max_entries.")
+                                           "torch_memory.trace_alloc_max_entries, nsys.discrete (one capture range "
+                                           "per phase), nsys.worker_nsight_options (the nsys command's options).")
     relocate_results: bool = setting(False, "Either value: hybridrl writes every trace of a step into "
                                             "<save_path>/step_<N>/ itself (no engine sub-folders), as true does in verl.")
     finish_hook_cmd: str | None = setting(None, "Command run when profiling ends (verl); not implemented: null only.")

@@ -8,6 +8,8 @@ from typing import Any
 
 from hybridrl.config.batch_rules import check_mini_batch, micro_batch_problems, token_budget_problems
 from hybridrl.config.checkpoint_rules import checkpoint_content_problems
+from hybridrl.config.data_rules import user_class_problems
+from hybridrl.config.dynamic_sampling_rules import filter_groups_problems
 from hybridrl.config.errors import ConfigError
 from hybridrl.config.estimator_needs import estimator_needs
 from hybridrl.config.index import config_tree, get_in, schema_index
@@ -45,6 +47,8 @@ def validate_config(cfg: HybridRLConfig, world_size: int = 1) -> None:
         + precision_problems(cfg)
         + token_budget_problems(cfg)
         + profiler_problems(cfg.global_profiler)
+        + user_class_problems(cfg.data)
+        + filter_groups_problems(cfg)
     )
     # -- value ranges and checkpoint contents (config/ranges.py, config/checkpoint_rules.py)
     problems = merged_range_problems(cfg, problems)
@@ -209,6 +213,9 @@ def _trainer_problems(cfg: HybridRLConfig) -> list[str]:
                 f"trainer.resume_mode=resume_path needs trainer.resume_from_path pointing at a checkpoint folder "
                 f"named global_step_N (got {path!r})"
             )
+    if trainer.val_only and trainer.val_before_train and not cfg.data.val_files:
+        problems.append("trainer.val_only=true validates once and stops, but data.val_files is empty; set "
+                        "data.val_files to the validation data")
     problems += device_count_problems(cfg)
     if trainer.launcher == "local" and trainer.nnodes > 1:
         problems.append(f"trainer.launcher=local runs on one node but trainer.nnodes={trainer.nnodes}; set "

@@ -77,7 +77,7 @@ class RLDataset:
             raise DatasetError(f"the data files hold no rows: {', '.join(self.files)}; check data.train_files / "
                                f"data.val_files")
         self.prompt_lengths: list[int] = []
-        self._keep(_subsample_indices(len(self.rows), max_samples, seed))
+        self._keep(subsample_indices(len(self.rows), max_samples, seed))
         self._scan(filter_overlong_prompts, require_ground_truth)
         if filter_overlong_prompts:
             self._filter_overlong()
@@ -95,7 +95,7 @@ class RLDataset:
 
     def _check_prompt(self, row: dict, file: str, number: int) -> None:
         for key in self.media_keys:
-            if _has_media(row.get(key)):
+            if has_media(row.get(key)):
                 raise DatasetError(f"{file}: row {number} has media in column {key!r} (data.image_key / data.video_key): "
                                  "multimodal prompts are not supported by hybridrl yet, and training on their text "
                                  "alone would drop them silently; remove the column or these rows")
@@ -164,16 +164,7 @@ class RLDataset:
         return truncate_prompt_ids(ids, self.max_prompt_length, self.truncation)
 
     def _render(self, messages: list[dict]) -> str:
-        if getattr(self.tokenizer, "chat_template", None):
-            return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False,
-                                                      **self.apply_chat_template_kwargs)
-        # Base models often ship without a template: plain newline-joined contents keep them usable.
-        name = type(self.tokenizer).__name__
-        if name not in _warned_no_chat_template:
-            _warned_no_chat_template.add(name)
-            logger.warning("tokenizer %s has no chat template; prompts are the message contents joined by newlines",
-                           name)
-        return "\n".join(message["content"] for message in messages)
+        return render_prompt(self.tokenizer, messages, self.apply_chat_template_kwargs)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         row = self.rows[i]
@@ -197,7 +188,21 @@ class RLDataset:
         return functools.partial(collate, pad_token_id=pad_token_id, max_prompt_length=self.max_prompt_length)
 
 
-def _subsample_indices(num_rows: int, max_samples: int, seed: int | None) -> list[int]:
+def render_prompt(tokenizer: Any, messages: list[dict], chat_template_kwargs: dict | None = None) -> str:
+    """The prompt text the policy sees: the chat template with the generation prompt, or (a tokenizer without a
+    template) the message contents joined by newlines."""
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False,
+                                             **(chat_template_kwargs or {}))
+    # Base models often ship without a template: plain newline-joined contents keep them usable.
+    name = type(tokenizer).__name__
+    if name not in _warned_no_chat_template:
+        _warned_no_chat_template.add(name)
+        logger.warning("tokenizer %s has no chat template; prompts are the message contents joined by newlines", name)
+    return "\n".join(message["content"] for message in messages)
+
+
+def subsample_indices(num_rows: int, max_samples: int, seed: int | None) -> list[int]:
     """A seeded random subset of `max_samples` rows (sorted, so file order is kept); all rows when -1 or too few."""
     if max_samples is None or max_samples < 0 or max_samples >= num_rows:
         return list(range(num_rows))
@@ -238,7 +243,7 @@ def collate(rows: list[dict[str, Any]], pad_token_id: int, max_prompt_length: in
     return Batch(tensors=tensors, non_tensors=non_tensors)
 
 
-def _has_media(value: Any) -> bool:
+def has_media(value: Any) -> bool:
     """A non-empty images/videos cell: None, NaN (a missing cell), "" and empty lists or arrays are none."""
     if value is None or (isinstance(value, float) and value != value):
         return False

@@ -16,7 +16,7 @@ USER_FACING = ("ConfigError", "ModelLoadError", "CheckpointError", "RewardFuncti
                "RolloutCapacityError", "PhaseOOMError", "PlacementError", "WorkerDiedError",
                "WorkerError", "RemoteScoringError", "MissingDependencyError",
                "MegatronCheckpointError", "GroupClosedError", "RayInitError", "CompileError",
-               "GraphCaptureError")
+               "GraphCaptureError", "DynamicSamplingError")
 FULL_ERROR_ENV = "HYDRA_FULL_ERROR"
 
 

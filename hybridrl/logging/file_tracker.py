@@ -3,7 +3,8 @@ trainer.log_val_generations, the validation samples to `<local_dir>/val_generati
 
 Each line is `{"step": N, "<key>": value, ...}` with plain ints/floats. JSON has no NaN/Infinity, so a
 non-finite value is written as `null` and its key listed under `"_nonfinite"` (e.g. `["actor/pg_loss"]`).
-A resumed run appends to the same file; readers keep the last record of a repeated step.
+A resumed run appends to the same file; readers merge the records of a repeated step, the later value winning
+per key (a resumed run's validation before training lands on the step it resumed at, beside its training metrics).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def decode_record(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_metrics_jsonl(path: str) -> dict[int, dict[str, Any]]:
-    """step → metrics (without "step"), the last record winning when a resumed run re-logged a step."""
+    """step → metrics (without "step"); records of a repeated step merged, a later value winning per key."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"metrics file {path!r} does not exist; point at <trainer local dir>/{METRICS_FILENAME}")
     by_step: dict[int, dict[str, Any]] = {}
@@ -58,7 +59,7 @@ def read_metrics_jsonl(path: str) -> dict[int, dict[str, Any]]:
                 raise ValueError(f"{path}:{line_number} is not valid JSON ({error}); was the file truncated?") from error
             if "step" not in record:
                 raise ValueError(f"{path}:{line_number} has no 'step' field; is this a hybridrl/verl metrics file?")
-            by_step[int(record.pop("step"))] = record
+            by_step.setdefault(int(record.pop("step")), {}).update(record)
     return by_step
 
 

@@ -12,6 +12,7 @@ from transformers.utils import logging as hf_logging
 
 from hybridrl.logging.log import get_logger
 from hybridrl.models.errors import ModelLoadError
+from hybridrl.models.shm import load_path
 from hybridrl.utils.collectives import is_rank0
 from hybridrl.utils.scoped import temporarily
 
@@ -35,6 +36,11 @@ def resolve_dtype(name: str | torch.dtype) -> torch.dtype:
 
 def expand_path(path: str) -> str:
     return os.path.expanduser(os.path.expandvars(path))
+
+
+def _source(path: str, use_shm: bool, key: str) -> str:
+    """Where a model loads from: `path` expanded, or its /dev/shm copy when the role's use_shm is set."""
+    return load_path(expand_path(path), use_shm, use_shm_key=key.rsplit(".", 1)[0] + ".use_shm", source_key=key)
 
 
 def _load_error(kind: str, path: str, key: str, err: Exception) -> ModelLoadError:
@@ -105,9 +111,10 @@ def import_external_lib(module: str | None, key: str) -> None:
 def load_causal_lm(path: str, *, dtype: torch.dtype = torch.float32, override_config: dict | None = None,
                    trust_remote_code: bool = False, attn_implementation: str = "sdpa",
                    key: str = "actor_rollout_ref.model.path", hf_config_path: str | None = None,
-                   tokenizer_path: str | None = None) -> PreTrainedModel:
-    """An HF causal LM from an HF directory, or from a Megatron-LM checkpoint directory (detected)."""
-    path = expand_path(path)
+                   tokenizer_path: str | None = None, use_shm: bool = False) -> PreTrainedModel:
+    """An HF causal LM from an HF directory, or from a Megatron-LM checkpoint directory (detected); with
+    `use_shm` (the role's `model.use_shm`) from its copy in /dev/shm (`models/shm.py`)."""
+    path = _source(path, use_shm, key)
     _quiet_transformers()
     from hybridrl.models.megatron import is_megatron_checkpoint, load_megatron_as_hf
 
@@ -124,12 +131,14 @@ def load_causal_lm(path: str, *, dtype: torch.dtype = torch.float32, override_co
 
 
 def load_value_model(path: str, *, dtype: torch.dtype = torch.float32, override_config: dict | None = None,
-                     trust_remote_code: bool = False, key: str = "critic.model.path") -> PreTrainedModel:
+                     trust_remote_code: bool = False, key: str = "critic.model.path",
+                     use_shm: bool = False) -> PreTrainedModel:
     """A token-classification model with one label: the value head on an HF backbone (verl's critic).
 
-    The score head is freshly initialised when loading a causal-LM checkpoint (expected for a critic).
+    The score head is freshly initialised when loading a causal-LM checkpoint (expected for a critic). With
+    `use_shm` (the role's `model.use_shm`) it loads from the checkpoint's copy in /dev/shm (`models/shm.py`).
     """
-    path = expand_path(path)
+    path = _source(path, use_shm, key)
     _quiet_transformers()
     from hybridrl.models.megatron import is_megatron_checkpoint
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from hybridrl.logging.log import get_logger
 from hybridrl.utils.batch import Batch
 
 
@@ -65,4 +66,14 @@ def compute_throughput_metrics(batch: Batch, step_seconds: float, num_devices: i
     return {"perf/total_num_tokens": float(total), "perf/time_per_step": step_seconds,
             "perf/throughput": total / max(step_seconds, 1e-9) / max(num_devices, 1)}
 
+OLD_LOG_PROBS_FROM_UPDATE = ("the actor's update supplies the old log-probs (one epoch over one mini-batch: "
+                             "actor_rollout_ref.actor.reuse_on_policy_log_prob), so the separate pass is skipped")
 
+
+def record_skipped_phase(timings: dict[str, float], phase: str, reason: str, explained: set[str]) -> None:
+    """`timing_s/<phase>` = 0 for a phase this step skips (dashboards expect the key); `reason` is logged the first
+    time (`explained`: the phases already explained, the caller's to keep)."""
+    timings[phase] = 0.0
+    if phase not in explained:
+        explained.add(phase)
+        get_logger("hybridrl.trainer").info(f"timing_s/{phase} is 0: {reason}")

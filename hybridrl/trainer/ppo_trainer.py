@@ -20,7 +20,9 @@ from hybridrl.config.run_plan import RunPlan
 from hybridrl.errors.oom import oom_guard
 from hybridrl.logging.log import get_logger
 from hybridrl.trainer import checkpointing
-from hybridrl.trainer.metrics import compute_data_metrics, compute_throughput_metrics, compute_timing_metrics
+from hybridrl.trainer.dynamic_sampling import DynamicSampler, RoundHooks, pop_reward_extra
+from hybridrl.trainer.metrics import (OLD_LOG_PROBS_FROM_UPDATE, compute_data_metrics, compute_throughput_metrics,
+                                      compute_timing_metrics, record_skipped_phase)
 from hybridrl.trainer.preflight import preflight
 from hybridrl.trainer.setup import build_dataset, build_loader, build_tokenizer, seed_everything, total_training_steps
 from hybridrl.trainer.validation import validation_metrics
@@ -54,6 +56,8 @@ class PPOTrainer:
                            if cfg.data.val_files else None)
         self.total_steps = total_training_steps(cfg, len(self.train_loader))
         self.roles: Roles = build_roles(cfg, self.plan, self.tokenizer, self.total_steps)
+        self.dynamic_sampling = DynamicSampler.from_config(  # algorithm.filter_groups (DAPO)
+            cfg, self.train_loader, RoundHooks(self._generation, self.roles.reward.compute_scores, self._phase))
         kl = cfg.algorithm.kl_ctrl
         self.kl_ctrl = get_kl_controller(kl.type, kl.kl_coef, kl.target_kl, kl.horizon)
         self.global_step = 0
@@ -63,6 +67,7 @@ class PPOTrainer:
                                      cuda_elsewhere=self.memory.device != self.device)  # the ranks hold the GPUs
         self._reward_pool: ThreadPoolExecutor | None = None  # launch_reward_fn_async: one thread, made on first use
         self._last_reward_extra: dict[str, list] = {}
+        self._explained_skips: set[str] = set()  # phases whose timing_s/<phase> = 0 was explained (metrics.py)
         if cfg.reward_model.launch_reward_fn_async and self.roles.reward.scores_with_model:
             log.warning("reward_model.launch_reward_fn_async applies to reward functions; with a reward model "
                         "(reward_model.enable=true) scoring stays synchronous")
@@ -103,10 +108,13 @@ class PPOTrainer:
             experiment_name=self.cfg.trainer.experiment_name, local_dir=checkpointing.root_dir(self.cfg),
             config_dict=_config_dict(self.cfg))
         trackers.add("run_console", self._run_console())  # console: the banner now, progress per step, summary at end
-        if self.val_loader is not None and self.cfg.trainer.val_before_train and self.global_step == 0:
-            trackers.log(self.validate(), step=0)
         metrics: dict[str, float] = {}
-        while self.global_step < self.total_steps:
+        if self.val_loader is not None and self.cfg.trainer.val_before_train:  # after a resume too, as verl
+            trackers.log(metrics := self.validate(), step=self.global_step)
+            if self.cfg.trainer.val_only:  # verl: val_only ends the run inside the validation before training
+                trackers.finish()
+                return metrics
+        while self._more_steps():
             for request in self.control.pending():  # a step boundary: grow or shrink the rollout now
                 self.elasticity.apply(request)
             prompts, epoch = self.train_loader.next_batch()
@@ -140,7 +148,7 @@ class PPOTrainer:
     def _after_step(self, metrics: dict[str, float]) -> None:
         """Validation and checkpointing at their frequencies (and always at the last step, as verl)."""
         trainer, step = self.cfg.trainer, self.global_step
-        last = step >= self.total_steps
+        last = not self._more_steps()
         timings: dict[str, float] = {}
         if self.val_loader is not None and trainer.test_freq > 0 and (last or step % trainer.test_freq == 0):
             with timed("testing", timings):
@@ -149,6 +157,10 @@ class PPOTrainer:
             with timed("save_checkpoint", timings):
                 checkpointing.save(self)
         metrics.update({f"timing_s/{k}": v for k, v in timings.items()})
+
+    def _more_steps(self) -> bool:
+        """Up to total_steps; with dynamic sampling (steps of varying data) only while the data lasts too."""
+        return self.global_step < self.total_steps and (self.dynamic_sampling is None or self.dynamic_sampling.has_data())
 
     # ================================================================= step
     @contextmanager
@@ -167,11 +179,10 @@ class PPOTrainer:
         timings: dict[str, float] = {}
         prompts["uid"] = _uids(f"{self.global_step}", len(prompts))
         with timed("step", timings):  # the whole step (phases nest inside)
-            with self._phase("gen", timings):
-                batch = self.generate(prompts, metrics)
-            if self.plan.needs.greedy_baseline:
-                with self._phase("gen_max", timings):
-                    batch["reward_baselines"] = self.greedy_baseline(prompts)
+            if self.dynamic_sampling is None:
+                batch = self._generation(prompts, metrics, timings)
+            else:  # DAPO: rounds of gen + reward until enough groups vary (dynamic_sampling.py; the scores ride along)
+                batch = self.dynamic_sampling.collect(prompts, self.global_step, metrics, timings)
             batch = self._balance(batch, metrics)
             scoring = self._score_in_background(batch)
             if scoring is None:
@@ -180,6 +191,8 @@ class PPOTrainer:
             if not self.takes_old_log_probs_from_update(len(batch)):
                 with self._phase("old_log_prob", timings):
                     batch = self.old_log_prob(batch, metrics)
+            else:
+                record_skipped_phase(timings, "old_log_prob", OLD_LOG_PROBS_FROM_UPDATE, self._explained_skips)
             if self.roles.reference is not None:
                 with self._phase("ref", timings):
                     batch = batch.union(self.roles.reference.compute_ref_log_prob(batch))
@@ -197,6 +210,7 @@ class PPOTrainer:
         metrics.update(compute_timing_metrics(batch, timings))
         metrics.update(compute_throughput_metrics(batch, timings["step"], self.plan.world_size))
         metrics.update(self._phase_metrics())
+        self.train_loader.update_sampler(batch)  # data.sampler: a curriculum sampler's update(batch), as verl
         return metrics
 
     def _balance(self, batch: Batch, metrics: dict[str, float]) -> Batch:
@@ -216,9 +230,19 @@ class PPOTrainer:
         return max_merge(own, self.roles.phase_metrics())
 
     # =============================================================== phases
-    def generate(self, prompts: Batch, metrics: dict[str, float]) -> Batch:
+    def _generation(self, prompts: Batch, metrics: dict[str, float], timings: dict[str, float],
+                    round_index: int = 0) -> Batch:
+        """gen (+ gen_max for a greedy baseline); `round_index`: a dynamic-sampling round of this step."""
+        with self._phase("gen", timings):
+            batch = self.generate(prompts, metrics, round_index)
+        if self.plan.needs.greedy_baseline:
+            with self._phase("gen_max", timings):
+                batch["reward_baselines"] = self.greedy_baseline(prompts)
+        return batch
+
+    def generate(self, prompts: Batch, metrics: dict[str, float], round_index: int = 0) -> Batch:
         rollout_cfg = self.cfg.actor_rollout_ref.rollout
-        params = sampling_params(rollout_cfg, validate=False, seed=self._rollout_seed())
+        params = sampling_params(rollout_cfg, validate=False, seed=self._rollout_seed(round_index))
         batch, gen_metrics = self.roles.rollout.generate_sequences(prompts, params)
         metrics.update(gen_metrics)  # the engine's keys already carry their `rollout/` prefix
         return batch
@@ -231,6 +255,9 @@ class PPOTrainer:
         return scores["token_level_scores"].sum(-1).repeat_interleave(self.cfg.actor_rollout_ref.rollout.n)
 
     def score(self, batch: Batch, metrics: dict[str, float]) -> Batch:
+        if self.dynamic_sampling is not None:  # scored round by round while sampling: take its extra info
+            self._last_reward_extra = pop_reward_extra(batch)
+            return batch
         return self._merge_scores(batch, self.roles.reward.compute_scores(batch), metrics)
 
     def _merge_scores(self, batch: Batch, result, metrics: dict[str, float]) -> Batch:
@@ -244,7 +271,8 @@ class PPOTrainer:
         old_log_prob / ref / values forwards run (the GIL handed back every 0.2 ms meanwhile: utils/threads.py);
         a Future of `compute_scores`, or None when scoring is synchronous (the key off, or a reward model,
         which needs the GPU itself)."""
-        if not self.cfg.reward_model.launch_reward_fn_async or self.roles.reward.scores_with_model:
+        if (not self.cfg.reward_model.launch_reward_fn_async or self.roles.reward.scores_with_model
+                or self.dynamic_sampling is not None):  # dynamic sampling has scored before these passes
             return None
         if self._reward_pool is None:
             from concurrent.futures import ThreadPoolExecutor
@@ -343,9 +371,10 @@ class PPOTrainer:
     # ---- end validation hook ----
 
     # ============================================================== helpers
-    def _rollout_seed(self) -> int:
+    def _rollout_seed(self, round_index: int = 0) -> int:
+        """Per step; a later dynamic-sampling round adds round << 48 (engine: seed bits 32+ mix into row keys)."""
         base = self.cfg.actor_rollout_ref.rollout.seed
-        return (base if base is not None else self.cfg.trainer.seed) * 1_000_003 + self.global_step
+        return (base if base is not None else self.cfg.trainer.seed) * 1_000_003 + self.global_step + (round_index << 48)
 
     def _dump_rollouts(self, batch: Batch) -> None:
         out_dir = self.cfg.trainer.rollout_data_dir

@@ -10,8 +10,9 @@ import numpy as np
 import torch
 
 from hybridrl.config.schema import HybridRLConfig
-from hybridrl.data.dataset import RLDataset, collate
-from hybridrl.data.loader import StatefulLoader
+from hybridrl.data.dataset import collate
+from hybridrl.data.factory import build_rl_dataset, build_sampler
+from hybridrl.data.loader import Rows, StatefulLoader
 from hybridrl.models.hf import expand_path, load_policy_tokenizer
 
 
@@ -38,32 +39,32 @@ def _files(value: str | list[str]) -> list[str | Path]:
     return [expand_path(f) for f in files]
 
 
-def build_dataset(cfg: HybridRLConfig, tokenizer, split: str) -> RLDataset:
-    data = cfg.data
-    files = data.train_files if split == "train" else data.val_files
-    max_samples = data.train_max_samples if split == "train" else data.val_max_samples
-    return RLDataset(_files(files), tokenizer, max_prompt_length=data.max_prompt_length, prompt_key=data.prompt_key,
-                     reward_fn_key=data.reward_fn_key, truncation=data.truncation,
-                     filter_overlong_prompts=data.filter_overlong_prompts, max_samples=max_samples,
-                     return_raw_chat=data.return_raw_chat, apply_chat_template_kwargs=data.apply_chat_template_kwargs,
-                     seed=data.seed if data.seed is not None else cfg.trainer.seed,
-                     media_keys=(data.image_key, data.video_key),
-                     require_ground_truth=True)  # the reward role reads reward_model.ground_truth of every row
+def _data_seed(cfg: HybridRLConfig) -> int:
+    return cfg.data.seed if cfg.data.seed is not None else cfg.trainer.seed
 
 
-def build_loader(cfg: HybridRLConfig, dataset: RLDataset, tokenizer, split: str) -> StatefulLoader:
+def build_dataset(cfg: HybridRLConfig, tokenizer, split: str) -> Rows:
+    """The `split` ("train" / "val") dataset: data.custom_cls when set, else RLDataset (hybridrl.data.factory)."""
+    files = cfg.data.train_files if split == "train" else cfg.data.val_files
+    return build_rl_dataset(cfg.data, _files(files), tokenizer, split, _data_seed(cfg))
+
+
+def build_loader(cfg: HybridRLConfig, dataset: Rows, tokenizer, split: str) -> StatefulLoader:
+    """The train loader (ordered by data.sampler when set) or the validation loader (file order)."""
     data = cfg.data
 
     def collate_fn(rows):
         return collate(rows, pad_token_id=tokenizer.pad_token_id, max_prompt_length=data.max_prompt_length)
 
     if split == "train":
-        seed = data.seed if data.seed is not None else cfg.trainer.seed
+        # data.gen_batch_size: the prompts of one generation batch (one DAPO dynamic-sampling round)
+        size_key = "data.gen_batch_size" if data.gen_batch_size else "data.train_batch_size"
         return StatefulLoader(dataset, data.gen_batch_size or data.train_batch_size, shuffle=data.shuffle,
-                              seed=seed, drop_last=True, collate_fn=collate_fn)
+                              seed=_data_seed(cfg), drop_last=True, collate_fn=collate_fn, size_key=size_key,
+                              sampler=build_sampler(data, dataset))
     batch_size = data.val_batch_size or len(dataset)
     return StatefulLoader(dataset, min(batch_size, len(dataset)), shuffle=False, seed=0, drop_last=False,
-                          collate_fn=collate_fn)
+                          collate_fn=collate_fn, size_key="data.val_batch_size")
 
 
 def total_training_steps(cfg: HybridRLConfig, num_batches_per_epoch: int) -> int:

@@ -11,6 +11,10 @@ Files go to `<save_path>/step_<N>/` (`step_<A>-<B>/` for a consecutive run with 
   https://pytorch.org/memory_viz). The snapshot is also written when the step fails, e.g. on an OOM.
   `global_tool_config.torch_memory.stack_depth` is accepted for verl's sake and has no effect: torch records
   whole Python stacks.
+- tool=nsys: Nsight Systems, which records the process tree it launches (`utils/nsight.py`): the profiled steps
+  are cudaProfilerStart/Stop capture ranges with NVTX ranges per step and phase; nsys writes the reports
+  (`--output`), nothing is written here. `ProfileSpec.from_config` logs the `nsys profile` command line to use,
+  as a warning when the process does not run under nsys.
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ from typing import Callable, Iterator
 
 import torch
 
-from hybridrl.utils.profiler_options import TOOL_OPTIONS
+from hybridrl.utils.nsight import NsysProcess, nvtx_range, startup_message
+from hybridrl.utils.profiler_options import merged_options
 
 # A child of the `hybridrl` logger, which `hybridrl.logging.log` configures on first use (utils sits below logging).
 log = logging.getLogger("hybridrl.profiling")
@@ -43,18 +48,23 @@ class ProfileSpec:
 
     @classmethod
     def from_config(cls, profiler_cfg) -> ProfileSpec | None:
-        """None when profiling is off (tool null or no steps); the config is checked by `profiler_problems`."""
+        """None when profiling is off (tool null or no steps); the config is checked by `profiler_problems`.
+        With tool=nsys it logs the start-up line (`nsight.startup_message`)."""
         if profiler_cfg.tool is None or not profiler_cfg.steps:
             return None
         tool = profiler_cfg.tool
-        options = {**TOOL_OPTIONS[tool], **profiler_cfg.global_tool_config.get(tool, {})}
-        return cls(tool, frozenset(profiler_cfg.steps), profiler_cfg.profile_continuous_steps,
+        options = merged_options(tool, profiler_cfg.global_tool_config.get(tool, {}))
+        spec = cls(tool, frozenset(profiler_cfg.steps), profiler_cfg.profile_continuous_steps,
                    os.path.abspath(profiler_cfg.save_path), options)
+        if tool == "nsys":
+            warning, line = startup_message(sorted(spec.steps), options, spec.save_path)
+            (log.warning if warning else log.info)(line)
+        return spec
 
     @property
     def discrete(self) -> bool:
-        """One profile per phase (torch, discrete=true): every profiled step is then a run of its own."""
-        return self.tool == "torch" and bool(self.options["discrete"])
+        """One profile (nsys: capture range) per phase: every profiled step is then a run of its own."""
+        return self.tool in ("torch", "nsys") and bool(self.options["discrete"])
 
     def starts_at(self, step: int) -> bool:
         return step in self.steps and not (self._joins_steps and step - 1 in self.steps)
@@ -87,10 +97,18 @@ class StepProfiler:
         self._session = None  # the running torch.profiler.profile (whole-step mode)
         self._phase_calls: dict[str, int] = {}  # discrete: a phase entered again gets a numbered file
         self._phase_session = None  # discrete: the phase profile running now (a nested phase becomes a range in it)
+        self._nsys = NsysProcess(self.device.type, cuda_elsewhere)
 
     def start(self, spec: ProfileSpec, step: int) -> None:
         if spec.tool == "torch_memory" and self.cuda_elsewhere:
             return  # the ranks write the snapshots
+        if spec.tool == "nsys":
+            if not self._nsys.marks:
+                log.warning(f"global_profiler.tool=nsys: {self.label} runs on {self.device}, and Nsight Systems "
+                            "records CUDA work: nothing is captured for it (use global_profiler.tool=torch on CPU)")
+            self.spec, self.first_step = spec, step
+            self._nsys.start(spec.discrete)
+            return
         if spec.tool == "torch_memory" and self.device.type != "cuda":
             raise RuntimeError(f"global_profiler.tool=torch_memory snapshots the CUDA allocator, but {self.label} "
                                f"runs on {self.device}; use global_profiler.tool=torch on CPU")
@@ -108,6 +126,9 @@ class StepProfiler:
         spec, self.spec = self.spec, None
         if spec is None:
             return
+        if spec.tool == "nsys":  # nsys writes the report itself
+            self._nsys.stop()
+            return
         directory = spec.directory(self.first_step, step)
         os.makedirs(directory, exist_ok=True)
         if spec.tool == "torch_memory":
@@ -121,6 +142,10 @@ class StepProfiler:
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
         """A phase of the profiled step: a named range in the step's trace, or (discrete) its own profile."""
+        if self.spec is not None and self.spec.tool == "nsys":
+            with self._nsys.phase(name):
+                yield
+            return
         if self.spec is None or self.spec.tool != "torch":
             yield
             return
@@ -177,7 +202,8 @@ def profiled_step(spec: ProfileSpec | None, step: int, local: StepProfiler,
         call_ranks("start_profile", spec, step)
     failed = True
     try:
-        yield
+        with nvtx_range(f"step {step}"):  # nsys only: a no-op unless an nsys run is in progress here
+            yield
         failed = False
     finally:
         if failed or spec.ends_at(step):
@@ -195,4 +221,7 @@ def _stop_everywhere(spec: ProfileSpec, local: StepProfiler, call_ranks: Callabl
             raise
         log.warning(f"worker ranks' profiles of step {step} were not written ({type(exc).__name__}: {exc}); "
                     "the step's own error follows")
-    log.info(f"global_profiler ({spec.tool}): step {step}'s profile is in {directory}")
+    if spec.tool == "nsys":
+        log.info(f"global_profiler (nsys): step {step}'s capture range ended; nsys writes its report")
+    else:
+        log.info(f"global_profiler ({spec.tool}): step {step}'s profile is in {directory}")

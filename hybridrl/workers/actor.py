@@ -13,6 +13,7 @@ from hybridrl.config.batch_sizes import BatchSizes
 from hybridrl.config.schema import HybridRLConfig
 from hybridrl.models.hf import load_causal_lm
 from hybridrl.utils.batch import Batch
+from hybridrl.utils.nsight import nvtx_range
 from hybridrl.workers.forward import batched_log_probs, response_log_probs
 from hybridrl.workers.loss_scope import MicroBatchWeights
 from hybridrl.workers.micro_batches import MicroBatchPlan
@@ -37,7 +38,7 @@ class ActorWorker(TrainState):
             model = load_causal_lm(model_cfg.path, dtype=master, override_config=model_cfg.override_config,
                                    trust_remote_code=model_cfg.trust_remote_code,
                                    hf_config_path=model_cfg.hf_config_path,
-                                   tokenizer_path=model_cfg.tokenizer_path).to(device)
+                                   tokenizer_path=model_cfg.tokenizer_path, use_shm=model_cfg.use_shm).to(device)
             return _apply_lora(model, model_cfg) if self.lora else model  # LoRA's init draws on the device's RNG
 
         super().__init__(build_trainable(RoleSpec.actor(cfg), device, load, total_training_steps))
@@ -101,8 +102,10 @@ class ActorWorker(TrainState):
         for index, micro in enumerate(parts):
             last = index == len(parts) - 1  # one gradient reduce per mini-batch, in its last backward
             with self.parallel.backward_sync(last):
-                loss, micro_parts, forward = self._micro_loss(micro, weights, on_policy)
-                loss.backward()
+                with nvtx_range("actor/forward"):  # global_profiler.tool=nsys only (utils/nsight.py)
+                    loss, micro_parts, forward = self._micro_loss(micro, weights, on_policy)
+                with nvtx_range("actor/backward"):
+                    loss.backward()
             if on_policy:
                 forwards.append(forward)
             for key, value in micro_parts.items():

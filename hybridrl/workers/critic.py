@@ -11,6 +11,7 @@ from hybridrl.config.batch_sizes import BatchSizes
 from hybridrl.config.schema import HybridRLConfig
 from hybridrl.models.hf import import_external_lib, load_value_model
 from hybridrl.utils.batch import Batch
+from hybridrl.utils.nsight import nvtx_range
 from hybridrl.workers.forward import response_values
 from hybridrl.workers.loss_scope import MicroBatchWeights
 from hybridrl.workers.micro_batches import MicroBatchPlan
@@ -31,7 +32,8 @@ class CriticWorker(TrainState):
             import_external_lib(model_cfg.external_lib, "critic.model.external_lib")
             return load_value_model(model_cfg.path or cfg.actor_rollout_ref.model.path, dtype=master,
                                     override_config=model_cfg.override_config,
-                                    trust_remote_code=model_cfg.trust_remote_code).to(device)  # a fresh value head
+                                    trust_remote_code=model_cfg.trust_remote_code,
+                                    use_shm=model_cfg.use_shm).to(device)  # a fresh value head
 
         super().__init__(build_trainable(RoleSpec.critic(cfg), device, load, total_training_steps))
         self.remove_padding = model_cfg.use_remove_padding
@@ -71,12 +73,13 @@ class CriticWorker(TrainState):
             mask = micro["response_mask"]
             last = index == len(parts) - 1  # one gradient reduce per mini-batch, in its last backward
             with self.parallel.backward_sync(last):
-                with self.parallel.autocast():
+                with nvtx_range("critic/forward"), self.parallel.autocast():  # NVTX: tool=nsys only
                     vpreds = response_values(self.model, micro, self.remove_padding)
                 vf_loss, vf_clipfrac = compute_value_loss(vpreds, micro["returns"], micro["values"], mask,
                                                           self.cfg.cliprange_value, self.cfg.loss_agg_mode)
                 vf_loss = vf_loss * weights(mask, self.cfg.loss_agg_mode)
-                vf_loss.backward()
+                with nvtx_range("critic/backward"):
+                    vf_loss.backward()
             token_weight = weights(mask, "token-mean")
             mini_metrics["critic/vf_loss"].append(as_metric(vf_loss))
             mini_metrics["critic/vf_clipfrac"].append(as_metric(vf_clipfrac * token_weight))

@@ -71,7 +71,7 @@ def build_reward_model(cfg: HybridRLConfig, tokenizer, device: torch.device = to
                              micro_batch_size=rm.micro_batch_size_per_gpu or 8, remote=remote,
                              max_tokens=rm.forward_max_token_len_per_gpu if rm.use_dynamic_bsz else None,
                              devices=[] if remote else devices, dtype=dtype,
-                             max_length=rm.max_length, trust_remote_code=trust)
+                             max_length=rm.max_length, trust_remote_code=trust, use_shm=rm.model.use_shm)
 
 
 def reward_extra_infos(batch: Batch) -> list[dict | None]:

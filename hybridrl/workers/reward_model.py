@@ -54,7 +54,7 @@ class RewardModelWorker:
     def __init__(self, model_path_or_url: str, *, tokenizer: Any, input_tokenizer: Any = None,
                  micro_batch_size: int = 8, devices: Sequence[str | torch.device] = ("cpu",), remote: bool = False,
                  client_kwargs: dict | None = None, max_length: int | None = None, trust_remote_code: bool = False,
-                 dtype: torch.dtype = torch.float32, max_tokens: int | None = None):
+                 dtype: torch.dtype = torch.float32, max_tokens: int | None = None, use_shm: bool = False):
         """`devices`: one replica of a local RM per device (reward_model.device_ids); micro-batches are dealt
         to them in turn and scored side by side. `dtype`: the frozen weights' (the compute dtype: no master copy).
         `max_tokens` (reward_model.use_dynamic_bsz): micro-batches of as many rows as fit this many tokens of the
@@ -65,13 +65,18 @@ class RewardModelWorker:
             raise ValueError(f"reward_model.forward_max_token_len_per_gpu must be >= 1, got {max_tokens}")
         if client_kwargs and not remote:
             raise ValueError("client_kwargs are for a remote reward model (remote=True); the local one has no client")
+        if use_shm and remote:
+            raise ValueError("reward_model.model.use_shm=true copies a local model to /dev/shm, but "
+                             f"reward_model.model.path={redact_url(model_path_or_url)!r} is a remote endpoint; set "
+                             "reward_model.model.use_shm=false")
         self.tokenizer = tokenizer
         self.input_tokenizer = input_tokenizer
         self.switch_template = input_tokenizer is not None and tokenizers_differ(input_tokenizer, tokenizer)
         self.micro_batch_size, self.max_tokens, self.max_length = micro_batch_size, max_tokens, max_length
         self.client = PoolingClient(model_path_or_url, **(client_kwargs or {})) if remote else None
         self.replicas = [] if remote else _replicas(load_value_model(
-            model_path_or_url, dtype=dtype, key="reward_model.model.path", trust_remote_code=trust_remote_code).eval(),
+            model_path_or_url, dtype=dtype, key="reward_model.model.path", trust_remote_code=trust_remote_code,
+            use_shm=use_shm).eval(),
             devices)
         self.source = redact_url(model_path_or_url) if remote else model_path_or_url
 

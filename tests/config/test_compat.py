@@ -86,7 +86,6 @@ def test_v04_sync_mode_and_fsdp_strategy_accepted():
         ("actor_rollout_ref.actor.strategy=megatron", "Megatron, TorchTitan, VeOmni and fsdp_turbo engines are not implemented"),
         ("algorithm.adv_estimator=optimal_token_baseline", "wait for sum(pi^2) from the actor"),
         ("actor_rollout_ref.actor.policy_loss.loss_mode=bypass_mode", "this policy loss is not implemented"),
-        ("+algorithm.filter_groups.enable=true", "filter_groups) is not implemented"),
         ("trainer.esi_redundant_time=10", "ESI"),
         ("actor_rollout_ref.ref.fsdp_config.offload_policy=true", "CPUOffloadPolicy is not implemented"),
         ("critic.model.fsdp_config.wrap_policy.min_num_params=1000", "size-based FSDP wrapping is not implemented"),

@@ -84,3 +84,6 @@ def test_gen_batch_size_rules():
     with pytest.raises(ConfigError, match=r"data.gen_batch_size \(2048\) > data.train_batch_size \(1024\) only has a "
                                           r"meaning with DAPO dynamic sampling"):
         validate_config(load_config(VALID + ["data.gen_batch_size=2048"]))
+    dapo = ["algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=acc"]
+    for size in (2048, 256):  # dynamic sampling takes as many rounds of gen_batch_size prompts as a step needs
+        validate_config(load_config(VALID + dapo + [f"data.gen_batch_size={size}"]))

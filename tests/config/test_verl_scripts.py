@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = Path(__file__).resolve().parent / "verl_scripts"
 sys.path.insert(0, str(REPO / "benchmarks"))
 from verl_script_capture import capture_script  # noqa: E402
-from verl_scripts import DATA_KEYS, local_assets, localize  # noqa: E402
+from verl_scripts import local_assets, localize  # noqa: E402
 
 
 def expectation(script: Path) -> tuple[str, str]:
@@ -46,19 +46,10 @@ def assets(tmp_path_factory) -> tuple[str, str]:
     return local_assets(tmp_path_factory.mktemp("verl_assets"))
 
 
-def localized(args: list[str], model: str, data: str) -> list[str]:
-    """The script's arguments with model and data paths pointed at local stand-ins (as the measurement does); a
-    config file's own paths are overridden on the command line."""
-    args = localize(args, SCRIPTS, model, data)
-    if any(arg.startswith(("--config", "-cn", "-cp")) for arg in args):
-        args += [f"{key}={data}" for key in DATA_KEYS] + [f"actor_rollout_ref.model.path={model}"]
-    return args
-
-
 @pytest.mark.parametrize("script", sorted(SCRIPTS.glob("*.sh")), ids=lambda p: p.stem)
 def test_script_validates_or_is_refused_by_name(script, assets, capsys):
     kind, text = expectation(script)
-    code = main_print_config(["--validate", "--device", "cuda", *localized(launch_args(script), *assets)])
+    code = main_print_config(["--validate", "--device", "cuda", *localize(launch_args(script), SCRIPTS, *assets)])
     err = capsys.readouterr().err
     if kind == "pass":
         assert code == 0, err

@@ -142,7 +142,7 @@ def save_with_large_json(role_dir: str, json_mb: int) -> None:
 
 def install_controller(run_dir: str) -> bool:
     """What fit() does first: name an earlier run's leftovers, write trainer.pid."""
-    from hybridrl.trainer.control import ElasticController
+    from hybridrl.elastic.control import ElasticController
 
     controller = ElasticController(run_dir)
     try:

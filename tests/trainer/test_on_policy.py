@@ -27,7 +27,7 @@ def test_shortcut_gives_the_recomputed_run(tmp_path, arith_model_dir, arithmetic
     recompute, slow = run(tmp_path, arith_model_dir, arithmetic_files, "recompute",
                           ["actor_rollout_ref.actor.reuse_on_policy_log_prob=false"])
     for got, want in zip(fast, slow):
-        assert "timing_s/old_log_prob" not in got and "timing_s/old_log_prob" in want
+        assert got["timing_s/old_log_prob"] == 0.0 and want["timing_s/old_log_prob"] > 0  # skipped: 0, as dashboards expect
         got, want = stable(got), stable(want)
         assert set(got) == set(want), set(got) ^ set(want)
         for key in ("actor/entropy", "training/rollout_probs_diff_mean", "training/rollout_log_probs_diff_max",

@@ -97,7 +97,11 @@ def test_memory_snapshot_holds_the_step_allocations(tmp_path):
 
 
 @pytest.mark.parametrize("overrides,message", [
-    (["global_profiler.tool=nsys", "global_profiler.steps=[1]"], "nsys profile"),
+    (["global_profiler.tool=npu", "global_profiler.steps=[1]"], r"Ascend NPU tools \(npu, precision_debugger\) are not"),
+    (["global_profiler.tool=nsys", "global_profiler.steps=[1]",
+      "+global_profiler.global_tool_config.nsys.worker_nsight_options.capture-range=nvtx"], "must be cudaProfilerApi"),
+    (["global_profiler.tool=nsys", "global_profiler.steps=[1]", "+global_profiler.global_tool_config.nsys.discrte=true"],
+     "unknown option"),
     (["global_profiler.tool=torch", "global_profiler.steps=[0]"], "must list step numbers >= 1"),
     (["global_profiler.tool=torch", "global_profiler.steps=[1]", "+global_profiler.global_tool_config.torch.dicsrete=true"],
      "unknown option"),

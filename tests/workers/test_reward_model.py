@@ -7,6 +7,7 @@ import torch
 
 from hybridrl.config import load_config
 from hybridrl.models.hf import load_tokenizer
+from hybridrl.models.shm import CACHE_DIR, ROOT_ENV
 from hybridrl.models.tiny import DEFAULT_CHARS, build_char_tokenizer
 from hybridrl.serving.scorer import pad_right
 from hybridrl.serving.server import TOKEN_ENV, serve
@@ -91,6 +92,14 @@ def test_combine_scores_prefers_rm_scores_like_verl_naive_manager():
 def test_client_kwargs_only_for_remote(rm_dir):
     with pytest.raises(ValueError, match="remote=True"):
         RewardModelWorker(rm_dir, tokenizer=load_tokenizer(rm_dir), client_kwargs={"timeout_s": 1.0})
+
+
+def test_use_shm_loads_a_local_reward_model_from_its_copy_and_refuses_a_remote_one(rm_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv(ROOT_ENV, str(tmp_path))
+    worker = RewardModelWorker(rm_dir, tokenizer=load_tokenizer(rm_dir), use_shm=True)
+    assert worker.replicas[0].config._name_or_path.startswith(str(tmp_path / CACHE_DIR))
+    with pytest.raises(ValueError, match="reward_model.model.use_shm=false"):
+        RewardModelWorker("http://127.0.0.1:9/", tokenizer=load_tokenizer(rm_dir), remote=True, use_shm=True)
 
 
 def test_replicas_on_several_devices_score_their_micro_batches_in_the_batchs_order(rm_dir):

@@ -1,4 +1,4 @@
-# expect: refused DAPO dynamic sampling (filter_groups) is not implemented
+# expect: pass
 set -xeuo pipefail
 
 project_name='DAPO'

@@ -1,0 +1,57 @@
+"""PPOTrainer.fit as verl runs it: val_only, validation before training after a resume, and timing_s/old_log_prob
+when the update supplies the old log-probs."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+
+from hybridrl.config import load_config
+from hybridrl.logging.file_tracker import read_metrics_jsonl
+from hybridrl.trainer.ppo_trainer import PPOTrainer
+from tests.trainer.helpers import local_worker, tiny_run_overrides
+
+VALIDATION_KEY = "val-core/arithmetic/reward/mean@1"
+
+
+def lines(out: str) -> list[dict]:
+    with open(os.path.join(out, "metrics.jsonl")) as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def test_val_only_validates_once_and_trains_nothing(tmp_path, arith_model_dir, arithmetic_files):
+    out = str(tmp_path)
+    trainer = PPOTrainer(load_config(tiny_run_overrides(
+        arith_model_dir, arithmetic_files, out, extra=["trainer.val_before_train=true", "trainer.val_only=true"])))
+    before = {k: v.clone() for k, v in local_worker(trainer).actor.model.state_dict().items()}
+    metrics = trainer.fit()
+    assert VALIDATION_KEY in metrics and trainer.global_step == 0
+    assert [(r["step"], VALIDATION_KEY in r) for r in lines(out)] == [(0, True)]
+    after = local_worker(trainer).actor.model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_validation_before_training_runs_after_a_resume_at_the_resumed_step(tmp_path, arith_model_dir,
+                                                                            arithmetic_files):
+    out = str(tmp_path)
+    common = ["trainer.save_freq=2", "trainer.val_before_train=true"]
+    PPOTrainer(load_config(tiny_run_overrides(arith_model_dir, arithmetic_files, out, steps=2, extra=common))).fit()
+    PPOTrainer(load_config(tiny_run_overrides(arith_model_dir, arithmetic_files, out, steps=3,
+                                              extra=common + ["trainer.resume_mode=auto"]))).fit()
+    assert [r["step"] for r in lines(out)] == [0, 1, 2, 2, 3]  # verl validates before training on every start
+    merged = read_metrics_jsonl(os.path.join(out, "metrics.jsonl"))
+    assert VALIDATION_KEY in merged[2] and "actor/pg_loss" in merged[2]  # the step's record keeps its training keys
+
+
+def test_old_log_prob_timing_is_zero_when_the_update_supplies_them(tmp_path, arith_model_dir, arithmetic_files,
+                                                                  caplog):
+    reused, computed = str(tmp_path / "reused"), str(tmp_path / "computed")
+    # one mini-batch of the whole step (8 prompts): the update's first forward gives the old log-probs
+    PPOTrainer(load_config(tiny_run_overrides(arith_model_dir, arithmetic_files, reused,
+                                              extra=["actor_rollout_ref.actor.ppo_mini_batch_size=8"]))).fit()
+    assert [r["timing_s/old_log_prob"] for r in lines(reused)] == [0.0, 0.0]
+    assert caplog.text.count("timing_s/old_log_prob is 0: the actor's update supplies the old log-probs") == 1
+    PPOTrainer(load_config(tiny_run_overrides(arith_model_dir, arithmetic_files, computed))).fit()  # 2 mini-batches
+    assert all(r["timing_s/old_log_prob"] > 0 for r in lines(computed))
