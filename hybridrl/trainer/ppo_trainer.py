@@ -33,6 +33,7 @@ from hybridrl.utils.metrics import timed
 from hybridrl.utils.profiling import ProfileSpec, StepProfiler, profiled_step
 from hybridrl.utils.threads import submit_responsive
 from hybridrl.workers.launch import Roles, build_roles
+from hybridrl.workers.reward import rollout_dump_rows
 from hybridrl.workers.rollout import sampling_params
 
 log = get_logger("hybridrl.trainer")
@@ -381,14 +382,10 @@ class PPOTrainer:
         if not out_dir:
             return
         from hybridrl.logging.rollout_dump import dump_rollout_jsonl
-        from hybridrl.models.hf import batch_decode
-        from hybridrl.rollout.agent.metrics import rollout_turn_fields
-        from hybridrl.workers.reward import decode_responses
 
-        prompts = batch_decode(self.tokenizer, batch["prompts"].tolist(), skip_special_tokens=True)
-        extra = {**(self._last_reward_extra or {}), **rollout_turn_fields(self.tokenizer, batch)}  # agent loops' turns
-        dump_rollout_jsonl(out_dir, self.global_step, prompts, decode_responses(self.tokenizer, batch),
-                           batch["token_level_scores"].sum(-1).tolist(), extra or None)
+        prompts, responses, extra = rollout_dump_rows(self.tokenizer, batch, self._last_reward_extra)
+        dump_rollout_jsonl(out_dir, self.global_step, prompts, responses, batch["token_level_scores"].sum(-1).tolist(),
+                           extra)
 
 
 def _uids(prefix: str, count: int) -> list[str]:
