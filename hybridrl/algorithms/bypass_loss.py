@@ -15,7 +15,7 @@ import torch
 from hybridrl.algorithms.loss_settings import ActorLossSettings
 from hybridrl.algorithms.pg_losses import compute_policy_loss_reinforce
 from hybridrl.algorithms.ppo_losses import Metrics, compute_policy_loss_vanilla
-from hybridrl.algorithms.rollout_correction import compute_rollout_correction
+from hybridrl.algorithms.rollout_correction import RolloutCorrection, compute_rollout_correction
 
 BYPASS_LOSS_TYPES = ("ppo_clip", "reinforce")
 
@@ -39,13 +39,21 @@ def compute_policy_loss_bypass_mode(old_log_prob: torch.Tensor, log_prob: torch.
     rollout_log_prob = old_log_prob
     with torch.no_grad():
         correction = compute_rollout_correction(log_prob.detach(), rollout_log_prob, response_mask, settings)
-    if settings.loss_type == "reinforce":
-        pg_loss, metrics = compute_policy_loss_reinforce(rollout_log_prob, log_prob, advantages,
-                                                         correction.response_mask, loss_agg_mode, config,
-                                                         rollout_is_weights=correction.weights)
-    else:
-        pg_loss, metrics = compute_policy_loss_vanilla(rollout_log_prob, log_prob, advantages,
-                                                       correction.response_mask, loss_agg_mode, config)
+    pg_loss, metrics = bypass_policy_loss(rollout_log_prob, log_prob, advantages, correction, settings.loss_type,
+                                          loss_agg_mode, config)
     out: dict[str, torch.Tensor | float] = dict(metrics)
     out.update(correction.metrics)
     return pg_loss, out
+
+
+def bypass_policy_loss(rollout_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
+                       correction: RolloutCorrection, loss_type: str, loss_agg_mode: str,
+                       config: ActorLossSettings) -> tuple[torch.Tensor, Metrics]:
+    """The policy loss of bypass mode given the correction of π_θ against π_rollout (computed without gradient):
+    over its rejection-filtered mask, PPO clipping of π_θ/π_rollout or REINFORCE with its weights. The actor
+    calls this directly, since it needs the filtered mask itself (its micro-batch weights count those tokens)."""
+    if loss_type == "reinforce":
+        return compute_policy_loss_reinforce(rollout_log_prob, log_prob, advantages, correction.response_mask,
+                                             loss_agg_mode, config, rollout_is_weights=correction.weights)
+    return compute_policy_loss_vanilla(rollout_log_prob, log_prob, advantages, correction.response_mask,
+                                       loss_agg_mode, config)

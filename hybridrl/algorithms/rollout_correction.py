@@ -225,7 +225,19 @@ def compute_rollout_correction_and_rejection_mask(
     `old_log_prob − rollout_log_prob` (π_old, or π_θ in bypass mode), the response mask after rejection
     and veto, and every metric (IS, RS, off-policy) under `rollout_corr/`. All tensors `(B, T)`."""
     _check_inputs(old_log_prob, rollout_log_prob, response_mask)
-    log_ratio = old_log_prob - rollout_log_prob
+    weights, mask, metrics = _correction_tensors(
+        old_log_prob - rollout_log_prob, response_mask, rollout_is, rollout_is_threshold, rollout_is_batch_normalize,
+        rollout_rs, rollout_rs_threshold, rollout_token_veto_threshold)
+    metrics.update(offpolicy_metrics(old_log_prob, rollout_log_prob, response_mask))
+    return RolloutCorrection(weights, mask, _as_floats(metrics))
+
+
+def _correction_tensors(log_ratio: torch.Tensor, response_mask: torch.Tensor, rollout_is: str | None,
+                        rollout_is_threshold: float | str | None, rollout_is_batch_normalize: bool,
+                        rollout_rs: str | None, rollout_rs_threshold: float | str | None,
+                        rollout_token_veto_threshold: float | None
+                        ) -> tuple[torch.Tensor | None, torch.Tensor, dict[str, torch.Tensor]]:
+    """(IS weights or None, mask after rejection and veto, IS/RS metrics as 0-d tensors), all from `log_ratio`."""
     metrics: dict[str, torch.Tensor] = {}
     weights = None
     if rollout_is is not None and rollout_is_threshold is not None:
@@ -239,8 +251,22 @@ def compute_rollout_correction_and_rejection_mask(
     if rollout_token_veto_threshold is not None:
         mask, veto_metrics = _veto(log_ratio, response_mask, mask, rollout_token_veto_threshold)
         metrics.update(veto_metrics)
-    metrics.update(offpolicy_metrics(old_log_prob, rollout_log_prob, response_mask))
-    return RolloutCorrection(weights, mask, _as_floats(metrics))
+    return weights, mask, metrics
+
+
+def correction_weights_and_mask(train_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor,
+                                response_mask: torch.Tensor, settings: RolloutCorrectionSettings
+                                ) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """The IS weights (or None) and the filtered response mask of `compute_rollout_correction`, without its
+    metrics' device-to-host copy: what a micro-batch's loss needs (the metrics are taken once per mini-batch).
+    `(B, T)` tensors; a micro-batch without a valid token is allowed (its mask stays empty, its weights 0)."""
+    if train_log_prob.shape != rollout_log_prob.shape or train_log_prob.shape != response_mask.shape:
+        _check_inputs(train_log_prob, rollout_log_prob, response_mask)
+    weights, mask, _ = _correction_tensors(
+        train_log_prob - rollout_log_prob, response_mask, settings.rollout_is, settings.rollout_is_threshold,
+        settings.rollout_is_batch_normalize, settings.rollout_rs, settings.rollout_rs_threshold,
+        settings.rollout_token_veto_threshold)
+    return weights, mask
 
 
 def compute_rollout_correction(old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor,

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hybridrl.checkpoint.manager import TRACKER_FILE, step_dirs
+from hybridrl.checkpoint.pid_file import PID_FILE, PidRecord, process_identity, read_pid_file
 from hybridrl.checkpoint.rotation import Retention, existing_checkpoints_line
 from hybridrl.logging.log import get_logger
 
 log = get_logger("hybridrl.checkpoint")
-PID_FILE = "trainer.pid"
 PARTIAL_PREFIXES = (".tmp_global_step_", ".replaced_global_step_")
 RANK_LOGS = re.compile(r"^hybridrl-(?P<role>.+)-(?P<pid>\d+)-[^-]+$")  # distributed.local_launcher's log folders
 
@@ -61,24 +61,27 @@ class Leftovers:
 def find_leftovers(run_dir: str) -> Leftovers:
     found = Leftovers(rank_logs=stale_rank_logs())
     pid_path = os.path.join(run_dir, PID_FILE)
-    pid = _read_pid(pid_path)
-    if pid is not None and pid != os.getpid():
-        if process_alive(pid) and not started_after(pid, os.path.getmtime(pid_path)):
-            found.live_pid = pid
+    try:
+        record = read_pid_file(pid_path)
+    except (OSError, ValueError):
+        record = None
+    if record is not None and record.pid != os.getpid():
+        if still_running(record, os.path.getmtime(pid_path)):
+            found.live_pid = record.pid
         else:
-            found.stale_pid = pid
+            found.stale_pid = record.pid
     if os.path.isdir(run_dir):
         found.partial_saves = sorted(os.path.join(run_dir, name) for name in os.listdir(run_dir)
                                      if name.startswith(PARTIAL_PREFIXES))
     return found
 
 
-def _read_pid(path: str) -> int | None:
-    try:
-        with open(path) as f:
-            return int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
+def still_running(record: PidRecord, written: float) -> bool:
+    """Whether the process that wrote a pid file (at `written`, epoch s) still runs: its identity when the file
+    has one, else (a file of an earlier version) a live pid that did not start after the file was written."""
+    if record.identity is not None:
+        return process_identity(record.pid) == record.identity
+    return process_alive(record.pid) and not started_after(record.pid, written)
 
 
 def rank_log_folders(owner: int | None = None) -> list[str]:

@@ -103,6 +103,8 @@ def coerce(value: Any, hint: Any) -> Any:
         if type(None) in arms:
             return None
         raise CoercionError
+    if isinstance(value, str) and "_" in value and str in arms:
+        return value  # text such as verl's "0.5_2.0" bounds stays text where the key takes text (not 0.52)
     for arm in arms:
         origin = typing.get_origin(arm) or arm
         try:

@@ -53,13 +53,11 @@ NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
     "actor_rollout_ref.ref.strategy": (("fsdp", "fsdp2"), _ENGINES),
     "critic.strategy": (("fsdp", "fsdp2"), _ENGINES),
     "algorithm.use_pf_ppo": ((False,), f"PF-PPO is {_LATER}"),
-    "algorithm.rollout_correction.rollout_is": ((None,), f"rollout-correction importance sampling is {_LATER}"),
-    "algorithm.rollout_correction.rollout_rs": ((None,), f"rollout-correction rejection sampling is {_LATER}"),
-    "algorithm.rollout_correction.bypass_mode": ((False,), f"rollout-correction bypass mode is {_LATER}"),
     "actor_rollout_ref.rollout.quantization": ((None,), f"rollout quantization is {_LATER}"),
     "actor_rollout_ref.model.mtp.enable": ((False,), f"multi-token prediction is {_LATER}"),
     "actor_rollout_ref.actor.policy_loss.loss_mode": (POLICY_LOSS_MODES, f"this policy loss is {_LATER}; use one of "
-                                                      f"{', '.join(POLICY_LOSS_MODES)}, or register yours (docs/config.md)"),
+                                                      f"{', '.join(POLICY_LOSS_MODES)}, or register yours (docs/config.md); bypass_mode is "
+                                                      "selected by algorithm.rollout_correction.bypass_mode=true"),
     "algorithm.adv_estimator": (GAE_AND_FRIENDS, f"this advantage estimator is {_LATER} (optimal_token_baseline and "
                                 "tir_optimal_token_baseline wait for sum(pi^2) from the actor); use one of "
                                 f"{', '.join(GAE_AND_FRIENDS)}, or register yours (docs/config.md)"),
@@ -105,7 +103,10 @@ NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
     # Keys of verl's August-2026 tree (and its Megatron configs) whose features hybridrl does not have yet.
     "model_engine": (("dp",), _ENGINES),
     "distillation.enabled": ((False,), f"on-policy distillation (a teacher's log-probs as the KL target) is {_LATER}"),
-    "trainer.v1.trainer_mode": (("sync",), f"verl's asynchronous v1 trainer modes are {_LATER}; use trainer_mode=sync"),
+    "trainer.v1.separate_async.hybrid_rollout.enable_switch": ((False,), f"lending the trainer's devices to the rollout "
+                                                                         f"between steps (step switching) is {_LATER}"),
+    "trainer.v1.sampler.custom_sampler.path": ((None,), f"custom replay-buffer samplers are {_LATER}; the asynchronous "
+                                                        "modes sample with trainer.v1.sampler.max_off_policy_*"),
     **{f"skip.{target}.enable": ((False,), f"reusing cached generations (skip.{target}) is {_LATER}")
        for target in ("rollout", "rollout_tq", "async_rollout")},
     **{f"{role}.fsdp_config.qat.enable": ((False,), f"quantization-aware training (QAT) is {_LATER}")

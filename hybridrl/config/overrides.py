@@ -28,6 +28,7 @@ from hybridrl.config.index import (
     open_root,
     schema_index,
     set_in,
+    type_arms,
     unknown_key_message,
 )
 from hybridrl.config.interpolation import MANDATORY
@@ -121,6 +122,17 @@ def _from_hydra(parsed: HydraOverride, text: str) -> Override:
     return Override(op, parsed.key_or_group, parsed.value() if has_value else None, text, has_value)
 
 
+def _underscored_text(override: Override, spec: KeySpec | None) -> Any:
+    """The value, except that a number written with `_` stays the text written where the key takes text: Hydra
+    reads `2_5` as 25 and `0.5_5` as 0.55 (Python's digit separators), where verl's `lower_upper` thresholds
+    (`rollout_is_threshold=0.5_5`) mean the two bounds 0.5 and 5."""
+    value, raw = override.value, override.text.partition("=")[2].strip()
+    if (spec is not None and str in type_arms(spec.hint) and isinstance(value, int | float)
+            and not isinstance(value, bool) and "_" in raw):
+        return raw
+    return value
+
+
 def _without_targets(value: Any) -> Any:
     """A deep copy without verl's `_target_` entries (and `???`, verl's "not set") inside dicts and lists."""
     if isinstance(value, dict):
@@ -159,7 +171,7 @@ class TreeEditor:
         elif override.op == DELETE:
             self._delete(path, spec, override)
         else:  # `+` on a key that exists sets it: the verl version a script was written for may lack the key
-            self._assign(path, override.value, spec, merge=False)
+            self._assign(path, _underscored_text(override, spec), spec, merge=False)
 
     def apply_mapping(self, mapping: dict[str, Any], prefix: str = "") -> None:
         """Merge a (partial) nested mapping from a YAML file; groups and open dicts merge key by key."""

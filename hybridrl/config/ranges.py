@@ -258,8 +258,18 @@ RANGES: dict[str, Range] = {
     **_under("distillation.distillation_loss", {
         "topk": COUNT, "distillation_loss_coef": non_negative("a loss weight"),
         "loss_max_clamp": positive("the per-token loss cap"), "log_prob_min_clamp": ANY_FLOAT, **_CLIPS}),
+    # a number here; a "lower_upper" string is checked by the trainer's parser (trainer/correction.py)
     "algorithm.rollout_correction.rollout_is_threshold": positive("the IS weight cap; inf = no cap", infinite_ok=True),
     "algorithm.rollout_correction.rollout_rs_threshold": positive("the rejection threshold", infinite_ok=True),
+    "trainer.v1.colocate_async.num_warmup_batches": COUNT_OR_ZERO,
+    "trainer.v1.separate_async.num_warmup_batches": COUNT_OR_ZERO,
+    "trainer.v1.separate_async.parameter_sync_step": COUNT,
+    "trainer.v1.sampler.max_off_policy_threshold": at_least(1, "policy versions a trajectory may span; 1 = on-policy"),
+    **_under("trainer.v1.separate_async.hybrid_rollout", {
+        "switch_threshold_ratio": unit("a fraction of the train batch", low_open=True),
+        "switch_threshold_step_up": unit("a change of that fraction"),
+        "switch_threshold_step_down": unit("a change of that fraction"),
+        "switch_threshold_release_steps": COUNT, "switch_cost_window_size": COUNT}),
     "trainer.total_epochs": at_least(1, "passes over the training set"),
     "trainer.total_training_steps": at_least(1, "steps; null = epochs x batches"),
     "trainer.log_val_generations": COUNT_OR_ZERO,
@@ -272,6 +282,8 @@ RANGES: dict[str, Range] = {
     "trainer.max_actor_ckpt_to_keep": at_least(0, "checkpoints kept; null or 0 = all (as verl)"),
     "trainer.max_critic_ckpt_to_keep": at_least(0, "checkpoints kept; null or 0 = all (as verl)"),
     "trainer.ray_wait_register_center_timeout": at_least(1, "seconds"),
+    "trainer.max_consecutive_nonfinite_steps": at_least(0, "steps in a row that skipped optimizer steps for "
+                                                           "non-finite values before the run stops; 0 or null = never"),
     "trainer.seed": SEED,
 }
 
@@ -294,7 +306,7 @@ def _findings(cfg: Any) -> list[tuple[str, Any, str]]:
     found = []
     for key, rule in RANGES.items():
         value = get_in(tree, key)
-        if value is None or isinstance(value, bool) or rule.allows(value) or _follows_bad_key(key, value, tree):
+        if value is None or isinstance(value, bool | str) or rule.allows(value) or _follows_bad_key(key, value, tree):
             continue
         found.append((key, value, _message(key, value, rule)))
     for key, rule in LIST_RANGES.items():

@@ -19,8 +19,9 @@ def ref_enabled(cfg: HybridRLConfig) -> bool:
 
 
 def rollout_backend_name(cfg: HybridRLConfig, device_type: str) -> str:
-    """`actor_rollout_ref.rollout.name` with `auto` made concrete: hybrid (our engine) on cuda, hf elsewhere."""
+    """`actor_rollout_ref.rollout.name` with `auto` made concrete: hybrid (our engine) on cuda, hf elsewhere, except
+    in the asynchronous modes, which need the engine's request API (continuous batching, exact resumes)."""
     name = cfg.actor_rollout_ref.rollout.name
     if name != "auto":
         return name
-    return "hybrid" if device_type == "cuda" else "hf"
+    return "hybrid" if device_type == "cuda" or cfg.trainer.v1.trainer_mode != "sync" else "hf"

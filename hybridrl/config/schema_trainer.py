@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hybridrl.config.fields import section, setting
+from hybridrl.config.schema_async import RolloutCorrectionConfig, TrainerV1Config
 
 LOGGERS = ("console", "file", "wandb", "mlflow", "swanlab", "vemlp_wandb", "tensorboard", "clearml", "trackio")
 
@@ -38,19 +39,6 @@ class FilterGroupsConfig:
 
 
 @dataclass
-class RolloutCorrectionConfig:
-    """Rollout/training mismatch correction (truncated importance sampling)."""
-
-    rollout_is: str | None = setting(None, "IS level: token|sequence; null = off.")
-    rollout_is_threshold: float = setting(2.0, "IS weight truncation.")
-    rollout_rs: str | None = setting(None, "Rejection sampling level; null = off.")
-    rollout_rs_threshold: float | None = setting(None, "Rejection sampling threshold.")
-    bypass_mode: bool = setting(False, "Use rollout log-probs as old log-probs.")
-    loss_type: str = setting("ppo_clip", "Loss in bypass mode.", choices=("ppo_clip", "reinforce"))
-    rollout_is_batch_normalize: bool = setting(False, "Normalise IS weights over the batch.")
-
-
-@dataclass
 class AlgorithmConfig:
     """Advantage estimation and KL-in-reward."""
 
@@ -71,18 +59,6 @@ class AlgorithmConfig:
     pf_ppo: PfPpoConfig = section(PfPpoConfig, "PF-PPO settings.")
     filter_groups: FilterGroupsConfig = section(FilterGroupsConfig, "DAPO dynamic sampling.", plus=True)
     rollout_correction: RolloutCorrectionConfig = section(RolloutCorrectionConfig, "Rollout correction.")
-
-
-@dataclass
-class TrainerV1Config:
-    """verl's v1 trainer (August-2026 tree): synchronous, or asynchronous with colocated or separate rollout."""
-
-    trainer_mode: str = setting("sync", "sync | colocate_async | separate_async; the asynchronous modes are not "
-                                        "implemented (sync only).")
-    sync: dict = setting({}, "Options of the sync mode (open dict).")
-    colocate_async: dict = setting({}, "Options of colocate_async (open dict: num_warmup_batches).")
-    separate_async: dict = setting({}, "Options of separate_async (open dict: parameter_sync_step, hybrid_rollout.*).")
-    sampler: dict = setting({}, "Off-policy sample control of the async modes (open dict: max_off_policy_threshold, ...).")
 
 
 @dataclass
@@ -131,8 +107,12 @@ class TrainerConfig:
     use_legacy_worker_impl: str = setting("auto", "verl worker generation; no effect (one implementation here).", choices=("auto", "enable", "disable"))
     seed: int = setting(42, "hybridrl: seeds model initialisation, shuffling fallbacks and sampling.")
     launcher: str = setting("auto", "hybridrl: auto = local on one node, ray on several.", choices=("auto", "local", "ray"))
-    use_v1: bool = setting(True, "verl's newer trainer implementation; no effect (hybridrl has one trainer).")
-    v1: TrainerV1Config = section(TrainerV1Config, "verl's v1 trainer modes.")
+    max_consecutive_nonfinite_steps: int | None = setting(
+        5, "hybridrl: stop with an error naming the first non-finite quantity after N steps in a row that skipped "
+           "optimizer steps for NaN/inf values; 0 or null = never (each such step is still logged).")
+    use_v1: bool = setting(True, "verl's switch to its V1 trainer; either value (hybridrl has one trainer, whose "
+                                 "modes trainer.v1.trainer_mode selects).")
+    v1: TrainerV1Config = section(TrainerV1Config, "verl's V1 trainer modes (sync, colocate_async, separate_async).")
 
 
 @dataclass

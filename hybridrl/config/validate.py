@@ -6,6 +6,7 @@ import difflib
 import inspect
 from typing import Any
 
+from hybridrl.config.async_rules import async_problems
 from hybridrl.config.batch_rules import check_mini_batch, micro_batch_problems, token_budget_problems
 from hybridrl.config.checkpoint_rules import checkpoint_content_problems
 from hybridrl.config.data_rules import user_class_problems
@@ -47,6 +48,7 @@ def validate_config(cfg: HybridRLConfig, world_size: int = 1) -> None:
         + precision_problems(cfg)
         + token_budget_problems(cfg)
         + profiler_problems(cfg.global_profiler)
+        + async_problems(cfg)
         + user_class_problems(cfg.data)
         + filter_groups_problems(cfg)
     )

@@ -32,6 +32,7 @@ from torch.distributed.fsdp import (
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
 from hybridrl.logging.log import get_logger
+from hybridrl.models.numerics import keeps_fp32_residual_stream
 
 logger = get_logger("distributed.fsdp")
 
@@ -89,9 +90,13 @@ def apply_fsdp2(model: nn.Module, *, mesh: DeviceMesh | None = None, param_dtype
         "mp_policy": MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype),
         "offload_policy": CPUOffloadPolicy() if cpu_offload else OffloadPolicy(),
     }
+    # a decoder layer's input is the residual stream: kept fp32 when the model shares the rollout engine's
+    # numerics (models/numerics.py), so its units must not cast their inputs to param_dtype
+    layer_kwargs = dict(kwargs, mp_policy=MixedPrecisionPolicy(
+        param_dtype=param_dtype, reduce_dtype=reduce_dtype, cast_forward_inputs=not keeps_fp32_residual_stream(model)))
     for module in model.modules():
         if isinstance(module, layer_classes) and module is not model:
-            fully_shard(module, **kwargs)
+            fully_shard(module, **layer_kwargs)
     fully_shard(model, **kwargs)
     return model
 

@@ -75,6 +75,7 @@ def _rank_main(conn: Connection, spec: _RankSpec) -> None:
     from . import rank_runtime as rt
 
     _redirect_stderr(spec.log_path)
+    rt.defer_stop_signals_to_controller()  # SIGINT/SIGTERM: the controller finishes the step, then stops ranks
     faulthandler.enable()
     try:
         rt.setup_torch_distributed(rank=spec.rank, world_size=spec.world_size, master_addr="127.0.0.1",
@@ -191,6 +192,9 @@ class LocalWorkerGroup(RankCalls):
         except WorkerError as err:  # a rank that died names its log already (WorkerDiedError's "full log: ...")
             self._abort("start-up failed")
             raise err.with_note(f"rank logs kept in {self.log_dir}") from None
+        except KeyboardInterrupt:  # a signal stopped the run while the ranks started
+            self._abort("start-up interrupted", keep_logs=False)
+            raise
         except BaseException:
             self._abort("start-up failed")
             raise
@@ -231,7 +235,7 @@ class LocalWorkerGroup(RankCalls):
         try:
             return self._collect(method, list(range(len(calls))))
         except KeyboardInterrupt:  # replies still in flight would answer the next call: stop the group
-            self._abort(f"interrupted during {method}()")
+            self._abort(f"interrupted during {method}()", keep_logs=False)  # stopped, not failed: nothing to read
             raise
 
     def _send_all(self, method: str, frames: list[list[memoryview]]) -> None:
@@ -292,15 +296,18 @@ class LocalWorkerGroup(RankCalls):
         return error
 
     # ------------------------------------------------------------ shutdown
-    def _abort(self, reason: str) -> None:
-        """Stop every rank now (terminate, then kill); logs are kept for inspection."""
+    def _abort(self, reason: str, keep_logs: bool = True) -> None:
+        """Stop every rank now (SIGKILL: ranks leave SIGTERM to their controller, rank_runtime.py); the logs are
+        kept for inspection unless `keep_logs` is false (a run stopped on purpose)."""
         if self._closed_reason is None:
             self._closed_reason = reason
         atexit.unregister(self.shutdown)
         for proc in self._procs:
             if proc.is_alive():
-                proc.terminate()
+                proc.kill()
         self._join_or_kill()
+        if not keep_logs:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
 
     def _join_or_kill(self) -> None:
         deadline = time.monotonic() + self.shutdown_timeout_s

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import os
+import signal
 import traceback
 from collections.abc import Callable
 from datetime import timedelta
@@ -67,6 +68,27 @@ def teardown_torch_distributed() -> None:
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
     gc.unfreeze()
+
+
+def defer_stop_signals_to_controller() -> None:
+    """A rank of a local group leaves SIGINT and SIGTERM to its controller (the trainer, its parent), which
+    finishes the step, saves and then stops the ranks: Ctrl-C reaches the whole foreground process group and
+    Slurm signals every process of a job, and a rank that died at once would fail the step it was asked to
+    finish. SIGINT is ignored; SIGTERM is ignored with a line in the rank's log while the controller lives, and
+    ends the rank once the controller is gone (its pipe closing ends an idle rank anyway). The controller
+    stops ranks with SIGKILL when it must abort them."""
+    controller = os.getppid()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        if os.getppid() == controller:
+            os.write(2, f"[hybridrl] SIGTERM ignored by this rank: its controller (pid {controller}) finishes the "
+                        f"step and stops the ranks\n".encode())
+            return
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
 
 
 def build_worker(factory: Callable[..., Any], init_kwargs: dict[str, Any]) -> Any:

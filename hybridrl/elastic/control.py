@@ -3,18 +3,22 @@
 Two ways in, one mechanism. `kill -USR1 <pid>` asks to grow the rollout (default devices: the actor's),
 `kill -USR2 <pid>` to return every borrowed device. `hybridrl control <run_dir> grow-rollout --devices 0,1`
 (or `shrink-rollout [--devices ...]`) writes a request file into `<run_dir>/control/` atomically (tmp +
-rename) and then sends the matching signal to the pid in `<run_dir>/trainer.pid` (written by `fit()`,
-removed at exit). The signal handler only records that a signal arrived and writes one line to stderr;
-the trainer reads the requests at the next step boundary (`ElasticController.pending`): the files of the
-signalled kinds, oldest first, and for a signal that came without a file of its kind, the default
-request. A file is only read once its signal has arrived, so a file is never mistaken for a bare signal.
+rename) and then sends the matching signal to the trainer named by `<run_dir>/trainer.pid`, once it has checked
+that the process running under that pid now is the one that wrote the file (`checkpoint/pid_file.py`: pid and
+start time; a reused pid or a file naming another process is refused, nothing sent). The trainer installs the
+handlers and writes the file when it is constructed, before anything loads, and removes the file at exit; a
+request that arrives while the trainer loads waits for the first step boundary. The signal handler only
+records that a signal arrived and writes one line to stderr; the trainer reads the requests at the next step
+boundary (`ElasticController.pending`): the files of the signalled kinds, oldest first, and for a signal that
+came without a file of its kind, the default request. A file is only read once its signal has arrived, so a
+file is never mistaken for a bare signal. Outside a run (the command line's imports, after the last step) the
+two signals are ignored with a line (`ignore_control_signals`) instead of ending the process, their default.
 `<run_dir>` is `trainer.default_local_dir`.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import signal
@@ -24,11 +28,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from hybridrl.checkpoint.startup import report_leftovers, started_after
+from hybridrl.checkpoint.pid_file import PID_FILE, process_identity, read_pid_file, remove_own_pid_file, write_pid_file
 from hybridrl.logging.log import get_logger
 
 log = get_logger("hybridrl.elastic")
-PID_FILE = "trainer.pid"
 CONTROL_DIR = "control"
 COMMANDS = {"grow-rollout": "grow", "shrink-rollout": "shrink"}
 ACTION_SIGNALS = {"grow": "SIGUSR1", "shrink": "SIGUSR2"}
@@ -80,6 +83,8 @@ class ElasticController:
     def install(self) -> bool:
         """Handlers for SIGUSR1/SIGUSR2 and the pid file; only possible from the main thread. An earlier run's
         leftovers in the folder (stale pid file, partial saves, kept rank logs) are named first."""
+        from hybridrl.checkpoint.startup import report_leftovers  # imports torch: not for the CLI's early set-up
+
         os.makedirs(self.run_dir, exist_ok=True)
         report_leftovers(self.run_dir)
         if not hasattr(signal, "SIGUSR1") or threading.current_thread() is not threading.main_thread():
@@ -94,14 +99,9 @@ class ElasticController:
 
     def _write_pid_file(self) -> None:
         """The pid file `hybridrl control` reads; a disk too full to hold it costs only that, not the run."""
-        tmp = f"{self.pid_path}.{os.getpid()}.tmp"
         try:
-            with open(tmp, "w") as f:
-                f.write(f"{os.getpid()}\n")
-            os.replace(tmp, self.pid_path)
+            write_pid_file(self.pid_path)
         except OSError as err:
-            with contextlib.suppress(OSError):
-                os.remove(tmp)
             log.warning(f"could not write {self.pid_path} ({err.strerror or err}): `hybridrl control` cannot reach "
                         f"this run; checkpoints into {self.run_dir} will fail the same way unless space is freed")
 
@@ -150,37 +150,68 @@ class ElasticController:
             log.warning(f"dropped {len(stale)} rollout control request(s) left by an earlier run: {stale}")
 
     def close(self) -> None:
+        """The handlers from before `install()` back, except the default action, which would end the process on a
+        late request: that becomes `ignore_control_signals`'s line; the pid file removed."""
         for number, handler in self._previous.items():
-            signal.signal(number, handler)
+            signal.signal(number, _ignored if handler in (signal.SIG_DFL, None) else handler)
         self._previous.clear()
-        try:
-            with open(self.pid_path) as f:
-                ours = f.read().strip() == str(os.getpid())
-            if ours:
-                os.remove(self.pid_path)
-        except OSError:
-            pass
+        remove_own_pid_file(self.pid_path)
+
+
+def ignore_control_signals() -> None:
+    """SIGUSR1/SIGUSR2 while no trainer takes requests (the command line's imports before the trainer exists):
+    one line each instead of the default action, which ends the process. Main thread only; handlers that are not
+    the default are left alone."""
+    if not hasattr(signal, "SIGUSR1") or threading.current_thread() is not threading.main_thread():
+        return
+    for name in ACTION_SIGNALS.values():
+        number = getattr(signal, name)
+        if signal.getsignal(number) in (signal.SIG_DFL, None):
+            signal.signal(number, _ignored)
+
+
+def _ignored(signum: int, frame: Any) -> None:
+    name = signal.Signals(signum).name
+    os.write(2, f"[hybridrl] received {name} while no training runs (starting up or finished): ignored; "
+                f"rollout requests are taken from the trainer's construction to its last step\n".encode())
 
 
 # ---------------------------------------------------------------- `hybridrl control`
 def _trainer_pid(run_dir: str) -> int:
+    """The pid of the trainer that runs in `run_dir`, verified: RuntimeError (nothing to signal) unless the process
+    under the pid file's pid is the very process that wrote the file (same boot, same start time)."""
     path = os.path.join(run_dir, PID_FILE)
     try:
-        with open(path) as f:
-            pid = int(f.read().strip())
-        written = os.stat(path).st_mtime
+        record = read_pid_file(path)
     except FileNotFoundError:
         raise RuntimeError(f"no {path}: no trainer is running with trainer.default_local_dir={run_dir}") from None
-    except ValueError:
-        raise RuntimeError(f"{path} does not hold a process id") from None
+    except (OSError, ValueError) as err:
+        raise RuntimeError(f"{path} could not be read as a pid file ({err}); nothing was sent") from None
+    pid, now = record.pid, process_identity(record.pid)
+    if not _alive(pid):
+        raise RuntimeError(f"the trainer (pid {pid} in {path}) is not running; the pid file is stale")
+    if record.identity is None:
+        raise RuntimeError(f"{path} names pid {pid} without the trainer's start time (written by hand or by an "
+                           f"earlier hybridrl), so it cannot be checked that pid {pid} is this run's trainer; nothing "
+                           f"was sent. If it is, signal it yourself: kill -USR1 {pid} (grow) or kill -USR2 {pid} (shrink)")
+    if now is None:
+        raise RuntimeError(f"cannot tell whether pid {pid} is this run's trainer: this system has no /proc to read its "
+                           f"start time from; nothing was sent. Signal it yourself if it is: kill -USR1 {pid}")
+    if now != record.identity:
+        raise RuntimeError(f"pid {pid} in {path} is not this run's trainer: the process running under that pid "
+                           f"started at another time than the one that wrote the file (the trainer is gone and its "
+                           f"pid was reused, or the file names another process); nothing was sent")
+    return pid
+
+
+def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        raise RuntimeError(f"the trainer (pid {pid} in {path}) is not running; the pid file is stale") from None
-    if started_after(pid, written):
-        raise RuntimeError(f"pid {pid} in {path} now belongs to another process (started after the pid file was "
-                           f"written); the trainer is gone")
-    return pid
+        return False
+    except PermissionError:  # alive, another user's: the identity check decides
+        return True
+    return True
 
 
 def _parse_devices(text: str) -> list[int]:

@@ -16,7 +16,7 @@ USER_FACING = ("ConfigError", "ModelLoadError", "CheckpointError", "RewardFuncti
                "RolloutCapacityError", "PhaseOOMError", "PlacementError", "WorkerDiedError",
                "WorkerError", "RemoteScoringError", "MissingDependencyError",
                "MegatronCheckpointError", "GroupClosedError", "RayInitError", "CompileError",
-               "GraphCaptureError", "DynamicSamplingError")
+               "GraphCaptureError", "DynamicSamplingError", "NonFiniteTrainingError")
 FULL_ERROR_ENV = "HYDRA_FULL_ERROR"
 
 
@@ -59,9 +59,9 @@ def run_with_actionable_errors(fn: Callable[[], object]) -> int:
     """Run `fn`; a user-facing error becomes its message and an exit status, anything else propagates."""
     try:
         fn()
-    except KeyboardInterrupt:
-        print("hybridrl: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as interrupt:  # a run stopped by a signal says how, and exits 128 + the signal
+        print(f"hybridrl: {interrupt}" if str(interrupt) else "hybridrl: interrupted", file=sys.stderr)
+        return getattr(interrupt, "exit_code", 130)
     except Exception as error:  # re-raised unless it is one of ours
         if not is_user_facing(error):
             raise

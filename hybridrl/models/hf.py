@@ -111,23 +111,33 @@ def import_external_lib(module: str | None, key: str) -> None:
 def load_causal_lm(path: str, *, dtype: torch.dtype = torch.float32, override_config: dict | None = None,
                    trust_remote_code: bool = False, attn_implementation: str = "sdpa",
                    key: str = "actor_rollout_ref.model.path", hf_config_path: str | None = None,
-                   tokenizer_path: str | None = None, use_shm: bool = False) -> PreTrainedModel:
+                   tokenizer_path: str | None = None, use_shm: bool = False,
+                   fp32_residual: bool = True) -> PreTrainedModel:
     """An HF causal LM from an HF directory, or from a Megatron-LM checkpoint directory (detected); with
-    `use_shm` (the role's `model.use_shm`) from its copy in /dev/shm (`models/shm.py`)."""
+    `use_shm` (the role's `model.use_shm`) from its copy in /dev/shm (`models/shm.py`).
+
+    `fp32_residual`: forwards that compute in bf16/fp16 keep the residual stream in fp32, the numerics the
+    rollout engine shares (numerics.py); False leaves HF's plain forward.
+    """
     path = _source(path, use_shm, key)
     _quiet_transformers()
     from hybridrl.models.megatron import is_megatron_checkpoint, load_megatron_as_hf
+    from hybridrl.models.numerics import keep_residual_stream_fp32
 
     if is_megatron_checkpoint(path):
-        return load_megatron_as_hf(path, hf_config_path=hf_config_path, dtype=dtype, tokenizer_path=tokenizer_path,
-                                   override_config=override_config, attn_implementation=attn_implementation)
-    try:
-        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code, **(override_config or {}))
-        return AutoModelForCausalLM.from_pretrained(path, config=config, dtype=dtype,
-                                                    trust_remote_code=trust_remote_code,
-                                                    attn_implementation=attn_implementation)
-    except (OSError, ValueError) as err:
-        raise _load_error("causal LM", path, key, err) from err
+        model = load_megatron_as_hf(path, hf_config_path=hf_config_path, dtype=dtype, tokenizer_path=tokenizer_path,
+                                    override_config=override_config, attn_implementation=attn_implementation)
+    else:
+        try:
+            config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code, **(override_config or {}))
+            model = AutoModelForCausalLM.from_pretrained(path, config=config, dtype=dtype,
+                                                         trust_remote_code=trust_remote_code,
+                                                         attn_implementation=attn_implementation)
+        except (OSError, ValueError) as err:
+            raise _load_error("causal LM", path, key, err) from err
+    if fp32_residual:
+        keep_residual_stream_fp32(model)
+    return model
 
 
 def load_value_model(path: str, *, dtype: torch.dtype = torch.float32, override_config: dict | None = None,

@@ -14,6 +14,7 @@ from hybridrl.algorithms.kl import FixedKLController
 from hybridrl.checkpoint.manager import (begin_save, commit_save, discard_on_failure, find_resume_dir,
                                          load_data_state, read_trainer_state, save_data_state)
 from hybridrl.checkpoint.rotation import Retention
+from hybridrl.checkpoint.state_io import load_state, save_state
 from hybridrl.checkpoint.startup import announce_start
 from hybridrl.config.schema import HybridRLConfig
 from hybridrl.data.loader import StatefulLoader
@@ -22,6 +23,7 @@ from hybridrl.trainer.setup import default_local_dir
 from hybridrl.workers.launch import Roles
 
 log = get_logger("hybridrl.checkpoint")
+EXTRAS_STEM = "trainer_state_extras"
 
 
 class CheckpointedRun(Protocol):
@@ -33,6 +35,22 @@ class CheckpointedRun(Protocol):
     global_step: int
     kl_ctrl: FixedKLController  # or its adaptive subclass
     resumed_from: str | None  # the checkpoint this run resumed from (rotation never removes it)
+
+    def checkpoint_extras(self) -> dict:
+        """More state to save (`trainer_state_extras.json`), e.g. the asynchronous trainer's buffer; {} for none."""
+        ...
+
+    def load_checkpoint_extras(self, state: dict) -> None: ...
+
+
+class CheckpointExtras:
+    """No state beyond the roles and the data position; the asynchronous trainer saves its buffer here."""
+
+    def checkpoint_extras(self) -> dict:
+        return {}
+
+    def load_checkpoint_extras(self, state: dict) -> None:
+        """`state`: what `checkpoint_extras` returned when the checkpoint was saved ({} when it holds none)."""
 
 
 def root_dir(cfg: HybridRLConfig) -> str:
@@ -51,6 +69,9 @@ def save(run: CheckpointedRun) -> str:
         if roles.critic is not None:  # a frozen remote critic writes nothing
             roles.critic.save_checkpoint(os.path.join(tmp, "critic"), list(cfg.critic.checkpoint.save_contents))
         save_data_state(tmp, run.train_loader.state_dict())
+        extras = run.checkpoint_extras()
+        if extras:
+            save_state(os.path.join(tmp, EXTRAS_STEM), extras)
         state: dict[str, Any] = {"global_step": run.global_step, "kl_ctrl": run.kl_ctrl.state_dict(),
                                  "resumed_from": run.resumed_from}
         final = commit_save(root, tmp, run.global_step, state, keep=retention, protect=protect)
@@ -74,6 +95,8 @@ def maybe_resume(run: CheckpointedRun) -> None:
     state = read_trainer_state(path)
     run.global_step = state["global_step"]
     run.kl_ctrl.load_state_dict(state["kl_ctrl"])
+    extras = os.path.join(path, EXTRAS_STEM)
+    run.load_checkpoint_extras(load_state(extras)[0] if os.path.exists(extras + ".json") else {})
     run.roles.rollout.sync_weights()
     run.resumed_from = path
     log.info(f"resumed from {path}: continuing at step {run.global_step + 1}")

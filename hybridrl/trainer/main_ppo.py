@@ -16,13 +16,14 @@ def run_ppo(cfg: HybridRLConfig) -> dict[str, float]:
 
     plan = preflight(cfg)  # batch sizes, placement, loggers: seconds, before the trainer's imports
     check_input_paths(cfg)  # every data, model and reward file named at once, before anything loads
-    from hybridrl.trainer.ppo_trainer import PPOTrainer
+    from hybridrl.trainer.async_trainer import make_trainer
 
-    return PPOTrainer(cfg, plan).fit()
+    return make_trainer(cfg, plan).fit()
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Exit code: 0 done, 2 a configuration problem (the message names the keys), 1 another known failure."""
+    """Exit code: 0 done, 2 a configuration problem (the message names the keys), 1 another known failure, 128 + the
+    signal for a run stopped by SIGTERM (143) or SIGINT (130): trainer/run_signals.py."""
     from hybridrl.config import load_config, parse_cli_args
     from hybridrl.errors import run_with_actionable_errors
 
@@ -32,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     if wants_help(argv):
         print(train_help())
         return 0
+    from hybridrl.elastic.control import ignore_control_signals
+
+    ignore_control_signals()  # SIGUSR1/SIGUSR2 before the trainer takes them (imports, config): a line, not an exit
 
     def load_and_run():
         config_file, overrides = parse_cli_args(argv)

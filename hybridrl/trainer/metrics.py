@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from hybridrl.logging.log import get_logger
+from hybridrl.trainer.nonfinite import nonfinite_batch_metrics
 from hybridrl.utils.batch import Batch
 
 
@@ -21,12 +22,14 @@ def _masked_values(tensor: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def compute_data_metrics(batch: Batch, use_critic: bool, max_response_length: int) -> dict[str, float]:
-    """verl's `compute_data_metrics`: scores, rewards, advantages, returns, values, lengths."""
+    """verl's `compute_data_metrics`: scores, rewards, advantages, returns, values, lengths; and hybridrl's
+    `training/nonfinite/<key>` counts where the chain has non-finite values (trainer/nonfinite.py)."""
     mask = batch["response_mask"]
-    # verl counts a response's tokens by attention_mask: a multi-turn trajectory's tool turns included
-    response_length = batch["attention_mask"][:, -batch["responses"].shape[1]:].sum(-1).float()
-    prompt_length = batch["attention_mask"][:, : batch["prompts"].shape[1]].sum(-1).float()
-    metrics = {}
+    # lengths from the attention mask (verl's too): rejection sampling may have taken tokens out of response_mask
+    prompt_width = batch["prompts"].shape[1]
+    response_length = batch["attention_mask"][:, prompt_width:].sum(-1).float()
+    prompt_length = batch["attention_mask"][:, :prompt_width].sum(-1).float()
+    metrics = nonfinite_batch_metrics(batch)
     metrics.update(_stats("critic/score", batch["token_level_scores"].sum(-1)))
     metrics.update(_stats("critic/rewards", batch["token_level_rewards"].sum(-1)))
     metrics.update(_stats("critic/advantages", _masked_values(batch["advantages"], mask)))

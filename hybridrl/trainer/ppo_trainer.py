@@ -15,16 +15,18 @@ import torch
 from hybridrl.algorithms import agg_loss, apply_kl_penalty, compute_advantage, get_kl_controller
 from hybridrl.algorithms.agreement import rollout_agreement_metrics
 from hybridrl.algorithms.balance import balanced_order
-from hybridrl.config import HybridRLConfig
+from hybridrl.config import ConfigError, HybridRLConfig, config_to_dict
 from hybridrl.config.run_plan import RunPlan
 from hybridrl.errors.oom import oom_guard
 from hybridrl.logging.log import get_logger
-from hybridrl.trainer import checkpointing
+from hybridrl.trainer import checkpointing, nonfinite, run_signals
+from hybridrl.trainer.correction import bypass_old_log_probs, checked_settings, decoupled_correction, needs_whole_batch
 from hybridrl.trainer.dynamic_sampling import DynamicSampler, RoundHooks, pop_reward_extra
 from hybridrl.trainer.metrics import (OLD_LOG_PROBS_FROM_UPDATE, compute_data_metrics, compute_throughput_metrics,
                                       compute_timing_metrics, record_skipped_phase)
 from hybridrl.trainer.preflight import preflight
 from hybridrl.trainer.setup import build_dataset, build_loader, build_tokenizer, seed_everything, total_training_steps
+from hybridrl.trainer.step_dump import dump_step_rollouts
 from hybridrl.trainer.validation import validation_metrics
 from hybridrl.utils.batch import Batch
 from hybridrl.utils.gc_time import gc_clock, startup_objects_frozen
@@ -33,16 +35,21 @@ from hybridrl.utils.metrics import timed
 from hybridrl.utils.profiling import ProfileSpec, StepProfiler, profiled_step
 from hybridrl.utils.threads import submit_responsive
 from hybridrl.workers.launch import Roles, build_roles
-from hybridrl.workers.reward import rollout_dump_rows
 from hybridrl.workers.rollout import sampling_params
 
 log = get_logger("hybridrl.trainer")
 
 
-class PPOTrainer:
+class PPOTrainer(checkpointing.CheckpointExtras):
     def __init__(self, cfg: HybridRLConfig, plan: RunPlan | None = None):
         """`plan`: what `preflight(cfg)` returns (made here when not given). With worker ranks (several devices,
-        or Ray asked for) `fit()` stops them when it returns."""
+        or Ray asked for) `fit()` stops them when it returns. Signals and trainer.pid first: trainer/run_signals.py."""
+        if type(self) is PPOTrainer and cfg.trainer.v1.trainer_mode != "sync":
+            raise ConfigError(f"trainer.v1.trainer_mode={cfg.trainer.v1.trainer_mode} runs the asynchronous trainer: "
+                              "build it with hybridrl.trainer.async_trainer.make_trainer(cfg) (hybridrl train does)")
+        self.signals = run_signals.RunSignals.around(checkpointing.root_dir(cfg), lambda: self._build(cfg, plan))
+
+    def _build(self, cfg: HybridRLConfig, plan: RunPlan | None) -> None:
         self.plan = plan if plan is not None else preflight(cfg)
         self.device = torch.device(self.plan.device)
         # With worker ranks the controller computes nothing on the GPU (unless a reward model runs here):
@@ -61,6 +68,8 @@ class PPOTrainer:
             cfg, self.train_loader, RoundHooks(self._generation, self.roles.reward.compute_scores, self._phase))
         kl = cfg.algorithm.kl_ctrl
         self.kl_ctrl = get_kl_controller(kl.type, kl.kl_coef, kl.target_kl, kl.horizon)
+        self.nonfinite = nonfinite.NonFiniteGuard(cfg)  # steps whose optimizer steps were skipped for non-finite values
+        self.correction = checked_settings(cfg)  # algorithm.rollout_correction (trainer/correction.py)
         self.global_step = 0
         self.resumed_from: str | None = None  # the checkpoint resumed from (checkpointing.maybe_resume)
         self.profile_spec = ProfileSpec.from_config(cfg.global_profiler)
@@ -75,18 +84,14 @@ class PPOTrainer:
 
     # ================================================================= loop
     def fit(self) -> dict[str, float]:
-        from hybridrl.elastic.control import ElasticController
         from hybridrl.elastic.rollout import make_elasticity
 
-        # Elastic rollout (`hybridrl control`, SIGUSR1/SIGUSR2): requests are applied between steps only.
-        self.control = ElasticController(checkpointing.root_dir(self.cfg))
-        self.elasticity = make_elasticity(self.cfg, self.plan, self.roles.rollout, self.total_steps)
+        self.elasticity = make_elasticity(self.cfg, self.plan, self.roles.rollout, self.total_steps)  # between steps
         try:
-            self.control.install()
             with startup_objects_frozen(), self._cpu_threads():  # gc_time.py; cpu_threads.py
                 return self._fit()
         finally:
-            self.control.close()  # the previous signal handlers back, the pid file removed
+            self.signals.close()  # the previous SIGTERM/SIGINT handlers back, SIGUSR1/2 ignored, the pid file removed
             self.elasticity.close()  # borrowed replicas stopped
             self.roles.shutdown()  # the worker ranks (a failed group is already stopped)
             if self._reward_pool is not None:
@@ -107,7 +112,7 @@ class PPOTrainer:
         self.trackers = trackers = build_trackers(
             self.cfg.trainer.logger, project_name=self.cfg.trainer.project_name,
             experiment_name=self.cfg.trainer.experiment_name, local_dir=checkpointing.root_dir(self.cfg),
-            config_dict=_config_dict(self.cfg))
+            config_dict=config_to_dict(self.cfg))
         trackers.add("run_console", self._run_console())  # console: the banner now, progress per step, summary at end
         metrics: dict[str, float] = {}
         if self.val_loader is not None and self.cfg.trainer.val_before_train:  # after a resume too, as verl
@@ -116,7 +121,7 @@ class PPOTrainer:
                 trackers.finish()
                 return metrics
         while self._more_steps():
-            for request in self.control.pending():  # a step boundary: grow or shrink the rollout now
+            for request in self.signals.at_step_boundary(self):  # stop (SIGTERM/SIGINT), or grow/shrink the rollout
                 self.elasticity.apply(request)
             prompts, epoch = self.train_loader.next_batch()
             self.global_step += 1
@@ -126,6 +131,7 @@ class PPOTrainer:
                             "perf/rollout_num_devices": len(self.roles.rollout.devices)})
             self._after_step(metrics)
             trackers.log(metrics, step=self.global_step)
+            self.nonfinite.check(metrics, self.global_step)  # trainer.max_consecutive_nonfinite_steps
         trackers.finish()
         return metrics
 
@@ -189,7 +195,9 @@ class PPOTrainer:
             if scoring is None:
                 with self._phase("reward", timings):
                     batch = self.score(batch, metrics)
-            if not self.takes_old_log_probs_from_update(len(batch)):
+            if self.correction.bypass_mode:  # rollout correction's bypass mode: π_old := π_rollout, no pass
+                batch = bypass_old_log_probs(batch)
+            elif not self.takes_old_log_probs_from_update(len(batch)):
                 with self._phase("old_log_prob", timings):
                     batch = self.old_log_prob(batch, metrics)
             else:
@@ -206,7 +214,8 @@ class PPOTrainer:
             with self._phase("adv", timings):
                 batch = self.advantages(batch, metrics)
             self.update(batch, metrics, timings)
-        self._dump_rollouts(batch)
+        dump_step_rollouts(self.cfg.trainer.rollout_data_dir, self.tokenizer, self.global_step, batch,
+                           self._last_reward_extra)
         metrics.update(compute_data_metrics(batch, self.plan.needs.critic, self.cfg.actor_rollout_ref.rollout.response_length))
         metrics.update(compute_timing_metrics(batch, timings))
         metrics.update(compute_throughput_metrics(batch, timings["step"], self.plan.world_size))
@@ -294,9 +303,11 @@ class PPOTrainer:
         """The on-policy shortcut (TRL's default, verl's `on_policy` branch of the update): with one epoch over
         one mini-batch and no KL in the reward, the update's first forward sees the very weights that would
         compute old log-probs, so it supplies them (detached) and the separate old_log_prob pass is skipped.
-        The update then reports actor/entropy and training/rollout_probs_diff_* from that forward."""
+        The update then reports actor/entropy, training/rollout_probs_diff_* and rollout_corr/* from that forward
+        (and computes IS weights there; rejection sampling keeps the pass: trainer/correction.py)."""
         actor, algo = self.cfg.actor_rollout_ref.actor, self.cfg.algorithm
         return (actor.reuse_on_policy_log_prob and actor.ppo_epochs == 1 and not algo.use_kl_in_reward
+                and not needs_whole_batch(self.correction)
                 and num_rows <= actor.ppo_mini_batch_size * self.cfg.actor_rollout_ref.rollout.n
                 and self.cfg.trainer.critic_warmup <= self.global_step)
 
@@ -310,6 +321,7 @@ class PPOTrainer:
             self.kl_ctrl.update(current_kl, n_steps=len(batch))
             metrics.update(kl_metrics)
         batch["token_level_rewards"] = rewards
+        batch = decoupled_correction(batch, self.correction, metrics)  # IS weights, rejection mask, rollout_corr/*
         advantages, returns = compute_advantage(
             algo.adv_estimator, token_level_rewards=rewards, response_mask=batch["response_mask"],
             index=batch["uid"], values=batch.get("values"), reward_baselines=batch.get("reward_baselines"),
@@ -327,7 +339,11 @@ class PPOTrainer:
             with self._phase("update_actor", timings):
                 metrics.update(self.roles.actor.update_actor(batch))
             with self._phase("update_weights", timings):  # to rollout ranks elsewhere: perf/update_weights_gb
-                metrics.update(self.roles.rollout.sync_weights())
+                metrics.update(self.sync_rollout_weights())
+
+    def sync_rollout_weights(self) -> dict[str, float]:
+        """The actor's new weights into the rollout (the asynchronous trainer also resumes generation here)."""
+        return self.roles.rollout.sync_weights()
 
     # =========================================================== validation
     def validate(self) -> dict[str, float]:
@@ -372,28 +388,13 @@ class PPOTrainer:
     # ---- end validation hook ----
 
     # ============================================================== helpers
-    def _rollout_seed(self, round_index: int = 0) -> int:
-        """Per step; a later dynamic-sampling round adds round << 48 (engine: seed bits 32+ mix into row keys)."""
-        base = self.cfg.actor_rollout_ref.rollout.seed
-        return (base if base is not None else self.cfg.trainer.seed) * 1_000_003 + self.global_step + (round_index << 48)
+    def _rollout_seed(self, round_index: int = 0, step: int | None = None) -> int:
+        """Per step (`step`: another's); a later dynamic-sampling round adds round << 48 (engine: seed bits 32+)."""
+        base, step = self.cfg.actor_rollout_ref.rollout.seed, self.global_step if step is None else step
+        return (base if base is not None else self.cfg.trainer.seed) * 1_000_003 + step + (round_index << 48)
 
-    def _dump_rollouts(self, batch: Batch) -> None:
-        out_dir = self.cfg.trainer.rollout_data_dir
-        if not out_dir:
-            return
-        from hybridrl.logging.rollout_dump import dump_rollout_jsonl
-
-        prompts, responses, extra = rollout_dump_rows(self.tokenizer, batch, self._last_reward_extra)
-        dump_rollout_jsonl(out_dir, self.global_step, prompts, responses, batch["token_level_scores"].sum(-1).tolist(),
-                           extra)
 
 
 def _uids(prefix: str, count: int) -> list[str]:
     """Deterministic group ids (a prompt's n samples share one), so runs are reproducible."""
     return [f"{prefix}-{i}" for i in range(count)]
-
-
-def _config_dict(cfg: HybridRLConfig) -> dict:
-    from hybridrl.config import config_to_dict
-
-    return config_to_dict(cfg)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 
 import torch
 
 from hybridrl.algorithms import ActorLossSettings, PolicyLossSettings, agg_loss, get_policy_loss_fn, kl_penalty
 from hybridrl.algorithms.agreement import rollout_agreement_metrics
+from hybridrl.algorithms.bypass_loss import bypass_policy_loss
 from hybridrl.algorithms.policy_loss import policy_agg_mode
+from hybridrl.algorithms.rollout_correction import RolloutCorrection
 from hybridrl.config.batch_sizes import BatchSizes
 from hybridrl.config.schema import HybridRLConfig
 from hybridrl.models.hf import load_causal_lm
@@ -17,7 +20,9 @@ from hybridrl.utils.nsight import nvtx_range
 from hybridrl.workers.forward import batched_log_probs, response_log_probs
 from hybridrl.workers.loss_scope import MicroBatchWeights
 from hybridrl.workers.micro_batches import MicroBatchPlan
+from hybridrl.workers.nonfinite import NonFiniteTrace, SkippedSteps
 from hybridrl.workers.trainable import RoleSpec, TrainState, build_trainable
+from hybridrl.workers.update_correction import UpdateCorrection, UpdateMode, correction_settings
 from hybridrl.workers.update_metrics import as_metric, means
 
 UPDATE_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask",
@@ -45,6 +50,7 @@ class ActorWorker(TrainState):
         self.policy_loss_fn = get_policy_loss_fn(self.actor_cfg.policy_loss.loss_mode)
         self.policy_agg_mode = policy_agg_mode(self.actor_cfg.policy_loss.loss_mode, self.actor_cfg.loss_agg_mode)
         self.loss_settings = _loss_settings(self.actor_cfg)
+        self.correction = UpdateCorrection(correction_settings(cfg.algorithm.rollout_correction))
         self.remove_padding = self.actor_cfg.use_remove_padding
         self.log_prob_plan = MicroBatchPlan.for_phase(cfg, "old_log_prob", sizes.log_prob_micro)
         self.update_plan = MicroBatchPlan.for_phase(cfg, "update_actor", sizes.ppo_micro)
@@ -65,24 +71,28 @@ class ActorWorker(TrainState):
 
         A batch without `old_log_probs` is the on-policy shortcut (trainer's `takes_old_log_probs_from_update`):
         one epoch over one mini-batch, old log-probs = the forward's own (detached); actor/entropy and the
-        rollout agreement metrics then come from that forward.
+        rollout agreement metrics then come from that forward, as in bypass mode (update_correction.py).
+        `rollout_is_weights`, when present, multiply the policy loss (decoupled rollout correction).
         """
         self.model.train()
         on_policy = "old_log_probs" not in batch
+        mode = self.correction.mode(on_policy, "rollout_log_probs" in batch)
         keys = [k for k in UPDATE_KEYS if not (on_policy and k == "old_log_probs")]
         keys += (["ref_log_prob"] if self.actor_cfg.use_kl_loss else []) + (
-            ["rollout_log_probs"] if on_policy and "rollout_log_probs" in batch else [])
+            ["rollout_log_probs"] if on_policy and "rollout_log_probs" in batch else []) + (
+            ["rollout_is_weights"] if "rollout_is_weights" in batch else [])
         data = batch.select(keys).to(self.device)
         metrics: dict[str, list[torch.Tensor | float]] = defaultdict(list)
+        skipped = SkippedSteps("actor")
         with self.offloader.for_update():
             for epoch in range(self.actor_cfg.ppo_epochs):
                 minis = self._mini_batches(data, epoch)
                 if on_policy:
                     _check_on_policy(self.actor_cfg.ppo_epochs, len(minis))
                 for mini in minis:
-                    self._update_mini_batch(mini, metrics, on_policy)
-        self.lr_scheduler.step()
-        out = means(metrics)
+                    self._update_mini_batch(mini, metrics, skipped, mode)
+        skipped.step_scheduler(self.lr_scheduler)
+        out = means(metrics) | skipped.metrics()
         out["actor/lr"] = self.optimizer.param_groups[0]["lr"]
         return out
 
@@ -92,49 +102,56 @@ class ActorWorker(TrainState):
             data = data.index(torch.randperm(len(data), generator=gen))
         return data.split(self.sizes.ppo_mini)
 
-    def _update_mini_batch(self, mini: Batch, metrics: dict[str, list[torch.Tensor | float]],
-                           on_policy: bool = False) -> None:
+    def _update_mini_batch(self, mini: Batch, metrics: dict[str, list[torch.Tensor | float]], skipped: SkippedSteps,
+                           mode: UpdateMode) -> None:
         self.optimizer.zero_grad(set_to_none=True)
         parts = self.update_plan.split(mini, self.parallel.max_over_ranks).parts
         weights = MicroBatchWeights(self.actor_cfg.loss_agg_scope, mini)
-        forwards = []  # on-policy: (log_prob, entropy) of each micro-batch, detached, for the old_log_prob metrics
+        forwards = []  # no old_log_prob pass: (log_prob, entropy) of each micro-batch, detached, for its metrics
         mini_metrics: dict[str, list[torch.Tensor | float]] = defaultdict(list)
+        trace = NonFiniteTrace()  # which quantity went non-finite first, should the step be skipped
         for index, micro in enumerate(parts):
             last = index == len(parts) - 1  # one gradient reduce per mini-batch, in its last backward
             with self.parallel.backward_sync(last):
                 with nvtx_range("actor/forward"):  # global_profiler.tool=nsys only (utils/nsight.py)
-                    loss, micro_parts, forward = self._micro_loss(micro, weights, on_policy)
+                    loss, micro_parts, forward = self._micro_loss(micro, weights, trace, mode)
                 with nvtx_range("actor/backward"):
                     loss.backward()
-            if on_policy:
+            if mode.reports_forward:
                 forwards.append(forward)
             for key, value in micro_parts.items():
                 mini_metrics[key].append(value)
         for key, values in mini_metrics.items():  # weighted parts: their sum is the mini-batch's value
-            metrics[key].append(sum(values))
+            metrics[key].append(sum(values) * weights.rescale(self._metric_agg_mode(key)))
         if self.actor_cfg.use_kl_loss:
             metrics["actor/kl_coef"].append(self.actor_cfg.kl_loss_coef)
-        if on_policy:
-            for key, value in self._old_log_prob_metrics(parts, forwards, weights).items():
+        if mode.reports_forward:
+            for key, value in self._forward_metrics(parts, forwards, weights).items():
                 metrics[key].append(value)
-        grad_norm = self.step(self.actor_cfg.grad_clip)
-        if not torch.isfinite(grad_norm):
-            metrics["actor/num_skipped_steps"].append(1.0)
+        grad_norm = self.step(self.actor_cfg.grad_clip, weights.rescale(self.actor_cfg.loss_agg_mode))
+        skipped.record(grad_norm, trace)
         metrics["actor/grad_norm"].append(as_metric(grad_norm))
 
-    def _micro_loss(self, micro: Batch, weights: MicroBatchWeights, on_policy: bool = False):
+    def _metric_agg_mode(self, key: str) -> str:
+        """The mean a weighted metric part follows: the losses their modes, the policy loss's others token means."""
+        if key == "actor/pg_loss":
+            return self.policy_agg_mode
+        return self.actor_cfg.loss_agg_mode if key in ("actor/entropy_loss", "actor/kl_loss") else "token-mean"
+
+    def _micro_loss(self, micro: Batch, weights: MicroBatchWeights, trace: NonFiniteTrace, mode: UpdateMode):
         """(weighted loss, weighted metric parts, (log_prob, entropy) detached) of one micro-batch. Every loss
         term and metric is weighted by the micro-batch's share of the mini-batch (`MicroBatchWeights`; the
         clip fractions and ppo_kl are token means), so summed over micro-batches they are the mini-batch's."""
         cfg = self.actor_cfg
-        mask = micro["response_mask"]
-        need_entropy = cfg.entropy_coeff != 0 or on_policy  # on-policy: actor/entropy comes from here
+        need_entropy = cfg.entropy_coeff != 0 or mode.reports_forward  # no pass: actor/entropy comes from here
         with self.parallel.autocast():
             log_prob, entropy = response_log_probs(self.model, micro, micro.meta["temperature"], need_entropy,
                                                    self.remove_padding)
-        old_log_prob = log_prob.detach() if on_policy else micro["old_log_probs"]
-        pg_loss, pg_metrics = self.policy_loss_fn(old_log_prob, log_prob, micro["advantages"], mask,
-                                                  loss_agg_mode=cfg.loss_agg_mode, config=self.loss_settings)
+        pg_loss, pg_metrics, mask = self._policy_loss(micro, log_prob, mode, weights)
+        trace.note("log_prob", log_prob, mask)  # over the tokens the loss uses (rejection sampling may drop some)
+        if entropy is not None:
+            trace.note("entropy", entropy, mask)
+        trace.note("pg_loss", pg_loss)
         loss = pg_loss * weights(mask, self.policy_agg_mode)
         metrics = {"actor/pg_loss": as_metric(loss)}
         token_weight = weights(mask, "token-mean")
@@ -149,20 +166,47 @@ class ActorWorker(TrainState):
             kl_loss = agg_loss(kld, mask, cfg.loss_agg_mode, cfg.loss_scale_factor) * weight
             loss = loss + cfg.kl_loss_coef * kl_loss
             metrics["actor/kl_loss"] = as_metric(kl_loss)
+            trace.note("kl_loss", kl_loss)
+        trace.note("loss", loss)  # with the coefficients (entropy_coeff, kl_loss_coef) and the micro-batch weight
         return loss, metrics, (log_prob.detach(), entropy.detach() if entropy is not None else None)
 
-    def _old_log_prob_metrics(self, parts: list[Batch], forwards: list, weights: MicroBatchWeights
-                              ) -> dict[str, torch.Tensor | float]:
+    def _policy_loss(self, micro: Batch, log_prob: torch.Tensor, mode: UpdateMode, weights: MicroBatchWeights
+                     ) -> tuple[torch.Tensor, Mapping[str, torch.Tensor | float], torch.Tensor]:
+        """(policy loss, its metrics, the mask every term of this micro-batch uses): the configured loss with the
+        batch's IS weights (decoupled, after the pass) or ones computed here (update_correction.py)."""
+        cfg, mask = self.actor_cfg, micro["response_mask"]
+        old_log_prob = log_prob.detach() if mode.on_policy else micro["old_log_probs"]
+        is_weights = micro.get("rollout_is_weights")
+        if mode.corrects:
+            rollout_log_prob = self.correction.rollout_log_probs(micro)
+            is_weights, mask = self.correction.weights_and_mask(log_prob, rollout_log_prob, mask)
+            if self.correction.rejects:
+                weights.observe(mask)
+            if self.correction.bypass:
+                bypass_loss, bypass_metrics = bypass_policy_loss(
+                    rollout_log_prob, log_prob, micro["advantages"], RolloutCorrection(is_weights, mask, {}),
+                    self.correction.settings.loss_type, cfg.loss_agg_mode, self.loss_settings)
+                return bypass_loss, bypass_metrics, mask
+        extra = {"rollout_is_weights": is_weights} if is_weights is not None else {}
+        pg_loss, pg_metrics = self.policy_loss_fn(old_log_prob, log_prob, micro["advantages"], mask,
+                                                  loss_agg_mode=cfg.loss_agg_mode, config=self.loss_settings, **extra)
+        return pg_loss, pg_metrics, mask
+
+    def _forward_metrics(self, parts: list[Batch], forwards: list, weights: MicroBatchWeights
+                         ) -> dict[str, torch.Tensor | float]:
         """What the skipped old_log_prob pass would report: actor/entropy (over the whole mini-batch, like the
-        loss), training/rollout_probs_diff_*."""
+        loss), training/rollout_probs_diff_*, and the rollout_corr/* metrics of π_train (this forward: π_old in
+        the shortcut, π_θ in bypass mode) against π_rollout."""
         mask = torch.cat([micro["response_mask"] for micro in parts])
         log_prob = torch.cat([lp for lp, _ in forwards]).float()
         entropy = torch.cat([ent for _, ent in forwards]).float()
         mode = self.actor_cfg.loss_agg_mode
-        out = {"actor/entropy": as_metric(agg_loss(entropy, mask, mode) * weights(mask, mode))}
-        if "rollout_log_probs" in parts[0]:
-            rollout = torch.cat([micro["rollout_log_probs"] for micro in parts])
+        out: dict[str, torch.Tensor | float] = {
+            "actor/entropy": as_metric(agg_loss(entropy, mask, mode) * weights(mask, mode))}
+        if self.correction.bypass or "rollout_log_probs" in parts[0]:
+            rollout = torch.cat([self.correction.rollout_log_probs(micro) for micro in parts])
             out.update(rollout_agreement_metrics(rollout, log_prob, mask))
+            out.update(self.correction.metrics(log_prob, rollout, mask))
         return out
 
     # ------------------------------------------------------- state & weights

@@ -38,6 +38,7 @@ from hybridrl.workers.actor import ActorWorker
 from hybridrl.workers.critic import CriticWorker
 from hybridrl.workers.rank_phases import RankPhases
 from hybridrl.workers.reference import build_reference
+from hybridrl.workers.request_pool import FinishedGroup, GroupRequest
 from hybridrl.workers.rollout import RolloutWorker
 
 T = TypeVar("T")
@@ -143,6 +144,27 @@ class ColocatedWorker:
             return Batch()
         batch.meta[f"{ROLLOUT_METRICS_META}{self.rank}"] = metrics
         return batch
+
+    # ---- request-level generation (asynchronous training): every rank of a replica runs the same calls ----
+    def submit_groups(self, groups: list[GroupRequest], params: SamplingParams, version: int) -> None:
+        """Start the groups assigned to this rank's replica (`GroupRequest.replica`); every rank gets the list."""
+        mine = [group for group in groups if group.replica == self.rank // self.rollout_tp.size]
+        with self.phases.phase("gen"):
+            self._rollout().submit_groups(mine, params, version)
+
+    def advance_groups(self, max_steps: int, version: int) -> list[FinishedGroup]:
+        """Step this replica's engine (`RolloutWorker.advance_groups`); its first rank answers."""
+        with self.phases.phase("gen"):
+            finished = self._rollout().advance_groups(max_steps, version)
+        return finished if self.rollout_tp.rank == 0 else []
+
+    def park_groups(self, sleep: bool) -> dict[str, float]:
+        with self.phases.phase("gen"):
+            metrics = self._rollout().park_groups(sleep)
+        return metrics if self.rollout_tp.rank == 0 else {}
+
+    def forget_groups(self) -> None:
+        self._rollout().forget_groups()
 
     def sync_rollout_weights(self) -> None:
         """The actor's weights into the rollout beside it: gathered one unit at a time when sharded (collective);

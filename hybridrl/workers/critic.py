@@ -15,6 +15,7 @@ from hybridrl.utils.nsight import nvtx_range
 from hybridrl.workers.forward import response_values
 from hybridrl.workers.loss_scope import MicroBatchWeights
 from hybridrl.workers.micro_batches import MicroBatchPlan
+from hybridrl.workers.nonfinite import NonFiniteTrace, SkippedSteps
 from hybridrl.workers.trainable import RoleSpec, TrainState, build_trainable
 from hybridrl.workers.update_metrics import as_metric, means
 
@@ -52,23 +53,26 @@ class CriticWorker(TrainState):
         self.model.train()
         data = batch.select(UPDATE_KEYS).to(self.device)
         metrics: dict[str, list[torch.Tensor | float]] = defaultdict(list)
+        skipped = SkippedSteps("critic")
         with self.offloader.for_update():
             for epoch in range(self.cfg.ppo_epochs):
                 if self.cfg.shuffle:
                     gen = torch.Generator().manual_seed(self.cfg.data_loader_seed + epoch)
                     data = data.index(torch.randperm(len(data), generator=gen))
                 for mini in data.split(self.sizes.critic_mini):
-                    self._update_mini_batch(mini, metrics)
-        self.lr_scheduler.step()
-        out = means(metrics)
+                    self._update_mini_batch(mini, metrics, skipped)
+        skipped.step_scheduler(self.lr_scheduler)
+        out = means(metrics) | skipped.metrics()
         out["critic/lr"] = self.optimizer.param_groups[0]["lr"]
         return out
 
-    def _update_mini_batch(self, mini: Batch, metrics: dict[str, list[torch.Tensor | float]]) -> None:
+    def _update_mini_batch(self, mini: Batch, metrics: dict[str, list[torch.Tensor | float]],
+                           skipped: SkippedSteps) -> None:
         self.optimizer.zero_grad(set_to_none=True)
         parts = self.update_plan.split(mini, self.parallel.max_over_ranks).parts
         weights = MicroBatchWeights(self.cfg.loss_agg_scope, mini)
         mini_metrics = defaultdict(list)  # weighted micro-batch parts: their sum is the mini-batch's value
+        trace = NonFiniteTrace()
         for index, micro in enumerate(parts):
             mask = micro["response_mask"]
             last = index == len(parts) - 1  # one gradient reduce per mini-batch, in its last backward
@@ -78,6 +82,8 @@ class CriticWorker(TrainState):
                 vf_loss, vf_clipfrac = compute_value_loss(vpreds, micro["returns"], micro["values"], mask,
                                                           self.cfg.cliprange_value, self.cfg.loss_agg_mode)
                 vf_loss = vf_loss * weights(mask, self.cfg.loss_agg_mode)
+                trace.note("vpreds", vpreds, mask)
+                trace.note("vf_loss", vf_loss)
                 with nvtx_range("critic/backward"):
                     vf_loss.backward()
             token_weight = weights(mask, "token-mean")
@@ -87,5 +93,6 @@ class CriticWorker(TrainState):
         for key, values in mini_metrics.items():
             metrics[key].append(sum(values))
         grad_norm = self.step(self.cfg.grad_clip)
+        skipped.record(grad_norm, trace)
         metrics["critic/grad_norm"].append(as_metric(grad_norm))
 

@@ -5,6 +5,10 @@
   sequences (seq modes), counted over all ranks with one small all-reduce per mini-batch. The gradient is then the
   same however rows fall into micro-batches (`use_dynamic_bsz`, `balance_batch`) and ranks, up to float rounding.
 - `micro_batch` (verl's legacy workers): each micro-batch's own mean, weighted by its rows / the mini-batch's.
+
+The counts are those of the mask the loss uses. Rejection sampling before the update (decoupled mode) filters
+the batch's `response_mask` itself, so they are; inside the update (bypass mode) the filtered mask appears with
+each micro-batch's forward, and `observe` / `rescale` correct the weights once the mini-batch is through.
 """
 
 from __future__ import annotations
@@ -27,6 +31,28 @@ class MicroBatchWeights:
             self.counts = mini_batch_counts(mini["response_mask"])
             if self.ranks > 1:
                 dist.all_reduce(self.counts)  # queued on the device: no host sync
+        self.filtered: torch.Tensor | None = None  # counts of the masks the losses used, when filtered in the update
+        self._filtered_total: torch.Tensor | None = None  # ... summed over the ranks
+
+    def observe(self, mask: torch.Tensor) -> None:
+        """A micro-batch's loss used `mask`, its response mask filtered in the update (bypass mode's rejection
+        sampling, workers/update_correction.py); its weight must then be `self(mask, mode)` too."""
+        counts = mini_batch_counts(mask)
+        self.filtered = counts if self.filtered is None else self.filtered + counts
+
+    def rescale(self, loss_agg_mode: str) -> torch.Tensor | float:
+        """After the mini-batch's last micro-batch: what its gradients and weighted metrics are multiplied by so
+        the weights, shares of the unfiltered counts, become shares of the filtered ones (the mean over the kept
+        tokens or sequences): unfiltered / filtered count of the mode's unit; 1 when nothing was filtered here.
+        Collective over the ranks of the mini-batch when filtered (each rank calls it as often)."""
+        if self.filtered is None or self.scope == "micro_batch" or loss_agg_mode == "token-sum":
+            return 1.0
+        if self._filtered_total is None:
+            self._filtered_total = self.filtered.clone()
+            if self.ranks > 1:
+                dist.all_reduce(self._filtered_total)
+        unit = 0 if loss_agg_mode == "token-mean" else 1
+        return (self.counts[unit] / torch.clamp(self._filtered_total[unit], min=1)).to(torch.float32)
 
     def __call__(self, mask: torch.Tensor, loss_agg_mode: str) -> torch.Tensor | float:
         """The weight of `agg_loss` over the rows of `mask` (B, T): a micro-batch's, or several's together."""

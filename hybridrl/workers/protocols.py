@@ -9,11 +9,13 @@ controller. Tests substitute their own objects for any of them.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from hybridrl.distributed import WorkerGroup
+from hybridrl.distributed.weight_handoff import Payload
 from hybridrl.rollout import SamplingParams
 from hybridrl.utils.batch import Batch
+from hybridrl.workers.request_pool import FinishedGroup, GroupRequest
 
 Scores = tuple[Batch, dict[str, list], dict[str, float]]  # token_level_scores, per-row extra info, metrics
 
@@ -88,6 +90,37 @@ class RolloutRole(Protocol):
     def replica_phase_metrics(self) -> dict[str, float]:
         """Peaks and rank times of the borrowed replicas since the last call (the own group's come with the run's
         other groups)."""
+        ...
+
+
+@runtime_checkable
+class RequestRolloutRole(RolloutRole, Protocol):
+    """The rollout's request-level calls, for the asynchronous trainer modes (workers/request_pool.py): groups
+    submitted, stepped, parked (aborted, tokens kept) and resumed on the replicas of the rollout's own group."""
+
+    @property
+    def num_replicas(self) -> int:
+        ...
+
+    def submit_groups(self, groups: list[GroupRequest], params: SamplingParams, version: int) -> None:
+        ...
+
+    def advance_groups(self, max_steps: int, version: int) -> list[FinishedGroup]:
+        """Resume what is parked at policy `version`, step every replica up to `max_steps` times; the finished groups."""
+        ...
+
+    def park_groups(self, sleep: bool) -> dict[str, float]:
+        """Abort the requests in flight keeping their tokens (and free the KV cache with `sleep`)."""
+        ...
+
+    def forget_groups(self) -> None:
+        ...
+
+    def gather_weights(self) -> Payload:
+        """The actor's weights gathered for rollout devices of their own."""
+        ...
+
+    def load_weights(self, payload: Payload) -> dict[str, float]:
         ...
 
 

@@ -12,7 +12,6 @@ from hybridrl.config.schema import HybridRLConfig
 from hybridrl.models.hf import batch_decode
 from hybridrl.rewards.manager import place_scores
 from hybridrl.rewards.managers import RewardRows, build_reward_manager
-from hybridrl.rollout.agent.metrics import rollout_turn_fields
 from hybridrl.utils.batch import Batch
 from hybridrl.workers.rollout import unpadded_rows
 
@@ -40,16 +39,6 @@ def decode_responses(tokenizer, batch: Batch) -> list[str]:
     """Each whole response (every valid token, tool turns included) as text; only real tokens become Python ints."""
     return batch_decode(tokenizer, unpadded_rows(batch["responses"], response_valid_mask(batch)),
                         skip_special_tokens=True)
-
-
-def rollout_dump_rows(tokenizer, batch: Batch, reward_extra: dict[str, list] | None
-                      ) -> tuple[list[str], list[str], dict[str, list] | None]:
-    """What `trainer.rollout_data_dir` writes of a batch: prompt texts, whole response texts (tool turns included)
-    and the extra columns: the reward function's, and for agent-loop rows their `turns` (the spans trained on
-    marked) and `num_turns`."""
-    prompts = batch_decode(tokenizer, batch["prompts"].tolist(), skip_special_tokens=True)
-    extra = {**(reward_extra or {}), **rollout_turn_fields(tokenizer, batch)}
-    return prompts, decode_responses(tokenizer, batch), extra or None
 
 
 def reward_model_devices(cfg: HybridRLConfig, device: torch.device) -> list[torch.device]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import cast
 
 import numpy as np
 import torch
@@ -18,6 +19,7 @@ from hybridrl.rollout.agent.trainer_rows import AGENT_LOOP_META, AgentLoopRoutin
 from hybridrl.rollout.engine.parallel import TensorParallel
 from hybridrl.utils.batch import Batch
 from hybridrl.utils.metrics import timed
+from hybridrl.workers.request_pool import FinishedGroup, GroupRequest, RequestCore, RequestPool
 
 
 def sampling_params(rollout_cfg, *, validate: bool, greedy: bool = False, seed: int | None = None,
@@ -102,8 +104,10 @@ class RolloutWorker:
         self.model_context = model_context if shares_module and model_context is not None else nullcontext
         # rollout.free_cache_engine (verl, default true): the engine's KV cache exists only while generating.
         self.free_cache = self.cfg.free_cache_engine and not hf
+        self.asleep = False  # the engine's KV cache is freed (free_cache_engine, or parked request-level groups)
         if self.free_cache:
-            self.backend.sleep()
+            self.sleep()
+        self.pool: RequestPool | None = None  # request-level generation (asynchronous training), made on first use
         # Agent loops (multi-turn, tools) over the backend's request API: built now when the config asks for them
         # (tools load, and fail, at start-up), else on the first batch whose rows name a loop.
         self._agent_loop_inputs = (cfg, tokenizer, _model_type(model, cfg), tp.size if tp is not None else 1)
@@ -159,12 +163,12 @@ class RolloutWorker:
             yield
             return
         with timed("timing_s/gen_wake_up", timings):
-            self.backend.wake_up()
+            self.wake_up()
         try:
             yield
         finally:
             with timed("timing_s/gen_sleep", timings):
-                self.backend.sleep()
+                self.sleep()
 
     def sync_weights(self, named_tensors) -> None:
         if self.replica is not None:
@@ -174,9 +178,55 @@ class RolloutWorker:
 
     def sleep(self) -> None:
         self.backend.sleep()
+        self.asleep = True
 
     def wake_up(self) -> None:
         self.backend.wake_up()
+        self.asleep = False
+
+    # ---- request-level generation (asynchronous training: workers/request_pool.py, trainer/async_*.py) ----
+    def submit_groups(self, groups: list[GroupRequest], params: SamplingParams, version: int) -> None:
+        """Start these prompt groups' samples now (they decode with whatever is in flight)."""
+        if groups:
+            pool = self._request_pool()
+            if self.asleep:
+                self.wake_up()
+            pool.submit(groups, params, version)
+
+    def advance_groups(self, max_steps: int, version: int) -> list[FinishedGroup]:
+        """Resume parked samples at policy `version` and step the engine up to `max_steps` times; the groups
+        that finished."""
+        pool = self._request_pool()
+        if not pool.num_in_flight:
+            return []
+        if self.asleep:
+            self.wake_up()
+        return pool.advance(max_steps, version)
+
+    def park_groups(self, sleep: bool) -> dict[str, float]:
+        """Abort the requests in flight keeping their tokens (the engine can then take new weights); with `sleep`
+        (and free_cache_engine) free the KV cache for training. The request API's rollout/* metrics since the
+        last park."""
+        if self.pool is None:
+            return {}
+        self.pool.park()
+        metrics = self.pool.engine.take_metrics()
+        if sleep and self.free_cache and not self.asleep:
+            self.sleep()
+        return metrics
+
+    def forget_groups(self) -> None:
+        """Drop every group of the pool, aborting what runs (a run restarting from a checkpoint re-issues them)."""
+        if self.pool is not None:
+            self.pool.forget()
+
+    def _request_pool(self) -> RequestPool:
+        if self.pool is None:
+            if not hasattr(self.backend, "make_request"):
+                raise RuntimeError("asynchronous training needs the hybrid engine's request API; set "
+                                   "actor_rollout_ref.rollout.name=hybrid (the hf backend runs one request at a time)")
+            self.pool = RequestPool(cast(RequestCore, self.backend))
+        return self.pool
 
 
 @torch.no_grad()

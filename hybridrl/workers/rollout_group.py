@@ -13,8 +13,10 @@ slice generated again by the own group.
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from typing import Any
 
 import torch
 
@@ -26,6 +28,7 @@ from hybridrl.rollout import SamplingParams
 from hybridrl.rollout.agent.trainer_rows import AGENT_LOOP_META, AgentLoopRouting, finish_agent_rows
 from hybridrl.utils.batch import Batch
 from hybridrl.workers.colocated import ROW_INDEX_KEY
+from hybridrl.workers.request_pool import FinishedGroup, GroupRequest
 from hybridrl.workers.role_groups import generate_on, pool_rollout_metrics, pop_phase_metrics, pop_rank_metrics
 
 log = get_logger("hybridrl.trainer")
@@ -138,6 +141,38 @@ class GroupRollout:
             except REPLICA_FAILURES as err:
                 self._drop(device, f"it failed to load the weights ({type(err).__name__}: {_first_line(err)})")
 
+    def gather_weights(self) -> Payload:
+        """The actor's weights gathered once for a rollout on devices of its own, to `load_weights` later (the
+        asynchronous trainer gathers while the rollout still generates, then pauses it only for the load)."""
+        return self.handoff.gather(self.actor)
+
+    def load_weights(self, payload: Payload) -> dict[str, float]:
+        """A gathered payload into the rollout's own replicas; the handoff's metrics."""
+        self.handoff.load(self.group, payload)
+        return self.handoff.metrics()
+
+    # ------------------------------------------------------------------ request-level generation (async)
+    @property
+    def num_replicas(self) -> int:
+        """The engine replicas of the rollout's own group (request-level calls go to these only)."""
+        return self.group.world_size // self.tensor_parallel_size
+
+    def submit_groups(self, groups: list[GroupRequest], params: SamplingParams, version: int) -> None:
+        """Start prompt groups on the replicas each names (every rank gets the list and keeps its replica's)."""
+        if groups:
+            self.group.call_all("submit_groups", groups, params, version)
+
+    def advance_groups(self, max_steps: int, version: int) -> list[FinishedGroup]:
+        """Every replica resumes its parked samples at `version` and steps up to `max_steps` times."""
+        return [group for finished in self.group.call_all("advance_groups", max_steps, version) for group in finished]
+
+    def park_groups(self, sleep: bool) -> dict[str, float]:
+        """Abort what runs, keeping its tokens; the replicas' request-level rollout/* metrics, pooled."""
+        return pool_rollout_metrics([m for m in self.group.call_all("park_groups", sleep) if m])
+
+    def forget_groups(self) -> None:
+        self.group.call_all("forget_groups")
+
     # ------------------------------------------------------------------ borrowed replicas
     def add_replicas(self, groups: dict[int, WorkerGroup]) -> None:
         """Lend these one-rank replica groups (by device) to the rollout, loaded with the actor's current
@@ -161,6 +196,44 @@ class GroupRollout:
         if group is not None:
             group.shutdown()
         log.warning(f"rollout replica on device {device} returned: {why}; the rollout is on {self.devices}")
+
+
+class SerializedGroup:
+    """A worker group whose calls run one at a time, whichever thread makes them. separate_async generates on a
+    thread of its own through the rollout's group while the trainer's thread also calls every group (phase
+    metrics, profiling); a local group's pipes carry one call at a time. Other attributes are the group's."""
+
+    def __init__(self, group: WorkerGroup) -> None:
+        self._group, self._lock = group, threading.Lock()
+        self.role, self.world_size = group.role, group.world_size
+
+    def call_all(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        with self._lock:
+            return self._group.call_all(method, *args, **kwargs)
+
+    def call_rank0(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return self._group.call_rank0(method, *args, **kwargs)
+
+    def call_sharded(self, method: str, batch: Batch, **kwargs: Any) -> Batch:
+        with self._lock:
+            return self._group.call_sharded(method, batch, **kwargs)
+
+    def call_sharded_metrics(self, method: str, batch: Batch, **kwargs: Any) -> dict[str, float]:
+        with self._lock:
+            return self._group.call_sharded_metrics(method, batch, **kwargs)
+
+    def call_per_replica(self, method: str, batch: Batch, replica_size: int, rows_per_row: int = 1,
+                         **kwargs: Any) -> Batch:
+        with self._lock:
+            return self._group.call_per_replica(method, batch, replica_size, rows_per_row, **kwargs)
+
+    def shutdown(self) -> None:
+        with self._lock:
+            self._group.shutdown()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._group, name)
 
 
 def _split(num_rows: int, ranks: list[int]) -> list[tuple[int, int]]:

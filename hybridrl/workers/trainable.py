@@ -140,10 +140,16 @@ class TrainState:
         if "extra" in state:
             self.lr_scheduler.load_state_dict(state["extra"]["lr_scheduler"])
 
-    def step(self, grad_clip: float) -> torch.Tensor:
-        """After an optimizer step's last backward: complete the gradients, clip them, step unless the norm is not
-        finite (the step is then skipped); returns the norm before clipping."""
+    def step(self, grad_clip: float, grad_scale: torch.Tensor | float = 1.0) -> torch.Tensor:
+        """After an optimizer step's last backward: complete the gradients, scale them by `grad_scale` (a loss
+        normaliser known only after the backwards: loss_scope.MicroBatchWeights.rescale), clip them, step unless
+        the norm is not finite (the step is then skipped); returns the norm before clipping."""
         self.parallel.finish_gradients()
+        scale = float(grad_scale)  # a Python number: FSDP2's DTensor gradients take no plain-tensor operand
+        if scale != 1.0:
+            for param in self.model.parameters():
+                if param.grad is not None:
+                    param.grad.mul_(scale)
         grad_norm = self.parallel.clip_grad_norm(grad_clip)
         if torch.isfinite(grad_norm):
             self.offloader.before_step()  # optimizer_offload: its state comes in now, after backward

@@ -30,7 +30,9 @@ def means(metrics: Mapping[str, Sequence[torch.Tensor | float]]) -> dict[str, fl
     out = {}
     for key, values in metrics.items():
         floats = [next(on_host) if isinstance(value, torch.Tensor) else value for value in values]
-        out[key] = math.fsum(floats) / len(floats)
+        # fsum raises on inf + -inf; a non-finite value (a skipped step's loss) is reported as such
+        total = math.fsum(floats) if all(map(math.isfinite, floats)) else sum(floats)
+        out[key] = total / len(floats)
     return out
 
 

@@ -36,7 +36,7 @@ def test_august_dump_loads_with_the_reward_group_and_legacy_nulls():
     assert cfg.actor_rollout_ref.rollout.n_gpus_per_node == 8 and cfg.actor_rollout_ref.rollout.trace.project_name == "verl_examples"
     assert cfg.actor_rollout_ref.rollout.qat["mode"] == "w4a16"
     assert cfg.distillation.teacher_models["teacher_model"]["inference"]["name"] == "sglang"  # resolved as written
-    assert cfg.trainer.v1.separate_async == {"parameter_sync_step": 4} and cfg.model_engine == "dp"
+    assert cfg.trainer.v1.separate_async.parameter_sync_step == 4 and cfg.model_engine == "dp"
 
 
 def test_printed_config_loads_back_to_the_same_config(tmp_path):

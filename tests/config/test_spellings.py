@@ -56,9 +56,8 @@ def test_null_in_the_legacy_group_means_not_set(tmp_path):
 
 def test_verl_05_tis_cap_becomes_token_level_importance_sampling():
     assert load_config(["+actor_rollout_ref.actor.tis_imp_ratio_cap=-1"]).algorithm.rollout_correction.rollout_is is None
-    with pytest.raises(ConfigError) as err:  # mapped, then refused by name until rollout correction lands
-        load_config(["+actor_rollout_ref.actor.tis_imp_ratio_cap=2.0"])
-    assert "algorithm.rollout_correction.rollout_is='token'" in str(err.value)
+    correction = load_config(["+actor_rollout_ref.actor.tis_imp_ratio_cap=2.0"]).algorithm.rollout_correction
+    assert (correction.rollout_is, correction.rollout_is_threshold) == ("token", 2.0)
 
 
 @pytest.mark.parametrize(("old", "expected"), [
@@ -107,7 +106,8 @@ def test_megatron_only_keys_load_with_a_notice(caplog):
 
 @pytest.mark.parametrize(("override", "phrase"), [
     ("distillation.enabled=true", "on-policy distillation"),
-    ("trainer.v1.trainer_mode=separate_async", "asynchronous v1 trainer modes"),
+    ("trainer.v1.separate_async.hybrid_rollout.enable_switch=true", "step switching"),
+    ("trainer.v1.sampler.custom_sampler.path=my_sampler.py", "custom replay-buffer samplers"),
     ("skip.rollout.enable=true", "reusing cached generations (skip.rollout)"),
     ("actor_rollout_ref.actor.fsdp_config.qat.enable=true", "quantization-aware training"),
     ("actor_rollout_ref.rollout.nnodes=1", "actor_rollout_ref.rollout.device_ids"),

@@ -97,3 +97,20 @@ class RankProbe:
     def collective_timeout_s(self) -> float:
         backend = torch.distributed.group.WORLD._get_backend(torch.device("cpu"))
         return backend.options._timeout.total_seconds()
+
+
+class MixedPrecisionLogits:
+    """A tiny fp32 model sharded with FSDP2 computing in bf16 (`param_dtype`), optionally sharing the rollout
+    engine's fp32 residual stream (models/numerics.py), and its logits for given token ids."""
+
+    def __init__(self, seed: int = 0, fp32_residual: bool = True, **config) -> None:
+        from hybridrl.models.numerics import keep_residual_stream_fp32
+
+        model = build_tiny_model(seed=seed, **config)
+        if fp32_residual:
+            keep_residual_stream_fp32(model)
+        self.model = apply_fsdp2(model, param_dtype=torch.bfloat16)
+
+    @torch.no_grad()
+    def logits(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids).logits.float()

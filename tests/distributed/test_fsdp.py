@@ -8,7 +8,7 @@ import torch
 from hybridrl.distributed.local_launcher import LocalWorkerGroup
 from hybridrl.models.tiny import build_tiny_model
 from hybridrl.utils.batch import Batch
-from tests.distributed.fsdp_workers import FSDPWorker, RankProbe, sgd_step
+from tests.distributed.fsdp_workers import FSDPWorker, MixedPrecisionLogits, RankProbe, sgd_step
 
 
 @pytest.mark.slow  # ~20-40 s on 2 busy cores: two ranks import transformers and build the model
@@ -42,6 +42,27 @@ def test_two_rank_fsdp2_step_matches_one_process_and_state_dicts_round_trip():
         torch.testing.assert_close(params[1]["model.norm.weight"], fresh["model.norm.weight"])
         torch.testing.assert_close(params[0]["model.layers.1.mlp.up_proj.weight"],
                                    fresh["model.layers.1.mlp.up_proj.weight"])
+
+
+@pytest.mark.slow  # two ranks import transformers and build the model
+def test_fsdp2_in_bf16_keeps_the_fp32_residual_stream_the_rollout_engine_shares():
+    """FSDP2 casts each unit's inputs to param_dtype by default; the decoder layers' input is the residual
+    stream, so a model sharing the engine's numerics (models/numerics.py) must compute as unsharded."""
+    from hybridrl.models.numerics import keep_residual_stream_fp32
+
+    ids = torch.randint(5, 128, (2, 12), generator=torch.Generator().manual_seed(0))
+    unsharded = build_tiny_model(seed=0)
+    for param in unsharded.parameters():  # FSDP2's param_dtype casts parameters only, not RoPE buffers
+        param.data = param.data.to(torch.bfloat16)
+    with torch.no_grad():
+        plain = unsharded(ids).logits.float()
+        keep_residual_stream_fp32(unsharded)
+        shared = unsharded(ids).logits.float()
+    with LocalWorkerGroup(MixedPrecisionLogits, {"seed": 0}, world_size=2, role="actor") as group:
+        sharded = group.call_all("logits", ids)
+    for logits in sharded:
+        torch.testing.assert_close(logits, shared, rtol=0, atol=1e-6)
+    assert not torch.allclose(shared, plain, rtol=0, atol=1e-6)  # the 16-bit stream would show
 
 
 # odd row counts (vocab 131, MLP 67, 1 KV head): 3 ranks hold shards of unequal (and empty) size

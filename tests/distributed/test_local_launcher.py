@@ -196,3 +196,21 @@ def test_rank_processes_start_with_their_gpu_already_visible(monkeypatch):
     proc.join(timeout=60)
     with _child_environment(None):  # CPU ranks: nothing changes
         assert os.environ["CUDA_VISIBLE_DEVICES"] == "4,5"
+
+
+def test_ranks_leave_sigint_and_sigterm_to_their_controller_which_kills_them_when_it_aborts():
+    """Ctrl-C reaches the whole foreground process group and Slurm signals every process of a job: a rank keeps
+    serving (the controller finishes the step and stops it); the controller's own abort ends ranks at once."""
+    group = LocalWorkerGroup(ToyWorker, {}, world_size=1, role="signalled")
+    try:
+        (pid,) = group.pids
+        os.kill(pid, signal.SIGINT)
+        os.kill(pid, signal.SIGTERM)
+        time.sleep(0.3)
+        assert group.call_all("getpid") == [pid]  # still serving
+        with open(group.log_path(0)) as f:
+            assert f"SIGTERM ignored by this rank: its controller (pid {os.getpid()}) finishes the step" in f.read()
+        group._abort("test", keep_logs=False)  # SIGKILL: a SIGTERM from the controller would be ignored
+        assert group._procs[0].exitcode == -signal.SIGKILL and not os.path.exists(group.log_dir)
+    finally:
+        group.shutdown()

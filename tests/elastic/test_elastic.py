@@ -25,10 +25,12 @@ from hybridrl.config import load_config
 from hybridrl.config.run_plan import build_run_plan
 from hybridrl.distributed import InProcessGroup, WorkerDiedError, num_visible_devices
 from hybridrl.rollout import SamplingParams
+from hybridrl.checkpoint.pid_file import PidRecord, process_identity, read_pid_file
 from hybridrl.elastic.control import (
     PID_FILE,
     ElasticController,
     Request,
+    _ignored,
     main_control,
     write_request,
 )
@@ -128,7 +130,7 @@ def test_grow_and_shrink_a_running_trainer_changes_nothing_but_the_devices(tmp_p
 
     try:
         wait_for(lambda: steps_logged(out) >= 1, "step 1 in metrics.jsonl", proc, log_path)  # step 2 is held
-        assert int(read(os.path.join(out, PID_FILE))) == proc.pid
+        assert read_pid_file(os.path.join(out, PID_FILE)).pid == proc.pid
         assert main_control([out, "grow-rollout", "--devices", "1"]) == 0  # request file + SIGUSR1
         wait_for(logged("received SIGUSR1 (grow-rollout); applied at the next step boundary"), "the receipt", proc,
                  log_path)
@@ -202,8 +204,10 @@ def plain_run(tmp_path_factory, arith_model_dir, arithmetic_files) -> list[dict]
 def test_refused_requests_are_logged_and_training_goes_on(tmp_path, arith_model_dir, arithmetic_files, caplog,
                                                           capfd):
     out = str(tmp_path)
+    previous = signal.getsignal(signal.SIGUSR1)
     trainer = PPOTrainer(load_config(run_overrides(arith_model_dir, arithmetic_files, out, steps=3,
                                                    extra=["trainer.logger=[file]"])))
+    assert signal.getsignal(signal.SIGUSR1) == trainer.signals.control._on_signal  # taken from construction on
     score, calls = trainer.roles.reward.compute_scores, []
 
     def score_and_signal(batch, **kwargs):  # runs mid-step: requests wait for the step boundary
@@ -216,9 +220,9 @@ def test_refused_requests_are_logged_and_training_goes_on(tmp_path, arith_model_
         return score(batch, **kwargs)
 
     trainer.roles.reward.compute_scores = score_and_signal
-    previous = signal.getsignal(signal.SIGUSR1)
     trainer.fit()
-    assert signal.getsignal(signal.SIGUSR1) is previous  # handlers restored, pid file removed
+    # handlers restored (the default action, which would end the process on a late request, becomes a line)
+    assert signal.getsignal(signal.SIGUSR1) is (_ignored if previous in (signal.SIG_DFL, None) else previous)
     assert not os.path.exists(os.path.join(out, PID_FILE))
     records = read_metrics(out)
     assert [r["step"] for r in records] == [1, 2, 3]
@@ -238,7 +242,7 @@ def test_control_writes_the_request_and_signals_the_pid(tmp_path, capsys):
     controller = ElasticController(run_dir)
     assert controller.install()  # this process plays the trainer
     try:
-        assert read(os.path.join(run_dir, PID_FILE)).strip() == str(os.getpid())
+        assert read_pid_file(os.path.join(run_dir, PID_FILE)) == PidRecord(os.getpid(), process_identity(os.getpid()))
         assert main_control([run_dir, "grow-rollout", "--devices", "2,3"]) == 0
         assert "sent grow-rollout (devices: [2, 3]) to the trainer" in capsys.readouterr().out
         (name,) = os.listdir(os.path.join(run_dir, "control"))
@@ -267,6 +271,55 @@ def test_control_refuses_a_stale_pid_file(tmp_path, capsys):
     assert not (tmp_path / "control").exists() or os.listdir(tmp_path / "control") == []
     with pytest.raises(SystemExit):
         main_control([str(tmp_path), "grow-rollout", "--devices", "a,b"])
+
+
+@pytest.fixture
+def unrelated_process():
+    """A live process that is no trainer (what the audit's `hybridrl control` killed)."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+@pytest.mark.parametrize("identity", ["its own (another process's)", "none (an earlier version's file)"])
+def test_control_refuses_a_pid_file_naming_an_unrelated_live_process(tmp_path, capsys, unrelated_process, identity):
+    """The pid file names a live process that did not write it: a reused pid (the identity in the file is the
+    trainer's, not the process's) or a file without an identity. Nothing is sent; the process lives on."""
+    pid = unrelated_process.pid
+    trainer_identity = process_identity(os.getpid())  # this process plays the trainer that wrote the file and left
+    lines = f"{pid}\n{trainer_identity}\n" if identity.startswith("its own") else f"{pid}\n"
+    (tmp_path / PID_FILE).write_text(lines)
+    assert main_control([str(tmp_path), "grow-rollout"]) == 1
+    err = capsys.readouterr().err
+    if identity.startswith("its own"):
+        assert f"pid {pid} in {tmp_path / PID_FILE} is not this run's trainer: the process running under that pid " \
+               "started at another time than the one that wrote the file" in err
+    else:
+        assert f"names pid {pid} without the trainer's start time" in err and f"kill -USR1 {pid}" in err
+    assert "nothing was sent" in err
+    time.sleep(0.2)
+    assert unrelated_process.poll() is None  # not signalled (SIGUSR1's default action would have ended it)
+    assert not (tmp_path / "control").exists() or os.listdir(tmp_path / "control") == []
+
+
+def test_usr_signals_outside_a_run_are_ignored_with_a_line(capfd):
+    """What the command line installs before the trainer exists, and what fit() leaves behind: a line, no exit."""
+    from hybridrl.elastic.control import ignore_control_signals
+
+    previous = {number: signal.getsignal(number) for number in (signal.SIGUSR1, signal.SIGUSR2)}
+    try:
+        for number in previous:
+            signal.signal(number, signal.SIG_DFL)
+        ignore_control_signals()
+        os.kill(os.getpid(), signal.SIGUSR1)
+        os.kill(os.getpid(), signal.SIGUSR2)
+        time.sleep(0.05)  # delivered at the next bytecode
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    err = capfd.readouterr().err
+    assert err.count("while no training runs (starting up or finished): ignored") == 2
 
 
 # ---------------------------------------------------------------- placement rules and the split, no processes

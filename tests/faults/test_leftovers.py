@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from hybridrl.checkpoint.pid_file import read_pid_file
 from hybridrl.checkpoint.startup import rank_log_folders, report_leftovers
 from hybridrl.config import load_config
 from hybridrl.distributed import LocalWorkerGroup, WorkerDiedError
@@ -43,7 +44,7 @@ def test_a_killed_trainer_is_named_at_the_next_start_which_resumes(tmp_path, ove
     assert wait_for_a_save(out, proc)
     proc.kill()  # at once: the save's temporary folder is there
     proc.join()
-    assert int(open(os.path.join(out, "trainer.pid")).read()) == proc.pid
+    assert read_pid_file(os.path.join(out, "trainer.pid")).pid == proc.pid
     partial = [n for n in os.listdir(out) if n.startswith(".tmp_global_step_")]
     with caplog.at_level(logging.WARNING, logger="hybridrl"):
         PPOTrainer(load_config(overrides_for(out, 3, saves))).fit()

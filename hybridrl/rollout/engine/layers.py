@@ -73,19 +73,25 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None
                 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Normalise x (in fp32, like HF); with `residual`, add it first and also return the sum."""
+        """Normalise x in fp32 and scale it, output in the weight's dtype; with `residual`, add it first (in
+        the wider dtype of the two) and also return the sum.
+
+        Rounds as HF's `weight * normalised.to(input dtype)`: a 16-bit input (the q/k norms, a 16-bit residual
+        stream) is rounded before the scale and after it; an fp32 input (the fp32 residual stream, docs/design.md
+        "Numerics shared by the engine and the trainer") once, after it.
+        """
         fused = fused_ops_for(x)
-        if fused is not None and x.dtype == self.weight.dtype:
+        if fused is not None:
             if residual is None:
-                return fused.rms_norm(x.reshape(-1, x.shape[-1]), self.weight, self.eps).view(x.shape)
-            if x.dim() == 2 and residual.dtype == x.dtype:
+                return fused.rms_norm(x.reshape(-1, x.shape[-1]), self.weight, self.eps).view(*x.shape)
+            if x.dim() == 2:
                 return fused.rms_norm(x, self.weight, self.eps, residual)
         if residual is not None:
             x = x + residual
             residual = x
         h = x.float()
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        out = self.weight * h.to(x.dtype)
+        out = (self.weight * h.to(x.dtype)).to(self.weight.dtype)
         return out if residual is None else (out, residual)
 
 

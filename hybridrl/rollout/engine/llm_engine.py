@@ -42,13 +42,15 @@ class LLMEngine:
                  enforce_eager: bool = False, enable_prefix_caching: bool = True,
                  num_kv_blocks: int | None = None, seed: int = 0, max_decode_burst: int = 16,
                  tp: TensorParallel = SINGLE, cudagraph_capture_sizes: list[int] | None = None,
-                 keep_decode_graphs: bool = True) -> None:
+                 keep_decode_graphs: bool = True, fp32_residual: bool = True) -> None:
         if not 0 < gpu_memory_utilization <= 1:
             raise ValueError(f"actor_rollout_ref.rollout.gpu_memory_utilization ({gpu_memory_utilization}) "
                              "must be in (0, 1]; try 0.5")
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        # fp32_residual: 16-bit weights, fp32 residual stream, as the trainer's forward (models/numerics.py);
+        # False: the residual stream in the weights' dtype, as a plain HF bf16 forward
         self.model, self.config, self.max_model_len, eos = build_engine_model(
-            model, dtype, self.device, max_model_len, tp)
+            model, dtype, self.device, max_model_len, tp, fp32_residual)
         self.tp = tp
         self.eos_ids = frozenset(eos | set(tokenizer_eos_ids))
         self.gpu_memory_utilization = gpu_memory_utilization

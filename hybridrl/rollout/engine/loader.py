@@ -49,10 +49,17 @@ def eos_ids_of(source: object, config: object) -> set[int]:
     return ids
 
 
+def residual_dtype(dtype: torch.dtype, fp32_residual: bool) -> torch.dtype | None:
+    """The engine model's `residual_dtype`: fp32 for 16-bit weights with `fp32_residual`, else None (the
+    weights' own dtype)."""
+    return torch.float32 if fp32_residual and dtype.itemsize < 4 else None
+
+
 def build_engine_model(source: torch.nn.Module | str, dtype: torch.dtype | None, device: torch.device,
-                       max_model_len: int | None, tp: TensorParallel = SINGLE):
+                       max_model_len: int | None, tp: TensorParallel = SINGLE, fp32_residual: bool = True):
     """The engine model on `device` in `dtype` (default: the source's dtype), weights copied from `source`
-    (with tensor parallelism, this rank's slices of them).
+    (with tensor parallelism, this rank's slices of them). `fp32_residual`: keep the residual stream in fp32
+    when the weights are 16-bit, as the trainer's forward does (hybridrl/models/numerics.py).
 
     Returns (model, config, max_model_len, eos ids).
     """
@@ -74,7 +81,7 @@ def build_engine_model(source: torch.nn.Module | str, dtype: torch.dtype | None,
     # value head) differently from one process
     cuda = [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=cuda), default_dtype(dtype), torch.device(device):
-        model = build_model(config, max_model_len, tp)
+        model = build_model(config, max_model_len, tp, residual_dtype(dtype, fp32_residual))
     loaded = load_weights(model, named)
     missing = {name for name, _ in model.named_parameters()} - loaded
     if missing:

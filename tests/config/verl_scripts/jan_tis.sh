@@ -1,4 +1,4 @@
-# expect: refused rollout-correction importance sampling is not implemented
+# expect: pass
 # verl 0.5's truncated importance sampling: tis_imp_ratio_cap becomes algorithm.rollout_correction.rollout_is=token
 python3 -m verl.trainer.main_ppo \
     algorithm.adv_estimator=grpo \

@@ -8,6 +8,7 @@ the engine uses the same rule, checked below with prompts longer than the window
 import pytest
 import torch
 
+from hybridrl.models.numerics import keep_residual_stream_fp32
 from hybridrl.rollout.base import SamplingParams
 from tests.rollout.engine.helpers import (
     PROMPTS, hf_generate_greedy, hf_greedy_no_eos, hf_logprobs, make_engine, make_model, to_bf16_keeping_rope_fp32,
@@ -95,7 +96,8 @@ def test_loads_from_model_dir(tiny_model_dir):
 
 @pytest.mark.gpu
 def test_bf16_greedy_parity_with_hf_on_ragged_prompts():
-    """bf16 on CUDA (Triton decode and fused ops, CUDA graphs, decode bursts) vs HF (sdpa, bf16).
+    """bf16 on CUDA (Triton decode and fused ops, CUDA graphs, decode bursts) vs HF (sdpa, bf16, the fp32
+    residual stream both keep: models/numerics.py).
 
     Teacher-forced: one HF forward over prompt + the engine's tokens scores every step, and each engine
     token must be HF's arg-max there up to a bf16 tie (within 2% of the logit scale); >= 90% exact.
@@ -106,6 +108,7 @@ def test_bf16_greedy_parity_with_hf_on_ragged_prompts():
     model = to_bf16_keeping_rope_fp32(
         make_model("qwen2", hidden_size=128, num_heads=4, num_kv_heads=2, vocab_size=512, scale=1.0), "cuda")
     assert model.model.rotary_emb.inv_freq.dtype == torch.float32
+    keep_residual_stream_fp32(model)  # HF's forward with the fp32 residual stream the engine keeps
     prompts = [[int(t) for t in torch.randint(3, 500, (length,))] for length in (5, 17, 33, 64, 9, 100, 48, 2)]
     engine = make_engine(model, device="cuda", num_kv_blocks=256, block_size=16)
     out = engine.generate(prompts, SamplingParams(do_sample=False, max_new_tokens=32, ignore_eos=True))

@@ -42,6 +42,30 @@ def test_rms_norm_with_and_without_residual(dtype, device, monkeypatch):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_rms_norm_on_an_fp32_residual_stream_with_bf16_weights(device, monkeypatch):
+    """The engine's fp32 residual stream (models/llama.py `residual_dtype`): a bf16 sub-layer output added to
+    the fp32 stream gives an fp32 sum and a bf16 normalised output; layer 0 normalises the fp32 stream alone."""
+    from hybridrl.rollout.engine import fused_ops, layers
+
+    device = on_device(device)
+    monkeypatch.setattr(layers, "USE_FUSED_OPS", False)
+    torch.manual_seed(0)
+    norm = RMSNorm(96, 1e-6).to(device, torch.bfloat16)
+    with torch.no_grad():
+        norm.weight.copy_(torch.rand(96) + 0.5)
+    stream = torch.randn(5, 96, device=device) * 3
+    sublayer = torch.randn(5, 96, device=device).to(torch.bfloat16)
+    out = fused_ops.rms_norm(stream, norm.weight, norm.eps)
+    assert out.dtype == torch.bfloat16
+    close(out, norm(stream), torch.bfloat16)
+    out, res = fused_ops.rms_norm(sublayer, norm.weight, norm.eps, stream)
+    want_out, want_res = norm(sublayer, stream)
+    assert out.dtype == want_out.dtype == torch.bfloat16 and res.dtype == want_res.dtype == torch.float32
+    torch.testing.assert_close(res, want_res, rtol=0, atol=0)  # an fp32 sum of the same two values
+    close(out, want_out, torch.bfloat16)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_silu_and_mul(dtype, device):
     from hybridrl.rollout.engine import fused_ops

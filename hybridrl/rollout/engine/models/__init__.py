@@ -24,12 +24,13 @@ MODEL_REGISTRY: dict[str, type[LlamaForCausalLM]] = {
 }
 
 
-def build_model(config, max_positions: int, tp: TensorParallel = SINGLE) -> LlamaForCausalLM:
+def build_model(config, max_positions: int, tp: TensorParallel = SINGLE,
+                residual_dtype: torch.dtype | None = None) -> LlamaForCausalLM:
     model_type = getattr(config, "model_type", None)
     if model_type not in MODEL_REGISTRY:
         raise NotImplementedError(f"model_type {model_type!r} is not supported by the hybrid engine "
                                   f"(supported: {sorted(MODEL_REGISTRY)}); use actor_rollout_ref.rollout.name=hf")
-    return MODEL_REGISTRY[model_type](config, max_positions, tp)
+    return MODEL_REGISTRY[model_type](config, max_positions, tp, residual_dtype)
 
 
 def load_weights(model: nn.Module, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> set[str]:

@@ -3,6 +3,8 @@
 Subclasses flip class attributes: `qkv_bias` (Qwen2), `qk_norm` (Qwen3); sliding windows and RoPE
 scaling come from the HF config. Names match HF, except q/k/v -> qkv_proj and gate/up -> gate_up_proj.
 `tp`: this rank's share of a tensor-parallel replica (parallel.py); the weight loaders slice HF tensors.
+`residual_dtype`: the residual stream's dtype (fp32 with bf16 weights: the numerics the trainer's forward
+shares, hybridrl/models/numerics.py); None keeps it in the weights' dtype, as a plain HF forward does.
 """
 
 from __future__ import annotations
@@ -78,11 +80,13 @@ class LlamaForCausalLM(nn.Module):
         "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1),
     }
 
-    def __init__(self, config, max_positions: int, tp: TensorParallel = SINGLE) -> None:
+    def __init__(self, config, max_positions: int, tp: TensorParallel = SINGLE,
+                 residual_dtype: torch.dtype | None = None) -> None:
         super().__init__()
         if getattr(config, "mlp_bias", False):
             raise NotImplementedError(f"{type(self).__name__}: mlp_bias=True is not supported by the hybrid engine")
         self.config = config
+        self.residual_dtype = residual_dtype
         self.tie_word_embeddings = bool(getattr(config, "tie_word_embeddings", False))
         qkv_bias = self.qkv_bias or bool(getattr(config, "attention_bias", False))
         o_bias = bool(getattr(config, "attention_bias", False))
@@ -99,8 +103,13 @@ class LlamaForCausalLM(nn.Module):
             self.lm_head.weight = self.model.embed_tokens.weight
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-        """input_ids, positions (N,) -> final hidden states (N, hidden)."""
+        """input_ids, positions (N,) -> final hidden states (N, hidden), in the weights' dtype.
+
+        The residual stream (N, hidden) runs in `residual_dtype`: each sub-layer's output is added to it
+        unrounded and each norm reads it at that precision (`RMSNorm`)."""
         x, residual = self.model.embed_tokens(input_ids), None
+        if self.residual_dtype is not None:
+            x = x.to(self.residual_dtype)
         for layer in self.model.layers:
             x, residual = layer(positions, x, residual, meta)
         x, _ = self.model.norm(x, residual)

@@ -1,0 +1,163 @@
+"""Asynchronous training (trainer.v1.trainer_mode=colocate_async) vs the synchronous trainer on a long-tail
+workload, in one run on one device; prints one JSON object.
+
+    python benchmarks/async_bench.py --out async.json   # H200: 64 GSM8K prompts x n=8, EOS-stopped, <= 2048 tokens
+    python benchmarks/async_bench.py --quick             # toy shapes on CPU
+The long tail: random "EOS" ids (rollout_bench's stop-id emulation) give the random-weight model geometric
+response lengths, median ~300 tokens, capped at --max-response-length. The synchronous step waits for its
+longest response; colocate_async cuts the step once a train batch of groups has finished, parks the rest
+(tokens kept) and resumes it after the weight sync. Both trainers run GRPO + KL loss, the same data, seeds and
+token budgets; each reports tokens/s and the step-time breakdown over the steps after --warmup-steps. See
+benchmarks/README.md ("async_bench.py").
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+
+from benchmarks import rl_step_hybridrl  # noqa: E402
+from benchmarks.common import GSM8K_64, emit, environment, fill_defaults  # noqa: E402
+from benchmarks.rl_step_bench import prepare  # noqa: E402
+from benchmarks.rollout_bench import stop_ids_for_mean_length  # noqa: E402
+
+MODES = ("sync", "colocate_async")
+PHASES = ("gen", "reward", "old_log_prob", "ref", "adv", "update_actor", "update_weights")
+OFF_POLICY = ("training/off_policy/trajectory_staleness/mean", "training/off_policy/trajectory_staleness_worst/max",
+              "training/off_policy/trajectory_spans/mean", "fully_async/partial/partial_ratio",
+              "training/off_policy/evicted_samples", "response_length/mean", "response_length/max")
+MEDIAN_OVER_MEAN = 0.69  # geometric lengths: median = ln 2 x mean
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="toy model and sizes (CPU)")
+    parser.add_argument("--device", default=None, help="cuda (default when available) or cpu")
+    parser.add_argument("--out", default=None, help="also write the JSON here")
+    parser.add_argument("--modes", default=",".join(MODES), help=f"comma list out of {MODES}")
+    parser.add_argument("--gsm8k", default=str(GSM8K_64), help="jsonl with GSM8K question/answer rows")
+    parser.add_argument("--num-prompts", type=int, default=None, help="train batch, default 64 (quick: 4)")
+    parser.add_argument("--n", type=int, default=None, help="responses per prompt, default 8 (quick: 2)")
+    parser.add_argument("--max-response-length", type=int, default=None, help="cap, default 2048 (quick: 32)")
+    parser.add_argument("--median-length", type=int, default=None, help="median response, default 300 (quick: 6)")
+    parser.add_argument("--token-budget", type=int, default=None,
+                        help="tokens per micro-batch (use_dynamic_bsz), default 16384 (quick: 512)")
+    parser.add_argument("--steps", type=int, default=None, help="measured steps per mode, default 8 (quick: 2)")
+    parser.add_argument("--warmup-steps", type=int, default=1, help="steps before them, left out of the figures")
+    parser.add_argument("--threshold", type=int, default=2, help="trainer.v1.sampler.max_off_policy_threshold")
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.5)
+    parser.add_argument("--lr", type=float, default=1e-6)
+    parser.add_argument("--kl-coef", type=float, default=0.001)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workdir", default=None, help="where the model dir and data go (default: a temp dir)")
+    parser.add_argument("--hybridrl-override", action="append", default=[], help="extra verl override (repeatable)")
+    args = parser.parse_args(argv)
+    args.device = args.device or ("cpu" if args.quick or not torch.cuda.is_available() else "cuda")
+    fill_defaults(args, dict(num_prompts=4, n=2, max_response_length=32, median_length=6, token_budget=512, steps=2),
+                  dict(num_prompts=64, n=8, max_response_length=2048, median_length=300, token_budget=16384, steps=8))
+    args.modes = [m for m in args.modes.split(",") if m]
+    if set(args.modes) - set(MODES):
+        parser.error(f"--modes takes {MODES} (got {args.modes})")
+    args.dtype = torch.float32 if args.device == "cpu" else torch.bfloat16
+    args.train_dtype = "fp32" if args.dtype == torch.float32 else "bf16"
+    # what rl_step_hybridrl.overrides reads: the cap as the response length, row micro-batches unused
+    args.response_length, args.micro_batch, args.no_grad_ckpt = args.max_response_length, args.num_prompts * args.n, False
+    return args
+
+
+def long_tail(paths: dict[str, Path], config, args) -> dict[str, Any]:
+    """Random stop ids added to the model's EOS ids (its generation_config.json, which the engine reads)."""
+    mean = max(1, round(args.median_length / MEDIAN_OVER_MEAN))
+    stop_ids = [i for i in stop_ids_for_mean_length(config.vocab_size, mean, args.seed)
+                if i not in (config.pad_token_id, config.bos_token_id)]
+    gen_path = paths["model"] / "generation_config.json"
+    gen = json.loads(gen_path.read_text())
+    gen["eos_token_id"] = sorted({config.eos_token_id, *stop_ids})
+    gen_path.write_text(json.dumps(gen, indent=2))
+    return {"emulation": f"{len(stop_ids)} random stop ids of {config.vocab_size} (p(stop) ~ "
+                         f"{len(stop_ids) / config.vocab_size:.4f} per token: geometric lengths, mean ~{mean})",
+            "max_response_length": args.max_response_length, "median_target": args.median_length}
+
+
+def overrides(args, paths: dict[str, Path], mode: str) -> list[str]:
+    """rl_step_bench's GRPO + KL workload with EOS kept, token-budget micro-batches, and the trainer mode."""
+    arr, budget = "actor_rollout_ref", args.token_budget
+    base = [o for o in rl_step_hybridrl.overrides(args, paths, "hybrid")
+            if not o.startswith((f"{arr}.rollout.ignore_eos", "trainer.total_training_steps", "trainer.default_local_dir",
+                                 f"{arr}.rollout.max_num_seqs"))]
+    # the engine may run every sequence admitted: one batch's rows in sync, up to threshold batches' in async
+    in_flight = args.num_prompts * args.n * (1 if mode == "sync" else args.threshold)
+    return base + [
+        f"{arr}.rollout.max_num_seqs={in_flight}", f"{arr}.rollout.ignore_eos=false", f"trainer.total_training_steps={args.warmup_steps + args.steps}",
+        f"trainer.default_local_dir={paths['work'] / mode}", f"{arr}.actor.use_dynamic_bsz=true",
+        f"{arr}.actor.ppo_max_token_len_per_gpu={budget}", f"{arr}.rollout.log_prob_max_token_len_per_gpu={budget}",
+        f"{arr}.ref.log_prob_max_token_len_per_gpu={budget}", f"trainer.v1.trainer_mode={mode}",
+        f"trainer.v1.sampler.max_off_policy_threshold={args.threshold}",
+    ]
+
+
+def run(args, paths: dict[str, Path], mode: str) -> dict[str, Any]:
+    """One trainer of `mode`: its steps' metrics, summarized after the warm-up."""
+    from hybridrl.config import load_config
+    from hybridrl.trainer.async_trainer import make_trainer
+
+    start = time.perf_counter()
+    trainer = make_trainer(load_config(overrides(args, paths, mode)))
+    build_s = time.perf_counter() - start
+    steps: list[dict[str, float]] = []
+    run_step = trainer.run_step
+
+    def recorded(prompts):
+        metrics = run_step(prompts)
+        steps.append(dict(metrics))
+        return metrics
+
+    trainer.run_step = recorded
+    trainer.fit()
+    result = rl_step_hybridrl.summarize(steps, args.warmup_steps)
+    steady = steps[args.warmup_steps:] or steps
+    result["phases_s"] = {p: sum(s.get(f"timing_s/{p}", 0.0) for s in steady) / len(steady) for p in PHASES}
+    result.update({k: sum(s[k] for s in steady) / len(steady) for k in OFF_POLICY if k in steady[-1]})
+    result["build_s"] = build_s
+    del trainer
+    rl_step_hybridrl.release_memory()
+    return result
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="async_bench_", dir=args.workdir) as tmp:
+        paths, _, config, lengths = prepare(args, Path(tmp))
+        results: dict[str, Any] = {
+            "workload": {"num_prompts": args.num_prompts, "n": args.n, "steps": args.steps,
+                         "warmup_steps": args.warmup_steps, "max_off_policy_threshold": args.threshold,
+                         "token_budget": args.token_budget, "dtype": str(args.dtype),
+                         "prompt_tokens_mean": sum(lengths) / len(lengths), **long_tail(paths, config, args),
+                         "hybridrl_overrides": list(args.hybridrl_override)},
+            "environment": environment(args.device), "runs": {}}
+        with contextlib.redirect_stdout(sys.stderr):  # stdout is the JSON only
+            for mode in args.modes:
+                results["runs"][mode] = run(args, paths, mode)
+    runs = results["runs"]
+    if set(MODES) <= set(runs):
+        results["comparison"] = {
+            "async_over_sync_tokens_per_s": runs["colocate_async"]["tokens_per_s"] / runs["sync"]["tokens_per_s"],
+            "async_over_sync_tokens_per_s_median": (runs["colocate_async"]["tokens_per_s_median"]
+                                                    / runs["sync"]["tokens_per_s_median"]),
+            "goal": 1.3}
+    emit(results, args.out)
+    return results
+
+
+if __name__ == "__main__":
+    main()

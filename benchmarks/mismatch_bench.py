@@ -1,0 +1,212 @@
+"""Rollout/trainer log-prob mismatch and decode step time, before and after the shared fp32 residual stream
+(issue #30 part 1), side by side in one run; prints one JSON object.
+
+    python benchmarks/mismatch_bench.py --out mismatch.json   # H200: 0.5B and 7B shapes, rl_step_bench's workload
+    python benchmarks/mismatch_bench.py --quick               # toy shape on CPU (< 1 min)
+See benchmarks/README.md ("mismatch_bench.py") for the workload and every output field.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+
+from benchmarks.common import (GSM8K_64, QUICK, QWEN25_05B, build_random_model, emit, environment,  # noqa: E402
+                               fill_defaults, gsm8k_prompts, sync)
+
+# Qwen2.5-7B's shape (its config.json); random weights
+QWEN25_7B = dict(QWEN25_05B, vocab_size=152064, hidden_size=3584, num_hidden_layers=28, num_attention_heads=28,
+                 num_key_value_heads=4, intermediate_size=18944, tie_word_embeddings=False)
+SHAPES = {"0.5b": QWEN25_05B, "7b": QWEN25_7B, "quick": QUICK}
+# Numerics of both sides: "before" = a 16-bit residual stream (a plain HF bf16 forward, the engine at main's
+# commit f4248b1); "after" = the fp32 residual stream the engine and the trainer now share.
+NUMERICS = ("before", "after")
+BLOCK_SIZE = 16
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="toy Qwen2 shape and sizes (CPU, < 1 min)")
+    parser.add_argument("--device", default=None, help="cuda (default when available) or cpu")
+    parser.add_argument("--out", default=None, help="also write the JSON here")
+    parser.add_argument("--shapes", default=None, help=f"comma list out of {sorted(SHAPES)} (default 0.5b,7b; quick: quick)")
+    parser.add_argument("--gsm8k", default=str(GSM8K_64), help="jsonl with GSM8K question rows")
+    parser.add_argument("--num-prompts", type=int, default=None, help="default 64 (quick: 4)")
+    parser.add_argument("--n", type=int, default=None, help="responses per prompt, default 8 (quick: 2)")
+    parser.add_argument("--response-length", type=int, default=None, help="forced tokens, default 256 (quick: 8)")
+    parser.add_argument("--micro-batch", type=int, default=None, help="rows per trainer forward, default 64 (quick: 4)")
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--repeats", type=int, default=2, help="timed generate calls per engine (the fastest counts)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    args.device = args.device or ("cpu" if args.quick or not torch.cuda.is_available() else "cuda")
+    fill_defaults(args, dict(num_prompts=4, n=2, response_length=8, micro_batch=4, shapes="quick"),
+                  dict(num_prompts=64, n=8, response_length=256, micro_batch=64, shapes="0.5b,7b"))
+    args.shapes = [s for s in args.shapes.split(",") if s]
+    if set(args.shapes) - set(SHAPES):
+        parser.error(f"--shapes {','.join(args.shapes)}: unknown shape(s); choose from {sorted(SHAPES)}")
+    if (args.num_prompts * args.n) % args.micro_batch:
+        parser.error(f"--micro-batch {args.micro_batch} must divide --num-prompts x --n "
+                     f"({args.num_prompts} x {args.n}); try {args.num_prompts}")
+    return args
+
+
+def qwen2_shape(name: str):
+    from transformers import Qwen2Config
+
+    return Qwen2Config(**SHAPES[name])
+
+
+def build_engine(model, args, fp32_residual: bool, prompt_len: int):
+    from hybridrl.rollout.engine.llm_engine import LLMEngine
+
+    rows = args.num_prompts * args.n
+    max_len = prompt_len + args.response_length
+    return LLMEngine(model, dtype=torch.bfloat16, device=args.device, block_size=BLOCK_SIZE, max_num_seqs=rows,
+                     max_model_len=max_len, num_kv_blocks=rows * -(-max_len // BLOCK_SIZE) + 1,
+                     fp32_residual=fp32_residual)
+
+
+def generate(model, prompts: list[list[int]], args, numerics: str) -> dict[str, Any]:
+    """One engine with `numerics`: a warm-up call (decode graphs for the full batch), then `repeats` timed calls
+    with one seed (the same tokens each time); the fastest call's decode step time counts."""
+    from hybridrl.rollout.base import SamplingParams
+
+    engine = build_engine(model, args, numerics == "after", max(map(len, prompts)))
+    params = SamplingParams(temperature=args.temperature, n=args.n, max_new_tokens=args.response_length,
+                            ignore_eos=True, seed=args.seed)
+    engine.generate(prompts, SamplingParams(n=args.n, max_new_tokens=min(4, args.response_length), ignore_eos=True))
+    calls = []
+    for _ in range(args.repeats):
+        engine.sleep()
+        engine.wake_up()  # an empty prefix cache: every call prefills alike
+        calls.append(engine.generate(prompts, params))
+    step_s = [call.metrics["rollout/mean_decode_step_s"] for call in calls]
+    out = calls[0]
+    del engine
+    release(args.device)
+    return {"token_ids": out.token_ids, "log_probs": out.log_probs, "decode_step_s": min(step_s),
+            "decode_step_s_calls": step_s, "prefill_time_s": out.metrics.get("rollout/prefill_time_s")}
+
+
+def release(device: str) -> None:
+    gc.collect()
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def trainer_batch(prompts: list[list[int]], token_ids: list[list[int]], n: int, pad_id: int):
+    """verl's rows: left-padded prompt | response, masks and positions (every response has the same length)."""
+    from hybridrl.utils.batch import Batch
+
+    width = max(map(len, prompts))
+    rows, masks = [], []
+    for row, response in enumerate(token_ids):
+        prompt = prompts[row // n]
+        rows.append([pad_id] * (width - len(prompt)) + prompt + response)
+        masks.append([0] * (width - len(prompt)) + [1] * (len(prompt) + len(response)))
+    mask = torch.tensor(masks)
+    responses = torch.tensor(token_ids)
+    return Batch({"input_ids": torch.tensor(rows), "attention_mask": mask,
+                  "position_ids": (mask.cumsum(1) - 1).clamp(min=0), "responses": responses,
+                  "response_mask": torch.ones_like(responses)})
+
+
+@torch.no_grad()
+def trainer_log_probs(model, batch, args) -> tuple[torch.Tensor, float]:
+    """The trainer's old_log_prob forward (workers/forward.py: remove_padding, chunked LM head), in
+    micro-batches of `--micro-batch` rows, on a bf16 model as rl_step_bench's in-process trainer runs it."""
+    from hybridrl.workers.forward import response_log_probs
+
+    parts = []
+    sync(args.device)
+    start = time.perf_counter()
+    for micro in batch.split(args.micro_batch):
+        log_probs, _ = response_log_probs(model, micro.to(args.device), args.temperature, compute_entropy=False,
+                                          remove_padding=True)
+        parts.append(log_probs.float().cpu())
+    sync(args.device)
+    return torch.cat(parts), time.perf_counter() - start
+
+
+def compare(rollout: list[list[float]], trainer: torch.Tensor) -> dict[str, Any]:
+    """training/rollout_*_diff_* and rollout_corr/* metrics over all response tokens, and the first token
+    (sampled in prefill) apart from the rest (decode)."""
+    from hybridrl.algorithms.agreement import rollout_agreement_metrics
+    from hybridrl.algorithms.rollout_correction import rollout_corr_metrics
+
+    rollout_t = torch.tensor(rollout, dtype=torch.float32)
+    mask = torch.ones_like(rollout_t)
+    gap = (rollout_t - trainer).abs()
+    metrics = {**rollout_agreement_metrics(rollout_t, trainer, mask), **rollout_corr_metrics(trainer, rollout_t, mask)}
+    metrics["prefill_token_log_prob_diff_mean"] = gap[:, 0].mean().item()
+    metrics["decode_tokens_log_prob_diff_mean"] = gap[:, 1:].mean().item() if gap.shape[1] > 1 else None
+    return metrics
+
+
+def run_shape(name: str, args) -> dict[str, Any]:
+    """Both engines' rollouts scored by the trainer with both numerics: the diagonal is before/after, the
+    cross terms show what one side's numerics does alone."""
+    from hybridrl.models.numerics import keep_residual_stream_fp32
+
+    config = qwen2_shape(name)
+    model = build_random_model(config, torch.bfloat16, args.device, seed=args.seed)
+    prompts = gsm8k_prompts(config.vocab_size, args.num_prompts, args.gsm8k)
+    rollouts = {numerics: generate(model, prompts, args, numerics) for numerics in NUMERICS}
+    result: dict[str, Any] = {"decode_step_s": {k: r["decode_step_s"] for k, r in rollouts.items()},
+                              "decode_step_s_calls": {k: r["decode_step_s_calls"] for k, r in rollouts.items()},
+                              "prefill_time_s": {k: r["prefill_time_s"] for k, r in rollouts.items()},
+                              "trainer_forward_s": {}, "engine_vs_trainer": {}}
+    for trainer_numerics in NUMERICS:
+        hooks = keep_residual_stream_fp32(model) if trainer_numerics == "after" else None
+        for engine_numerics, rollout in rollouts.items():
+            batch = trainer_batch(prompts, rollout["token_ids"], args.n, config.pad_token_id)
+            log_probs, seconds = trainer_log_probs(model, batch, args)
+            key = f"engine_{engine_numerics}__trainer_{trainer_numerics}"
+            result["engine_vs_trainer"][key] = compare(rollout["log_probs"], log_probs)
+            if engine_numerics == trainer_numerics:
+                result["trainer_forward_s"][trainer_numerics] = seconds
+        if hooks is not None:
+            hooks.remove()
+    del model
+    release(args.device)
+    return result | summary(result)
+
+
+def summary(result: dict[str, Any]) -> dict[str, Any]:
+    pair = result["engine_vs_trainer"]
+    diff = {k: pair[f"engine_{k}__trainer_{k}"]["training/rollout_log_probs_diff_mean"] for k in NUMERICS}
+    step = result["decode_step_s"]
+    return {"log_probs_diff_mean": diff, "after_over_before": {
+        "log_probs_diff_mean": diff["after"] / diff["before"] if diff["before"] else None,
+        "decode_step_s": step["after"] / step["before"] if step["before"] else None}}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    results: dict[str, Any] = {
+        "workload": {"num_prompts": args.num_prompts, "n": args.n, "response_length": args.response_length,
+                     "micro_batch": args.micro_batch, "temperature": args.temperature, "dtype": "bfloat16",
+                     "seed": args.seed, "repeats": args.repeats,
+                     "shapes": {name: {k: SHAPES[name][k] for k in ("hidden_size", "num_hidden_layers", "vocab_size",
+                                                                    "intermediate_size", "tie_word_embeddings")}
+                                for name in args.shapes}},
+        "environment": environment(args.device), "shapes": {}}
+    for name in args.shapes:
+        start = time.perf_counter()
+        results["shapes"][name] = run_shape(name, args)
+        results["shapes"][name]["wall_s"] = time.perf_counter() - start
+    emit(results, args.out)
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,32 @@
+"""benchmarks/async_bench.py at --quick size on CPU: both trainers run on the long-tail workload, one JSON out."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from tests.benchmarks.quick_run import quick_report
+
+from benchmarks import async_bench  # noqa: E402  (quick_run puts the repository on sys.path)
+
+
+def test_quick_run_compares_colocate_async_with_sync(tmp_path, capsys):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # toy matmuls: thread sync costs more than it buys on shared CPUs
+    try:
+        report = quick_report(async_bench.main, tmp_path / "async.json", capsys, "--steps", "1",
+                              "--max-response-length", "12", "--workdir", str(tmp_path))
+    finally:
+        torch.set_num_threads(threads)
+    assert "random stop ids" in report["workload"]["emulation"]
+    sync, colocated = report["runs"]["sync"], report["runs"]["colocate_async"]
+    for run in (sync, colocated):
+        assert run["steady_steps"] == [2] and len(run["step_s_all"]) == 2 and run["tokens_per_s"] > 0
+        assert run["phases_s"]["gen"] > 0 and run["phases_s"]["update_actor"] > 0
+        assert 1 <= run["response_length/max"] <= 12  # stopped by the emulated EOS or the cap
+    assert "training/off_policy/trajectory_staleness/mean" in colocated
+    assert "training/off_policy/trajectory_staleness/mean" not in sync
+    ratio = report["comparison"]["async_over_sync_tokens_per_s"]
+    assert ratio == colocated["tokens_per_s"] / sync["tokens_per_s"]
+    json.dumps(report)  # plain JSON throughout
