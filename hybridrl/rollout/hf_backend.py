@@ -143,9 +143,10 @@ class _Request:
 
 def row_seed(seed: int, row_offset: int) -> int:
     """The torch seed of the stream that starts at row `row_offset`. The CPU generator (mt19937) keeps only a
-    seed's low 32 bits, so the offset is spread over them (an odd multiplier is a bijection mod 2**32: distinct
-    offsets below 2**32 give distinct streams); row 0 keeps `seed` itself."""
-    return (seed + row_offset * 0x9E3779B1) % 2**63
+    seed's low 32 bits, so the seed's high bits (a dynamic-sampling round) are folded into them and the offset is
+    spread over them (an odd multiplier is a bijection mod 2**32: distinct offsets below 2**32 give distinct
+    streams); a seed below 2**32 at row 0 is itself."""
+    return ((seed ^ (seed >> 32)) + row_offset * 0x9E3779B1) % 2**63
 
 
 class HFRequestEngine:

@@ -78,3 +78,5 @@ def test_seeded_rows_of_one_prompt_sample_their_own_streams(backend):
              for offset in (0, 1, 2, 1)]
     assert draws[1] == draws[3]
     assert len({tuple(d) for d in draws}) == 3
+    later_round = dataclasses.replace(params, seed=7 + (1 << 48))  # the trainer's seed of a dynamic-sampling round
+    assert backend.generate_request(PROMPTS[0], later_round).token_ids != draws[0]
