@@ -24,7 +24,9 @@ commands:
                                           curves of one run or several (the algorithm's panels, stacked timing)
   sft --model DIR --train-files F --out DIR
                                           small supervised fine-tuning run (warm start)
-  quickstart [--out DIR]                  the embedded demo: tiny model, digit-reversal task, SFT then GRPO
+  quickstart [--task digits|tool] [--out DIR]
+                                          the embedded demo: tiny model, SFT then GRPO; digits: reverse digits,
+                                          tool: multiplication with a calculator tool (multi-turn)
   convert megatron-to-hf --input DIR --output DIR [--hf-config DIR] [--tokenizer DIR]
   convert hf-to-megatron --input HF_DIR --output DIR --tp N [--pp M]
   serve --model DIR --port N [--host H] [--kind reward|value]
@@ -118,10 +120,24 @@ def _sft(argv: list[str]) -> int:
     return main(argv)
 
 
+QUICKSTART_TASKS = ("digits", "tool")
+
+
 def _quickstart(argv: list[str]) -> int:
+    """`--task digits` (hybridrl/quickstart.py, the default) or `--task tool` (hybridrl/quickstart_tool.py); the
+    other arguments are the task's own."""
+    import argparse
+
+    task_parser = argparse.ArgumentParser(prog="hybridrl quickstart", add_help=False)
+    task_parser.add_argument("--task", default="digits", choices=QUICKSTART_TASKS)
+    known, rest = task_parser.parse_known_args(argv)
+    if known.task == "tool":
+        from hybridrl.quickstart_tool import main as tool_main
+
+        return tool_main(rest)
     from hybridrl.quickstart import main
 
-    return main(argv)
+    return main(rest)
 
 
 def _convert(argv: list[str]) -> int:

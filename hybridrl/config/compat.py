@@ -52,13 +52,6 @@ NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
     "actor_rollout_ref.actor.strategy": (("fsdp", "fsdp2"), _ENGINES),
     "actor_rollout_ref.ref.strategy": (("fsdp", "fsdp2"), _ENGINES),
     "critic.strategy": (("fsdp", "fsdp2"), _ENGINES),
-    # The agent loops and tools exist (hybridrl.rollout.agent / .tools); the trainer does not run them yet.
-    "actor_rollout_ref.rollout.multi_turn.enable": ((False,), f"training with multi-turn / tool rollouts is {_LATER} "
-                                                              "(the agent loop exists; the trainer does not run it)"),
-    "actor_rollout_ref.rollout.agent.agent_loop_config_path": ((None,), f"training with custom agent loops is {_LATER} "
-                                                                        "(the trainer does not run agent loops)"),
-    "actor_rollout_ref.rollout.agent.default_agent_loop": (("single_turn_agent",), f"training with agent loops is "
-                                                                                   f"{_LATER}"),
     "algorithm.use_pf_ppo": ((False,), f"PF-PPO is {_LATER}"),
     "actor_rollout_ref.rollout.quantization": ((None,), f"rollout quantization is {_LATER}"),
     "actor_rollout_ref.model.mtp.enable": ((False,), f"multi-token prediction is {_LATER}"),

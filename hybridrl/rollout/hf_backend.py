@@ -65,8 +65,8 @@ class HFRolloutBackend:
         self.model.eval()
         device = next(self.model.parameters()).device
         ids, mask = self._left_pad(prompts, device)
-        if params.seed is not None:  # a replica's shard (row_offset > 0) draws from its own stream
-            torch.manual_seed(params.seed + (params.row_offset << 32))
+        if params.seed is not None:  # a replica's shard or a request (row_offset > 0) draws from its own stream
+            torch.manual_seed(row_seed(params.seed, params.row_offset))
         try:
             out = self.model.generate(input_ids=ids, attention_mask=mask, stopping_criteria=stopping,
                                       generation_config=self._generation_config(params))
@@ -139,6 +139,14 @@ class _Request:
     result: asyncio.Future
     aborted: threading.Event = field(default_factory=threading.Event)
     started: bool = False
+
+
+def row_seed(seed: int, row_offset: int) -> int:
+    """The torch seed of the stream that starts at row `row_offset`. The CPU generator (mt19937) keeps only a
+    seed's low 32 bits, so the seed's high bits (a dynamic-sampling round) are folded into them and the offset is
+    spread over them (an odd multiplier is a bijection mod 2**32: distinct offsets below 2**32 give distinct
+    streams); a seed below 2**32 at row 0 is itself."""
+    return ((seed ^ (seed >> 32)) + row_offset * 0x9E3779B1) % 2**63
 
 
 class HFRequestEngine:

@@ -18,6 +18,7 @@ from hybridrl.config.schema import HybridRLConfig
 from hybridrl.distributed import InProcessGroup, WorkerGroup
 from hybridrl.distributed.weight_sync import HANDOFF_BY_LAUNCHER, WeightHandoff
 from hybridrl.logging.log import get_logger
+from hybridrl.rollout.agent.trainer_rows import AgentLoopRouting
 from hybridrl.utils.memory import max_merge
 from hybridrl.workers.colocated import ColocatedWorker
 from hybridrl.workers.protocols import ActorRole, CriticRole, ReferenceRole, RewardRole, RolloutRole
@@ -168,7 +169,8 @@ def build_roles(cfg: HybridRLConfig, plan: RunPlan, tokenizer: Any, total_steps:
         on = groups.by_role
         rollout = GroupRollout(on["rollout"], on["actor"], handoff,
                                tensor_parallel_size=cfg.actor_rollout_ref.rollout.tensor_model_parallel_size,
-                               device_ids=plan.group_of("rollout").device_ids)
+                               device_ids=plan.group_of("rollout").device_ids,
+                               agent_loops=AgentLoopRouting.from_config(cfg.actor_rollout_ref.rollout))
         reward = RewardWorker(cfg, tokenizer, torch.device(plan.device))
         return Roles(actor=GroupActor(on["actor"]), rollout=rollout, reward=reward, groups=groups, handoff=handoff,
                      reference=GroupReference(on["reference"]) if plan.needs.reference else None,

@@ -31,6 +31,17 @@ def response_valid_mask(batch: Batch) -> torch.Tensor:
     return attention[:, -width:] if attention is not None and attention.shape[1] >= width else batch["response_mask"]
 
 
+def last_trained_lengths(batch: Batch, valid_lengths: torch.Tensor) -> torch.Tensor:
+    """(B,) where each row's score goes, as a length (index + 1): its last valid token (verl), unless an agent
+    loop ended the row on inserted tokens (response_mask 0): then its last sampled token, since GAE, REINFORCE++
+    and ReMax returns skip mask-0 tokens and a score placed there would never reach the loss. Equal to
+    `valid_lengths` for every row that ends on a sampled token (all single-turn rows)."""
+    mask = batch["response_mask"]
+    positions = torch.arange(1, mask.shape[1] + 1, device=mask.device)
+    last_sampled = (mask.bool() * positions).amax(dim=1)
+    return torch.where(last_sampled > 0, last_sampled, valid_lengths.to(last_sampled.device))
+
+
 def decode_responses(tokenizer, batch: Batch) -> list[str]:
     """Each whole response (every valid token, tool turns included) as text; only real tokens become Python ints."""
     return batch_decode(tokenizer, unpadded_rows(batch["responses"], response_valid_mask(batch)),
@@ -120,6 +131,8 @@ class RewardWorker:
         With a reward model, training scores are its `rm_scores` (verl's naive manager returns them
         as-is); validation always uses rule rewards (verl skips model-based validation).
         """
+        if "rm_scores" in batch:  # agent loops that scored their trajectories themselves (verl's rule)
+            return Batch({"token_level_scores": batch["rm_scores"].float()}), {}, {"reward/num_errors": 0.0}
         if self.reward_model is not None and not validate:
             rm_scores = self.reward_model.compute_rm_score(batch)["rm_scores"]
             return Batch({"token_level_scores": rm_scores.float()}), {}, {"reward/num_errors": 0.0}
@@ -131,7 +144,7 @@ class RewardWorker:
                           lengths.tolist())
         scored = self.manager(batch, rows)
         scores = scored.token_level_scores if scored.token_level_scores is not None else place_scores(
-            scored.scores, lengths, batch["responses"].shape[1])
+            scored.scores, last_trained_lengths(batch, lengths), batch["responses"].shape[1])
         metrics = {"reward/num_errors": float(scored.num_errors), "reward/num_timeouts": float(scored.num_timeouts),
                    "reward/num_missing_ground_truth": float(len(missing)), **scored.metrics}
         return Batch({"token_level_scores": scores.to(torch.float32)}), scored.extra, metrics

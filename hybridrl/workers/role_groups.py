@@ -73,12 +73,14 @@ class GroupCritic(GroupRole):
 
 
 # ---------------------------------------------------------------- generation on a group
-def generate_on(group: WorkerGroup, rows: Batch, params: SamplingParams, replica_size: int = 1) -> Batch:
+def generate_on(group: WorkerGroup, rows: Batch, params: SamplingParams, replica_size: int = 1, *,
+                with_fields: bool = False) -> Batch:
     """`params.n` samples of each row (ROW_INDEX_KEY: the global index of its first sample) generated on
     `group`'s ranks (data-parallel over replicas of `replica_size` tensor-parallel ranks), with the rows' own
-    non-tensor fields attached again on the controller (each row's n times, in order)."""
-    out = group.call_per_replica("generate_sequences", for_ranks(rows), replica_size, rows_per_row=params.n,
-                                 params=params)
+    non-tensor fields attached again on the controller (each row's n times, in order). `with_fields`: the ranks
+    read those fields too (agent loops render each row's messages and pass its fields to its tools)."""
+    out = group.call_per_replica("generate_sequences", rows if with_fields else for_ranks(rows), replica_size,
+                                 rows_per_row=params.n, params=params)
     return Batch(non_tensors=dict(rows.non_tensors)).repeat(params.n, interleave=True).union(out)
 
 

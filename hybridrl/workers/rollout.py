@@ -10,10 +10,12 @@ from typing import cast
 import numpy as np
 import torch
 
+from hybridrl.config.errors import ConfigError
 from hybridrl.config.run_plan import RunPlan
 from hybridrl.config.schema import HybridRLConfig
 from hybridrl.models.hf import resolve_dtype
 from hybridrl.rollout import SamplingParams, build_rollout_backend
+from hybridrl.rollout.agent.trainer_rows import AGENT_LOOP_META, AgentLoopRouting, RankAgentLoops
 from hybridrl.rollout.engine.parallel import TensorParallel
 from hybridrl.utils.batch import Batch
 from hybridrl.utils.metrics import timed
@@ -106,8 +108,16 @@ class RolloutWorker:
         if self.free_cache:
             self.sleep()
         self.pool: RequestPool | None = None  # request-level generation (asynchronous training), made on first use
+        # Agent loops (multi-turn, tools) over the backend's request API: built now when the config asks for them
+        # (tools load, and fail, at start-up), else on the first batch whose rows name a loop.
+        self._agent_loop_inputs = (cfg, tokenizer, _model_type(model, cfg), tp.size if tp is not None else 1)
+        self.agent_loops: RankAgentLoops | None = None
+        if AgentLoopRouting.from_config(self.cfg).configured:
+            self._agents()
 
     def generate_sequences(self, prompts: Batch, params: SamplingParams) -> tuple[Batch, dict[str, float]]:
+        if prompts.meta.get(AGENT_LOOP_META):
+            return self._generate_with_agent_loops(prompts, params)
         start = time.perf_counter()
         prompt_ids = unpadded_rows(prompts["input_ids"], prompts["attention_mask"])
         timings: dict[str, float] = {}
@@ -119,6 +129,31 @@ class RolloutWorker:
         # Where a gen phase goes: the worker's wall time vs the engine's; timing_s/gen - gen_worker is transport.
         timings["timing_s/gen_worker"] = time.perf_counter() - start
         return batch, {**out.metrics, **timings}
+
+    def _generate_with_agent_loops(self, prompts: Batch, params: SamplingParams) -> tuple[Batch, dict[str, float]]:
+        """One row per trajectory (tool tokens masked out of response_mask), in the form the controller joins
+        (rollout.agent.trainer_rows); the request engine's rollout/* metrics with the rank's timings."""
+        start = time.perf_counter()
+        agents = self._agents()
+        timings: dict[str, float] = {}
+        with self.model_context(), self._kv_cache(timings), timed("timing_s/gen_engine", timings):
+            batch, metrics = agents.generate(prompts, params)
+            take_engine_metrics = getattr(self.backend, "take_metrics", None)  # our engine's request-API stats
+            engine_metrics = take_engine_metrics() if take_engine_metrics is not None else {}
+        timings["timing_s/gen_worker"] = time.perf_counter() - start
+        return batch, {**engine_metrics, **metrics, **timings}
+
+    def _agents(self) -> RankAgentLoops:
+        if self.agent_loops is None:
+            cfg, tokenizer, model_type, tp_size = self._agent_loop_inputs
+            if tp_size > 1:
+                raise ConfigError(
+                    f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp_size} with agent loops (multi_turn / "
+                    "agent_name rows): the ranks of a tensor-parallel replica must step identically, which requests "
+                    "that wait for tools at different times cannot promise; use tensor_model_parallel_size=1 (each "
+                    "device then runs a replica of its own)")
+            self.agent_loops = RankAgentLoops(cfg, self.backend.request_engine(), tokenizer, model_type)
+        return self.agent_loops
 
     @contextmanager
     def _kv_cache(self, timings: dict[str, float]):
@@ -203,6 +238,18 @@ def copy_weights(model: torch.nn.Module, named_tensors) -> None:
         if name not in targets:
             raise KeyError(f"weight {name!r} has no counterpart in the rollout replica {type(model).__name__}")
         targets[name].copy_(tensor)
+
+
+def _model_type(model, cfg: HybridRLConfig) -> str | None:
+    """The policy's HF `model_type` (it picks the agent loops' turn-boundary rule): from the module, else (our
+    engine built from a directory) from the model path's config."""
+    config = getattr(model, "config", None)
+    if config is not None:
+        return getattr(config, "model_type", None)
+    from transformers import AutoConfig
+
+    model_cfg = cfg.actor_rollout_ref.model
+    return AutoConfig.from_pretrained(model_cfg.path, trust_remote_code=model_cfg.trust_remote_code).model_type
 
 
 def _eos_ids(tokenizer, model) -> tuple[int, ...]:

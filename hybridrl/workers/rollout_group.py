@@ -25,6 +25,7 @@ from hybridrl.distributed.weight_handoff import Payload
 from hybridrl.distributed.weight_sync import WeightHandoff
 from hybridrl.logging.log import get_logger
 from hybridrl.rollout import SamplingParams
+from hybridrl.rollout.agent.trainer_rows import AGENT_LOOP_META, AgentLoopRouting, finish_agent_rows
 from hybridrl.utils.batch import Batch
 from hybridrl.workers.colocated import ROW_INDEX_KEY
 from hybridrl.workers.request_pool import FinishedGroup, GroupRequest
@@ -41,8 +42,11 @@ class GroupRollout:
     weights reach every other rollout group."""
 
     def __init__(self, group: WorkerGroup, actor: WorkerGroup, handoff: WeightHandoff, *,
-                 tensor_parallel_size: int = 1, device_ids: tuple[int, ...] = (0,)) -> None:
+                 tensor_parallel_size: int = 1, device_ids: tuple[int, ...] = (0,),
+                 agent_loops: AgentLoopRouting = AgentLoopRouting()) -> None:
+        """`agent_loops`: which batches the ranks generate with agent loops (multi-turn, tools)."""
         self.group, self.actor, self.handoff = group, actor, handoff
+        self.agent_loops = agent_loops
         self.tensor_parallel_size = tensor_parallel_size
         self.own_devices = device_ids
         self.borrowed: dict[int, WorkerGroup] = {}  # device -> its one-rank replica group
@@ -53,9 +57,14 @@ class GroupRollout:
 
     # ------------------------------------------------------------------ generation
     def generate_sequences(self, prompts: Batch, params: SamplingParams) -> tuple[Batch, dict[str, float]]:
+        """With agent loops (`self.agent_loops.wanted`) the rows travel with their fields, and the step's agent
+        metrics are computed here over every rank's trajectories."""
+        if self.agent_loops.wanted(prompts):
+            prompts = Batch(prompts.tensors, prompts.non_tensors, {**prompts.meta, AGENT_LOOP_META: True})
         batch, per_rank = self._generate_split(prompts, params) if self.borrowed else self._generate_own(prompts,
                                                                                                           params)
-        return batch, pool_rollout_metrics(per_rank)
+        batch.meta.pop(AGENT_LOOP_META, None)
+        return batch, {**pool_rollout_metrics(per_rank), **finish_agent_rows(batch)}
 
     def _generate_own(self, prompts: Batch, params: SamplingParams) -> Generated:
         """Each replica gets whole prompts and samples them n times, as one process would, when the prompts
@@ -67,7 +76,7 @@ class GroupRollout:
         else:
             rows, row_params = prompts.repeat(params.n, interleave=True), replace(params, n=1)
         rows = rows.union(Batch({ROW_INDEX_KEY: torch.arange(len(rows)) * row_params.n}))
-        batch = generate_on(self.group, rows, row_params, self.tensor_parallel_size)
+        batch = generate_on(self.group, rows, row_params, self.tensor_parallel_size, with_fields=_with_fields(rows))
         return batch, pop_rank_metrics(batch)
 
     def _generate_split(self, prompts: Batch, params: SamplingParams) -> Generated:
@@ -101,9 +110,9 @@ class GroupRollout:
         shard = rows.index(slice(start, end))
         shard[ROW_INDEX_KEY] = torch.arange(start, end)
         if device is None:
-            batch = generate_on(self.group, shard, params, self.tensor_parallel_size)
+            batch = generate_on(self.group, shard, params, self.tensor_parallel_size, with_fields=_with_fields(rows))
         else:
-            batch = generate_on(self.borrowed[device], shard, params)
+            batch = generate_on(self.borrowed[device], shard, params, with_fields=_with_fields(rows))
         return batch, pop_rank_metrics(batch)
 
     # ------------------------------------------------------------------ weights
@@ -234,6 +243,11 @@ def _split(num_rows: int, ranks: list[int]) -> list[tuple[int, int]]:
         bounds.append((num_rows * before // total, num_rows * (before + count) // total))
         before += count
     return bounds
+
+
+def _with_fields(rows: Batch) -> bool:
+    """Agent-loop rows travel to the ranks with their non-tensor fields (messages, tools_kwargs, ...)."""
+    return bool(rows.meta.get(AGENT_LOOP_META))
 
 
 def _first_line(err: BaseException) -> str:

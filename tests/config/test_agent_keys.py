@@ -58,11 +58,10 @@ def test_defaults_of_legacy_keys_are_silent(caplog):
     assert [r for r in caplog.records if r.name == "hybridrl.config"] == []
 
 
-def test_training_with_agent_loops_is_refused_until_the_trainer_runs_them():
-    with pytest.raises(ConfigError, match="training with multi-turn / tool rollouts is not implemented"):
-        load_config([f"{MT}.enable=true"])
-    with pytest.raises(ConfigError, match="training with agent loops is not implemented"):
-        load_config(["actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent"])
+def test_training_with_agent_loops_is_accepted():
+    cfg = load_config([f"{MT}.enable=true", "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent",
+                       f"{MT}.function_tool_path=hybridrl.rollout.tools.builtin.calculator"])
+    assert cfg.actor_rollout_ref.rollout.multi_turn.enable and cfg.actor_rollout_ref.rollout.agent.default_agent_loop == "tool_agent"
 
 
 def test_truncate_side_is_checked():

@@ -1,6 +1,7 @@
 """The hf backend's request API (the reference): requests one at a time, stop ids, abort and resume."""
 
 import asyncio
+import dataclasses
 
 import pytest
 import torch
@@ -67,3 +68,15 @@ def test_abort_of_a_waiting_request_and_of_an_unknown_one(backend):
 def test_a_request_is_one_sequence(backend):
     with pytest.raises(ValueError, match="one sequence"):
         backend.generate_request(PROMPTS[0], SamplingParams(n=2))
+
+
+def test_seeded_rows_of_one_prompt_sample_their_own_streams(backend):
+    """n samples of one prompt are requests with row_offset 0..n-1: on CPU (whose generator keeps a seed's low 32
+    bits) they must still draw different tokens, and the same offset the same tokens."""
+    params = SamplingParams(max_new_tokens=12, temperature=1.0, seed=7)
+    draws = [backend.generate_request(PROMPTS[0], dataclasses.replace(params, row_offset=offset)).token_ids
+             for offset in (0, 1, 2, 1)]
+    assert draws[1] == draws[3]
+    assert len({tuple(d) for d in draws}) == 3
+    later_round = dataclasses.replace(params, seed=7 + (1 << 48))  # the trainer's seed of a dynamic-sampling round
+    assert backend.generate_request(PROMPTS[0], later_round).token_ids != draws[0]

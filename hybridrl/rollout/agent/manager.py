@@ -109,13 +109,21 @@ class AgentLoopManager:
     def generate_sequences(self, prompts: Batch, params: SamplingParams | None = None) -> Batch:
         """`generate` from synchronous code, on this manager's own event loop (kept across steps so an engine
         front end bound to it stays usable)."""
+        return self.generate_trajectories(prompts, params)[0]
+
+    def generate_trajectories(self, prompts: Batch, params: SamplingParams | None = None
+                              ) -> tuple[Batch, list[AgentLoopOutput]]:
+        """`generate_sequences`, with each trajectory's `AgentLoopOutput` (row order) beside the batch."""
         if self._event_loop is None:
             self._event_loop = asyncio.new_event_loop()
-        return self._event_loop.run_until_complete(self.generate(prompts, params))
+        return self._event_loop.run_until_complete(self._generate(prompts, params))
 
     async def generate(self, prompts: Batch, params: SamplingParams | None = None) -> Batch:
         """Run `params.n` trajectories per prompt row. Without `params`, sampling comes from `rollout.*`, or from
         `rollout.val_kwargs.*` when `prompts.meta["validate"]` is true."""
+        return (await self._generate(prompts, params))[0]
+
+    async def _generate(self, prompts: Batch, params: SamplingParams | None) -> tuple[Batch, list[AgentLoopOutput]]:
         start = time.perf_counter()
         if params is None:
             params = sampling_params_from_config(self.rollout_config, validate=bool(prompts.meta.get("validate")))
@@ -127,7 +135,7 @@ class AgentLoopManager:
         batch.meta.update(prompts.meta)
         batch.meta["metrics"] = metrics
         batch.meta["temperature"] = params.temperature if not params.greedy else 1.0
-        return batch
+        return batch, outputs
 
     def close(self) -> None:
         self.executors.shutdown()

@@ -76,15 +76,16 @@ def outputs_to_batch(outputs: Sequence[AgentLoopOutput], prompt_length: int, res
 def _row_fields(outputs: Sequence[AgentLoopOutput]) -> dict[str, np.ndarray]:
     fields = {
         "__num_turns__": np.array([o.num_turns for o in outputs], dtype=np.int32),
-        "turn_spans": _objects([[dataclasses.astuple(span) for span in o.spans] for o in outputs]),
+        "turn_spans": object_column([[dataclasses.astuple(span) for span in o.spans] for o in outputs]),
     }
     keys = dict.fromkeys(key for o in outputs for key in o.extra_fields)
     for key in keys:
-        fields[key] = _objects([o.extra_fields.get(key) for o in outputs])
+        fields[key] = object_column([o.extra_fields.get(key) for o in outputs])
     return fields
 
 
-def _objects(values: list) -> np.ndarray:
+def object_column(values: list) -> np.ndarray:
+    """A numpy object array with one entry per value (lists stay lists, never a second dimension)."""
     array = np.empty(len(values), dtype=object)
     for i, value in enumerate(values):  # element-wise: equal-length lists must not become a 2-D array
         array[i] = value

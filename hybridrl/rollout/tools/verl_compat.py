@@ -16,10 +16,13 @@ logger = logging.getLogger("hybridrl.rollout.tools")
 # verl class path (either snapshot) -> hybridrl class path.
 VERL_TOOL_CLASSES: dict[str, str] = {
     "verl.tools.gsm8k_tool.Gsm8kTool": "hybridrl.rollout.tools.builtin.gsm8k.Gsm8kTool",
+    "verl.tools.sandbox_fusion_tools.SandboxFusionTool": "hybridrl.rollout.tools.builtin.code_interpreter.CodeInterpreterTool",
+    # verl-recipe ReTool's subclass (fenced code blocks, the last line printed); its file imports Ray and verl
+    "recipe.retool.retool.CustomSandboxFusionTool":
+        "hybridrl.rollout.tools.builtin.code_interpreter.RetoolCodeInterpreterTool",
 }
 # verl's tools removed before hybridrl has an equivalent: what to do instead.
 VERL_TOOLS_NOT_YET: dict[str, str] = {
-    "verl.tools.sandbox_fusion_tools.SandboxFusionTool": "the sandboxed code tool is not in hybridrl yet",
     "verl.tools.search_tool.SearchTool": "verl's retrieval search tool has no hybridrl equivalent; write it as a "
                                          "BaseTool subclass calling your retriever",
     "verl.tools.geo3k_tool.Geo3kTool": "multimodal (geometry image) tools are not supported",

@@ -1,4 +1,4 @@
-# expect: refused training with multi-turn / tool rollouts is not implemented
+# expect: pass
 set -x
 ulimit -n 65535
 

@@ -58,7 +58,7 @@ def test_verl_gsm8k_tool_yaml_loads_as_hybridrl_tool(tmp_path, caplog, monkeypat
     ('class_name: "my_tools.nowhere.Tool"', "tool class 'my_tools.nowhere.Tool': cannot import module 'my_tools.nowhere'"),
     ('class_name: "hybridrl.rollout.tools.base.NoSuchTool"',
      "module 'hybridrl.rollout.tools.base' has no class 'NoSuchTool'"),
-    ('class_name: "verl.tools.sandbox_fusion_tools.SandboxFusionTool"', "the sandboxed code tool is not in hybridrl yet"),
+    ('class_name: "verl.tools.search_tool.SearchTool"', "verl's retrieval search tool has no hybridrl equivalent"),
     ('class_name: "Gsm8kTool"', "class_name must be an import path"),
     ('class_name: "hybridrl.rollout.tools.builtin.gsm8k.Gsm8kTool"\n    config: {type: mcp}',
      "config.type='mcp'; only native tools exist"),
