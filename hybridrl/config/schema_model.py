@@ -65,6 +65,11 @@ class ModelConfig:
     override_config: dict = setting({}, "Entries merged into the HF config, e.g. attn_implementation.")
     enable_gradient_checkpointing: bool = setting(True, "Recompute activations in backward to save memory.")
     enable_activation_offload: bool = setting(False, "Offload activations to CPU during training.")
+    fp32_residual_stream: bool = setting(
+        True, "hybridrl: bf16/fp16 forwards keep the residual stream in fp32, in the trainer (actor, reference) and the "
+        "rollout engine alike, which narrows their log-prob gap; costs activation memory in training (saved layer "
+        "inputs in fp32). false = HF's plain bf16 stream."
+    )
     use_remove_padding: bool = setting(
         True, "Drop columns that are padding in every row of a micro batch before the forward (no varlen packing)."
     )

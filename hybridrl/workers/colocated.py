@@ -88,7 +88,8 @@ class ColocatedWorker:
         model_cfg = cfg.actor_rollout_ref.model
         replica = load_causal_lm(model_cfg.path, dtype=resolve_dtype(cfg.actor_rollout_ref.actor.fsdp_config.model_dtype),
                                  override_config=model_cfg.override_config,
-                                 trust_remote_code=model_cfg.trust_remote_code, use_shm=model_cfg.use_shm)
+                                 trust_remote_code=model_cfg.trust_remote_code, use_shm=model_cfg.use_shm,
+                                 fp32_residual=model_cfg.fp32_residual_stream)
         # the hf backend keeps the replica; the hybrid engine copies it (with tensor parallelism, this rank's
         # slices of it: the whole model never goes to the device)
         replica = replica.to(device) if self.rollout_tp.size == 1 else replica

@@ -35,3 +35,13 @@ def test_registered_losses_give_the_mini_batch_value_whatever_the_micro_batch_sp
     torch.testing.assert_close(torch.tensor(split["actor/pg_loss"]), torch.tensor(whole["actor/pg_loss"]),
                                rtol=1e-5, atol=1e-6)
     assert {"actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower"} <= set(split)
+
+
+@pytest.mark.parametrize("fp32_residual", [True, False])
+def test_the_model_key_decides_the_actors_residual_stream(tiny_model_dir, fp32_residual):
+    """actor_rollout_ref.model.fp32_residual_stream reaches the actor's model (its hooks; the engine side:
+    tests/rollout/engine/test_llm_engine.py)."""
+    from hybridrl.models.numerics import keeps_fp32_residual_stream
+
+    actor = build_actor(tiny_model_dir, [f"actor_rollout_ref.model.fp32_residual_stream={fp32_residual}"])
+    assert keeps_fp32_residual_stream(actor.model) is fp32_residual

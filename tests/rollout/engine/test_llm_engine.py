@@ -290,3 +290,16 @@ def test_a_cache_shrunk_at_wake_up_never_reads_the_last_generation_block_ids(mod
     engine.wake_up()
     got = engine.generate(PROMPTS, params)
     assert got.metrics["rollout/num_preempted"] > 0 and got.token_ids == want.token_ids
+
+
+@pytest.mark.parametrize("fp32_residual", [True, False])
+def test_the_model_key_decides_the_engines_residual_stream(model, fp32_residual):
+    """actor_rollout_ref.model.fp32_residual_stream reaches the engine the rollout worker builds: with bf16
+    weights the stream is fp32, or the weights' dtype when the key is false."""
+    from hybridrl.config import load_config
+    from hybridrl.rollout import build_rollout_backend
+
+    cfg = load_config(["actor_rollout_ref.rollout.dtype=bfloat16"])
+    engine = build_rollout_backend("hybrid", model, pad_token_id=0, eos_token_ids=[], device_type="cpu",
+                                   rollout_cfg=cfg.actor_rollout_ref.rollout, fp32_residual=fp32_residual)
+    assert engine.model.residual_dtype == (torch.float32 if fp32_residual else None)
