@@ -7,9 +7,12 @@ a validation that never returns, is a defect.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from hybridrl.config import ConfigError, load_config, validate_config
+from hybridrl.config.correction_rules import threshold_text_bounds
 from hybridrl.config.index import config_value, schema_index, type_arms
 from hybridrl.config.ranges import LIST_RANGES, RANGES
 
@@ -47,7 +50,10 @@ def check_values(key: str, values: list[str]) -> None:
             assert key in error, (text, error)
             continue
         value = config_value(cfg, key)
-        assert value is None or RANGES[key].allows(value), f"{key}={text} accepted as {value!r} outside its range"
+        # a key that also takes text (verl's 'lower_upper' thresholds): every number of the text is in range
+        numbers = (threshold_text_bounds(value) or [math.nan]) if isinstance(value, str) else [value]
+        assert value is None or all(RANGES[key].allows(n) for n in numbers), \
+            f"{key}={text} accepted as {value!r} outside its range"
 
 
 @pytest.mark.parametrize("key", numeric_keys())
