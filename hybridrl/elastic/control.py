@@ -151,9 +151,12 @@ class ElasticController:
 
     def close(self) -> None:
         """The handlers from before `install()` back, except the default action, which would end the process on a
-        late request: that becomes `ignore_control_signals`'s line; the pid file removed."""
+        late request: that becomes `ignore_control_signals`'s line, as does an earlier trainer's handler (a process
+        trains one run at a time: a trainer built before this one and never closed takes no requests); the pid file
+        removed."""
         for number, handler in self._previous.items():
-            signal.signal(number, _ignored if handler in (signal.SIG_DFL, None) else handler)
+            stale = handler in (signal.SIG_DFL, None) or isinstance(getattr(handler, "__self__", None), ElasticController)
+            signal.signal(number, _ignored if stale else handler)
         self._previous.clear()
         remove_own_pid_file(self.pid_path)
 

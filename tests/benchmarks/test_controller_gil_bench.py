@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import sys
 
 from tests.benchmarks.quick_run import quick_report  # puts the repository on sys.path for `benchmarks`
@@ -9,6 +11,7 @@ from tests.benchmarks.quick_run import quick_report  # puts the repository on sy
 from benchmarks import controller_gil_bench  # noqa: E402
 
 
+@pytest.mark.slow
 def test_quick_run_reports_each_condition(tmp_path, capsys):
     report = quick_report(controller_gil_bench.main, tmp_path / "gil.json", capsys)
     for condition in ("alone", "beside_decode_thread", "beside_decode_thread_responsive",

@@ -3,6 +3,8 @@ through a real 2-process local worker group."""
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import subprocess
 import sys
@@ -20,6 +22,7 @@ def test_step_batch_has_the_actor_inputs_at_the_given_shape():
     assert batch["old_log_probs"].dtype.is_floating_point and not batch["responses"].dtype.is_floating_point
 
 
+@pytest.mark.slow
 def test_quick_run_times_each_call_shape(tmp_path):
     """In a process of its own: spawned ranks re-import the script as their main module."""
     out = tmp_path / "dispatch.json"

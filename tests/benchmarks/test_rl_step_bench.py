@@ -51,6 +51,7 @@ def test_quick_run_end_to_end(tmp_path, capsys):
     assert workload["hybridrl_overrides"] == []
 
 
+@pytest.mark.slow
 def test_one_rank_group_runs_the_roles_in_a_rank(tmp_path, capsys):
     """--one-rank-group: the one-device workload through a one-rank worker group, which reports its rank times."""
     rl_step_bench.main(["--quick", "--only", "hybrid", "--steps", "2", "--one-rank-group", "--workdir", str(tmp_path)])

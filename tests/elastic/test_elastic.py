@@ -161,6 +161,7 @@ def test_grow_and_shrink_a_running_trainer_changes_nothing_but_the_devices(tmp_p
         assert_same_metrics(got, want)  # scores, prompt/response lengths, losses: the same data in the same order
 
 
+@pytest.mark.slow
 def test_bare_signals_grow_a_rollout_group_onto_the_actors_device(tmp_path, arith_model_dir, arithmetic_files,
                                                                   plain_run):
     """2 gloo ranks: actor on rank 0, rollout on rank 1. A bare SIGUSR1 lends the actor's device to the

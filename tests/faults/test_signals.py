@@ -108,6 +108,7 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
 """
 
 
+@pytest.mark.slow
 def test_sigusr1_while_the_trainer_loads_does_not_kill_it(tmp_path, overrides_for, monkeypatch):
     out, log_path, gate = str(tmp_path / "run"), str(tmp_path / "trainer.log"), str(tmp_path / "loading_gate")
     reward = tmp_path / "held_reward.py"

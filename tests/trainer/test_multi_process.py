@@ -112,6 +112,7 @@ def test_two_ranks_give_the_metrics_of_one_process(tmp_path, arith_model_dir, ar
         assert "phase/update_actor" in f.read()
 
 
+@pytest.mark.slow
 def test_balanced_batches_give_ranks_closer_token_counts(tmp_path, arith_model_dir, arithmetic_files):
     """trainer.balance_batch (verl's default): rows are reordered so each rank's contiguous share carries a
     similar token count; verl's global_seqlen/* metrics report the split before and after."""
@@ -263,6 +264,7 @@ def test_placement_errors_come_before_any_worker_starts(tmp_path, arithmetic_fil
                                          extra=extra)))
 
 
+@pytest.mark.slow
 def test_one_rank_asked_to_use_ray_runs_its_roles_in_a_ray_actor(tmp_path, arith_model_dir, arithmetic_files,
                                                                  ray_stopped):
     """trainer.launcher=ray (like trainer.nnodes > 1 or ray_kwargs.ray_init.address) on one device: a one-rank Ray
@@ -297,6 +299,7 @@ def test_ray_start_failure_carries_init_ray_hint(tmp_path, arith_model_dir, arit
                                          extra=launcher + ["+ray_kwargs.ray_init.address=127.0.0.1:1"])))
 
 
+@pytest.mark.slow
 def test_more_cpu_ranks_than_the_ray_it_starts_has_cpus_names_ray_init_num_cpus(tmp_path, arith_model_dir,
                                                                                 arithmetic_files, ray_stopped):
     from hybridrl.distributed import PlacementError
@@ -308,6 +311,7 @@ def test_more_cpu_ranks_than_the_ray_it_starts_has_cpus_names_ray_init_num_cpus(
     assert not ray_stopped.is_initialized()  # the failed start stopped the Ray instance it started
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the driver here must see no GPU")
 def test_a_driver_without_a_gpu_asks_ray_for_gpu_ranks(tmp_path, arith_model_dir, arithmetic_files, ray_stopped):
     """trainer.device=cuda from a CPU-only driver (a head node): the ranks are placed by Ray on GPU nodes; this
@@ -320,6 +324,7 @@ def test_a_driver_without_a_gpu_asks_ray_for_gpu_ranks(tmp_path, arith_model_dir
     assert not ray_stopped.is_initialized()
 
 
+@pytest.mark.slow
 def test_lora_on_two_ranks_gives_the_metrics_adapter_and_resume_of_one_process(tmp_path, arith_model_dir,
                                                                                  arithmetic_files):
     """LoRA with FSDP2: only the adapter trains on both ranks, the reference is the base with the adapter off,

@@ -147,6 +147,7 @@ def test_critic_trains_the_same_with_its_offloads_on(monkeypatch, tiny_model_dir
     assert_same_state(offloaded.state_dict(), plain.state_dict())
 
 
+@pytest.mark.slow
 def test_two_fsdp_ranks_train_the_same_with_every_offload_on(tiny_model_dir):
     """Parameters and optimizer state of FSDP2-sharded actor and critic offloaded between phases (2 gloo
     ranks): each move copies the rank's shards, and log-probs, values and the checkpoint after two updates

@@ -15,6 +15,7 @@ def prime(reward_file: str, name: str, *overrides: str):
                                        "+reward_model.reward_kwargs.num_processes=2", *overrides), None)
 
 
+@pytest.mark.slow
 def test_a_hanging_row_scores_zero_and_the_pool_recovers(reward_file):
     manager = prime(reward_file, "slow", "+reward_model.reward_kwargs.timeout=3")
     try:

@@ -164,6 +164,7 @@ def test_a_failing_tool_answers_with_an_error_and_the_run_continues(tmp_path, ch
     assert len(tool_turns) == 8 and all(text in turn["text"] and not turn["trained"] for turn in tool_turns)
 
 
+@pytest.mark.slow
 def test_two_cpu_ranks_on_the_hybrid_engine(tmp_path, chatml_model_dir, gsm8k_tool_task):
     """2 worker processes, each running the agent loops of its shard on hybridrl's own engine (its request API);
     the controller joins the rows and computes the agent metrics over all 8 trajectories."""
@@ -188,6 +189,7 @@ def test_two_cpu_ranks_on_the_hybrid_engine(tmp_path, chatml_model_dir, gsm8k_to
     assert len(rows) == 8 and all(any(t["role"] == "tool" and not t["trained"] for t in row["turns"]) for row in rows)
 
 
+@pytest.mark.slow
 def test_a_resumed_run_reproduces_the_trajectories(tmp_path, chatml_model_dir, gsm8k_tool_task, scripted_first_turn):
     """Interrupted after step 2 and resumed, step 3 generates the trajectories (and metrics) of the run that went
     straight through; with dynamic batching of the actor's micro-batches."""
