@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
-
 import sys
+
+import pytest
 
 from tests.benchmarks.quick_run import quick_report  # puts the repository on sys.path for `benchmarks`
 

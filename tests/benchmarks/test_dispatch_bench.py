@@ -3,11 +3,11 @@ through a real 2-process local worker group."""
 
 from __future__ import annotations
 
-import pytest
-
 import json
 import subprocess
 import sys
+
+import pytest
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
