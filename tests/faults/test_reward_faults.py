@@ -102,6 +102,7 @@ if __name__ == "__main__":
 '''
 
 
+@pytest.mark.slow  # hung once in a full fresh-venv suite run (SIGINT not acted on), passes alone: under study
 def test_ctrl_c_stops_a_scoring_pool_whose_workers_hang(tmp_path):
     """Both workers hang in the reward function: SIGINT to the trainer kills them and the process exits."""
     from tests.faults.reward_runs import REWARD_FILE
