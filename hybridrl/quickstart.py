@@ -74,6 +74,20 @@ def train_command(overrides: list[str]) -> str:
     return "hybridrl train \\\n" + " \\\n".join(f"  {shlex.quote(o)}" for o in overrides)
 
 
+def train_rl_stage(out_dir: str, overrides: list[str]) -> tuple[str, str]:
+    """Write the RL stage's `hybridrl train` command to out_dir/train_command.sh, run it in this process, and
+    return (the command, its metrics.jsonl)."""
+    from hybridrl.config import load_config
+    from hybridrl.trainer.ppo_trainer import PPOTrainer
+
+    command = train_command(overrides)
+    with open(os.path.join(out_dir, "train_command.sh"), "w", encoding="utf-8") as handle:
+        handle.write(command + "\n")
+    cfg = load_config(overrides)
+    PPOTrainer(cfg).fit()
+    return command, os.path.join(cfg.trainer.default_local_dir, "metrics.jsonl")
+
+
 def validation_curve(metrics_file: str) -> list[tuple[int, float]]:
     with open(metrics_file) as f:
         records = [json.loads(line) for line in f if line.strip()]
@@ -82,8 +96,6 @@ def validation_curve(metrics_file: str) -> list[tuple[int, float]]:
 
 def run(out_dir: str, *, algo: str = "grpo", steps: int = 80, sft_epochs: float = 1.2, seed: int = 0,
         num_train: int = 2000, num_test: int = 200, test_freq: int = 10, plot: bool = True) -> dict:
-    from hybridrl.config import load_config
-    from hybridrl.trainer.ppo_trainer import PPOTrainer
     from hybridrl.trainer.sft import run_sft
 
     start = time.time()
@@ -91,12 +103,7 @@ def run(out_dir: str, *, algo: str = "grpo", steps: int = 80, sft_epochs: float 
     sft_dir = os.path.join(out_dir, "sft_model")
     run_sft(base_dir, [train_file], sft_dir, epochs=sft_epochs, lr=3e-3, batch_size=64, seed=seed)
     overrides = rl_overrides(sft_dir, train_file, test_file, out_dir, algo, steps, seed, test_freq)
-    command = train_command(overrides)
-    with open(os.path.join(out_dir, "train_command.sh"), "w", encoding="utf-8") as handle:
-        handle.write(command + "\n")
-    cfg = load_config(overrides)
-    PPOTrainer(cfg).fit()
-    metrics_file = os.path.join(cfg.trainer.default_local_dir, "metrics.jsonl")
+    command, metrics_file = train_rl_stage(out_dir, overrides)
     curve = validation_curve(metrics_file)
     result = {"val_accuracy_before": curve[0][1], "val_accuracy_after": curve[-1][1], "curve": curve,
               "metrics_file": metrics_file, "seconds": round(time.time() - start, 1), "train_command": command,

@@ -184,9 +184,7 @@ def validation_curve(metrics_file: str) -> list[tuple[int, float, float]]:
 
 def run(out_dir: str, *, steps: int = 40, seed: int = 0, num_train: int = 2000, num_test: int = 128,
         test_freq: int = 10, sft_steps: int = 60, batch_size: int = 32, n: int = 8, plot: bool = True) -> dict:
-    from hybridrl.config import load_config
-    from hybridrl.quickstart import train_command
-    from hybridrl.trainer.ppo_trainer import PPOTrainer
+    from hybridrl.quickstart import train_rl_stage
 
     start = time.time()
     train_file, test_file, base_dir, train_rows = prepare(out_dir, seed, num_train, num_test)
@@ -194,12 +192,7 @@ def run(out_dir: str, *, steps: int = 40, seed: int = 0, num_train: int = 2000, 
     warm_start(base_dir, train_rows, sft_dir, steps=sft_steps, seed=seed)
     overrides = rl_overrides(sft_dir, train_file, test_file, out_dir, steps=steps, seed=seed, test_freq=test_freq,
                              batch_size=batch_size, n=n)
-    command = train_command(overrides)
-    with open(os.path.join(out_dir, "train_command.sh"), "w", encoding="utf-8") as handle:
-        handle.write(command + "\n")
-    cfg = load_config(overrides)
-    PPOTrainer(cfg).fit()
-    metrics_file = os.path.join(cfg.trainer.default_local_dir, "metrics.jsonl")
+    command, metrics_file = train_rl_stage(out_dir, overrides)
     curve = validation_curve(metrics_file)
     result = {"val_accuracy_before": curve[0][1], "val_accuracy_after": curve[-1][1],
               "val_tool_calls_before": curve[0][2], "val_tool_calls_after": curve[-1][2], "curve": curve,
