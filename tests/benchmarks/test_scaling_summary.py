@@ -41,6 +41,7 @@ def twice_as_fast(report: dict) -> None:
     run["timing_s/update_actor"] /= 2
 
 
+@pytest.mark.slow
 def test_speedup_efficiency_and_phases_come_from_the_median_steps(base, tmp_path, capsys):
     fast = edited(base, tmp_path / "fast.json", twice_as_fast)
     capsys.readouterr()

@@ -151,6 +151,7 @@ def test_a_clean_shutdown_removes_the_logs_as_announced_and_reports_no_nanobind_
     assert not os.path.exists(group.log_dir)
 
 
+@pytest.mark.slow
 def test_lines_about_the_role_as_a_whole_are_logged_by_rank_0_only(capsys):
     with LocalWorkerGroup(RoleStartupWorker, {}, world_size=2, role="actor_rollout"):
         pass  # the ranks log while they start; shutting down echoes what is left of their stderr

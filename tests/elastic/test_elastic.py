@@ -109,6 +109,7 @@ def open_gate(gate: str, step: int) -> None:
     os.replace(f"{gate}.tmp", gate)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(num_visible_devices("cpu") < 2, reason="growing onto CPU device 1 needs 2 visible cores")
 def test_grow_and_shrink_a_running_trainer_changes_nothing_but_the_devices(tmp_path, arith_model_dir,
                                                                           arithmetic_files, plain_run):

@@ -62,6 +62,7 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
+@pytest.mark.slow
 def test_sigterm_to_every_process_of_the_job_finishes_the_step_saves_and_exits_143(tmp_path, overrides_for, caplog):
     out, log_path, gate = str(tmp_path / "run"), str(tmp_path / "trainer.log"), str(tmp_path / "gate")
     reward = tmp_path / "gated_reward.py"

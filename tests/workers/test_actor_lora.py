@@ -57,6 +57,7 @@ def assert_lora_ranks_sync_and_score(ranks: list[dict], rtol: float, atol: float
         assert not torch.allclose(rank["trained"], rank["initial"])
 
 
+@pytest.mark.slow
 def test_two_lora_ranks_sync_merged_units_and_score_the_base_as_reference(tiny_model_dir):
     pytest.importorskip("peft")
     assert_lora_ranks_sync_and_score(train_lora_ranks(tiny_model_dir, "cpu", world_size=2), rtol=1e-5, atol=1e-6)
