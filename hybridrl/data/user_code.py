@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import importlib.util
 import inspect
 import os
 import sys
@@ -17,6 +16,7 @@ from types import ModuleType
 from typing import Any
 
 from hybridrl.data.errors import DatasetError
+from hybridrl.utils.python_files import NotPythonSource, exec_file_as_module
 
 PKG_PREFIX = "pkg://"
 FILE_PREFIX = "file://"
@@ -58,18 +58,13 @@ def _import_file(file: str, key: str) -> ModuleType:
     module_name = f"hybridrl_user_{hashlib.sha1(resolved.encode()).hexdigest()[:12]}"
     if module_name in sys.modules:
         return sys.modules[module_name]
-    spec = importlib.util.spec_from_file_location(module_name, resolved)
-    if spec is None or spec.loader is None:
-        raise DatasetError(f"{key}={file!r} cannot be imported as Python; use a .py file")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module  # before exec: dataclasses and pickling inside the file look it up
     try:
-        spec.loader.exec_module(module)
+        return exec_file_as_module(module_name, resolved)
+    except NotPythonSource as error:
+        raise DatasetError(f"{key}={file!r} cannot be imported as Python; use a .py file") from error
     except Exception as error:
-        del sys.modules[module_name]
         raise DatasetError(f"{key}={file!r}: importing {resolved} failed: {type(error).__name__}: {error}"
                            f"{_verl_hint(error)}") from error
-    return module
 
 
 def _verl_hint(error: BaseException) -> str:

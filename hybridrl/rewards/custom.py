@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import functools
-import importlib.util
 import inspect
 import logging
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Callable
+from hybridrl.utils.python_files import NotPythonSource, exec_file_as_module
 
 log = logging.getLogger(__name__)
 
@@ -52,15 +51,10 @@ def verl_scorer_file(file: Path) -> Path:
 def import_python_file(file: Path) -> ModuleType:
     """The Python file at `file` as a fresh module (ImportError naming the file when it fails to import)."""
     module_name = f"hybridrl_custom_reward_{abs(hash(str(file.resolve())))}"
-    spec = importlib.util.spec_from_file_location(module_name, file)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"custom_reward_function.path={str(file)!r} cannot be imported as Python; use a .py file")
-    module = importlib.util.module_from_spec(spec)
-    # Registered before exec so dataclasses/pickling inside the file can find their module.
-    sys.modules[module_name] = module
     try:
-        spec.loader.exec_module(module)
+        return exec_file_as_module(module_name, file)
+    except NotPythonSource as error:
+        raise ImportError(f"custom_reward_function.path={str(file)!r} cannot be imported as Python; use a .py file") \
+            from error
     except Exception as error:
-        del sys.modules[module_name]
         raise ImportError(f"importing the custom reward file {file} failed: {type(error).__name__}: {error}") from error
-    return module

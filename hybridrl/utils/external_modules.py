@@ -10,10 +10,9 @@ the environment reaches worker processes too. An entry is a module name (`my_pkg
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import os
-import sys
 from pathlib import Path
+from hybridrl.utils.python_files import NotPythonSource, exec_file_as_module
 
 ENV_VAR = "VERL_USE_EXTERNAL_MODULES"
 _imported: set[str] = set()
@@ -44,13 +43,9 @@ def _import_file(entry: str) -> None:
     if not file.is_file():
         raise ImportError(f"{ENV_VAR} names {entry!r}, which is not a file; give a module name or a .py path")
     module_name = f"hybridrl_external_{file.stem}_{abs(hash(str(file.resolve())))}"
-    spec = importlib.util.spec_from_file_location(module_name, file)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"{ENV_VAR} entry {entry!r} cannot be imported as Python")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
     try:
-        spec.loader.exec_module(module)
+        exec_file_as_module(module_name, file)
+    except NotPythonSource as error:
+        raise ImportError(f"{ENV_VAR} entry {entry!r} cannot be imported as Python") from error
     except Exception as error:
-        del sys.modules[module_name]
         raise ImportError(f"importing {file} (from {ENV_VAR}) failed: {type(error).__name__}: {error}") from error

@@ -13,7 +13,7 @@ loop for the GIL (the function must live in an importable module or in the funct
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import inspect
 import os
 import sys
@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 from hybridrl.rollout.tools.executors import ToolExecutors
 from hybridrl.rollout.tools.schema import ToolSchema
+from hybridrl.utils.python_files import exec_file_as_module
 
 EXECUTORS = ("auto", "thread", "process")
 _MARK = "__hybridrl_function_tool__"
@@ -135,18 +136,8 @@ def import_file_as(module_name: str, path: str) -> ModuleType:
     """Execute the Python file `path` as module `module_name` (registered in sys.modules)."""
     from hybridrl.rollout.tools.verl_compat import verl_tool_modules
 
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {path!r} as Python source")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    try:
-        with verl_tool_modules(path):
-            spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[module_name]
-        raise
-    return module
+    with verl_tool_modules(path):
+        return exec_file_as_module(module_name, path)
 
 
 def call_by_reference(module_name: str, source_file: str | None, qualname: str, arguments: dict[str, Any]) -> Any:
