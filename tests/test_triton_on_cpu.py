@@ -8,6 +8,7 @@ from tests.triton_interpreter import run_interpreted_files
 
 KERNEL_TEST_FILES = {  # file -> how many of its tests must pass under the interpreter
     "tests/rollout/engine/test_triton_decode.py": 15,
+    "tests/rollout/engine/test_triton_prefill.py": 17,
     "tests/rollout/engine/test_fused_ops.py": 9,
     "tests/rollout/engine/test_sampling_kernel.py": 8,
     "tests/algorithms/test_fused_logprob.py": 4,

@@ -7,35 +7,13 @@ Fused linears carry a `weight_loader(param, tensor, shard_id)` that copies one H
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from hybridrl.rollout.engine.attention import TORCH_BACKEND, AttentionBackend
+from hybridrl.rollout.engine.attention.metadata import AttentionMetadata
 from hybridrl.rollout.engine.parallel import SINGLE, TensorParallel, rank_slice
-
-
-@dataclass
-class AttentionMetadata:
-    """Per-step inputs of every attention layer. N new tokens, B sequences, M blocks per sequence.
-
-    slot_mapping int64 (N,); block_tables int32 (B, M); context_lens int32 (B,) = tokens in the cache
-    after this step. Prefill only: token_seq_idx / token_q_idx int64 (N,) place each new token in a
-    padded (B, max_seqlen_q) query grid; query_lens int64 (B,) counts each sequence's new tokens.
-    """
-
-    is_prefill: bool
-    slot_mapping: torch.Tensor
-    block_tables: torch.Tensor
-    context_lens: torch.Tensor
-    token_seq_idx: torch.Tensor | None = None
-    token_q_idx: torch.Tensor | None = None
-    query_lens: torch.Tensor | None = None
-    max_seqlen_q: int = 1
-    # prefill: attention masks by sliding window, built by the first layer that needs one, shared by the rest
-    prefill_masks: dict = field(default_factory=dict, repr=False)
 
 
 def default_weight_loader(param: torch.Tensor, loaded: torch.Tensor, shard_id: object = None) -> None:
@@ -208,10 +186,8 @@ class PagedAttention(nn.Module):
         """q (N, Hq, D), k/v (N, Hkv, D) before RoPE, at positions (N,) -> (N, Hq * D)."""
         q = self._rotate_and_store(q, k, v, meta, rotary, positions)
         if meta.is_prefill:
-            out = self.backend.paged_prefill_attention(
-                q, self.k_cache, self.v_cache, meta.block_tables, meta.context_lens, meta.token_seq_idx,
-                meta.token_q_idx, meta.max_seqlen_q, meta.query_lens, self.scale, self.sliding_window,
-                meta.prefill_masks)
+            out = self.backend.paged_prefill_attention(q, self.k_cache, self.v_cache, meta, self.scale,
+                                                       self.sliding_window)
         else:
             out = self.backend.paged_decode_attention(
                 q, self.k_cache, self.v_cache, meta.block_tables, meta.context_lens, self.scale,

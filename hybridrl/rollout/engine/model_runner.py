@@ -6,14 +6,16 @@ a static-shape callable that a CUDA-graph runner (cuda_graph.py) replays on CUDA
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import torch
 
 from hybridrl.rollout.engine.attention import select_backend
+from hybridrl.rollout.engine.attention.metadata import AttentionMetadata
 from hybridrl.rollout.engine.cuda_graph import CUDAGraphDecodeRunner, graph_sizes
 from hybridrl.rollout.engine.decode_step import DecodeBurst, advance_decode_inputs, copy_to_host, sampler_for
 from hybridrl.rollout.engine.kv_cache import PagedKVCache
-from hybridrl.rollout.engine.layers import AttentionMetadata
 from hybridrl.rollout.engine.parallel import SINGLE, TensorParallel
 from hybridrl.rollout.engine.sampler import gumbel_argmax, sample
 from hybridrl.rollout.engine.sequence import Sequence
@@ -171,7 +173,8 @@ class ModelRunner:
             block_tables=self._from_numpy(self.host_block_tables.gather(seqs, full=True)),
             context_lens=self._tensor([s.num_tokens for s in seqs], torch.int32),
             token_seq_idx=self._tensor(seq_idx, torch.int64), token_q_idx=self._tensor(q_idx, torch.int64),
-            query_lens=self._tensor(q_lens, torch.int64), max_seqlen_q=max(q_lens))
+            query_lens=self._tensor(q_lens, torch.int64), max_seqlen_q=max(q_lens),
+            query_start=self._tensor([0, *itertools.accumulate(q_lens)], torch.int32))
         return (self._tensor(input_ids, torch.int64), self._tensor(positions, torch.int64), meta,
                 self._tensor(last, torch.int64))
 

@@ -201,18 +201,20 @@ def test_store_kv_cache_bf16_on_gpu():
 
 @interpreted
 def test_engine_with_triton_kernels_matches_torch_backend():
-    """The engine's layers calling these kernels (store + decode) sample what the torch backend samples."""
+    """The engine's layers calling the Triton kernels (store, prefill, decode) sample what the torch backend
+    samples; n=2 makes the second sample of each prompt a prefix-cache hit (a one-token prefill)."""
     from tests.rollout.engine.helpers import PROMPTS, make_model
 
     from hybridrl.rollout.base import SamplingParams
-    from hybridrl.rollout.engine.attention import AttentionBackend, triton_decode
+    from hybridrl.rollout.engine.attention import AttentionBackend, triton_decode, triton_prefill
     from hybridrl.rollout.engine.llm_engine import LLMEngine
 
     model = make_model("qwen2", hidden_size=64, num_heads=4, num_kv_heads=2, num_layers=1)  # head_dim 16
     params = SamplingParams(n=2, max_new_tokens=4, temperature=1.0, seed=3)
     expected = LLMEngine(model, num_kv_blocks=64, block_size=4).generate(PROMPTS, params)
     engine = LLMEngine(model, num_kv_blocks=64, block_size=4)
-    backend = AttentionBackend("triton", triton_decode.store_kv_cache, triton_decode.paged_decode_attention)
+    backend = AttentionBackend("triton", triton_decode.store_kv_cache, triton_decode.paged_decode_attention,
+                               triton_prefill.paged_prefill_attention)
     for layer in engine.runner.layers:
         layer.backend = backend
     out = engine.generate(PROMPTS, params)

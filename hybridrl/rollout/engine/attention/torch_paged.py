@@ -1,4 +1,4 @@
-"""Pure-torch paged attention: the reference path (CPU) and the prefill path on every device.
+"""Pure-torch paged attention: the reference path (CPU and head sizes the Triton kernels do not take).
 
 Cache layout: `k_cache`, `v_cache` are `(num_blocks, block_size, num_kv_heads, head_dim)`. A sequence's
 token at position p lives at slot `block_tables[b, p // block_size] * block_size + p % block_size`.
@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+from hybridrl.rollout.engine.attention.metadata import AttentionMetadata
 
 
 def store_kv_cache(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -55,29 +57,26 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     return attend(q[:, None], k.to(q.dtype), v.to(q.dtype), mask, scale)[:, 0]
 
 
-def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                            block_tables: torch.Tensor, context_lens: torch.Tensor,
-                            token_seq_idx: torch.Tensor, token_q_idx: torch.Tensor, max_seqlen_q: int,
-                            query_lens: torch.Tensor, scale: float, sliding_window: int | None = None,
-                            mask_cache: dict | None = None) -> torch.Tensor:
+def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
+                            scale: float, sliding_window: int | None = None) -> torch.Tensor:
     """Ragged prefill whose K/V (incl. prefix-cache context) are already stored in the cache.
 
-    q (N, Hq, D) flattened over sequences; token t is query number token_q_idx[t] of sequence
-    token_seq_idx[t]; sequence b has query_lens[b] queries, its last tokens, ending at position
-    context_lens[b] - 1 (query_lens comes from the host: counting token_seq_idx on the device would
-    synchronise once per layer). Queries are padded to (B, max_seqlen_q) for one batched SDPA call -> (N, Hq, D).
-    `mask_cache`: one dict per step, shared by its layers, which then build each sliding window's mask once.
+    q (N, Hq, D) flattened over sequences; token t is query number meta.token_q_idx[t] of sequence
+    meta.token_seq_idx[t]; sequence b has meta.query_lens[b] queries, its last tokens, ending at position
+    meta.context_lens[b] - 1. Queries are padded to (B, max_seqlen_q) for one batched SDPA call -> (N, Hq, D);
+    each sliding window's mask is built once per step (meta.prefill_masks) and shared by the layers.
     """
-    batch = block_tables.shape[0]
-    q_pad = q.new_zeros(batch, max_seqlen_q, *q.shape[1:])
-    q_pad[token_seq_idx, token_q_idx] = q
-    k = gather_context(k_cache, block_tables)
-    v = gather_context(v_cache, block_tables)
-    cache = mask_cache if mask_cache is not None else {}
-    if sliding_window not in cache:
-        cache[sliding_window] = prefill_mask(context_lens, query_lens, max_seqlen_q, k.shape[1], sliding_window)
-    out = attend(q_pad, k.to(q.dtype), v.to(q.dtype), cache[sliding_window], scale)
-    return out[token_seq_idx, token_q_idx]
+    batch = meta.block_tables.shape[0]
+    q_pad = q.new_zeros(batch, meta.max_seqlen_q, *q.shape[1:])
+    q_pad[meta.token_seq_idx, meta.token_q_idx] = q
+    k = gather_context(k_cache, meta.block_tables)
+    v = gather_context(v_cache, meta.block_tables)
+    masks = meta.prefill_masks
+    if sliding_window not in masks:
+        masks[sliding_window] = prefill_mask(meta.context_lens, meta.query_lens, meta.max_seqlen_q, k.shape[1],
+                                             sliding_window)
+    out = attend(q_pad, k.to(q.dtype), v.to(q.dtype), masks[sliding_window], scale)
+    return out[meta.token_seq_idx, meta.token_q_idx]
 
 
 def prefill_mask(context_lens: torch.Tensor, query_lens: torch.Tensor, max_seqlen_q: int, num_keys: int,

@@ -12,9 +12,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from hybridrl.rollout.engine.attention.metadata import AttentionMetadata
 from hybridrl.rollout.engine.layers import (
-    AttentionMetadata, MergedLinear, PagedAttention, RMSNorm, RotaryEmbedding, RowParallelLinear, SiluAndMulMLP,
-    build_rotary, layer_sliding_window,
+    MergedLinear, PagedAttention, RMSNorm, RotaryEmbedding, RowParallelLinear, SiluAndMulMLP, build_rotary,
+    layer_sliding_window,
 )
 from hybridrl.rollout.engine.parallel import SINGLE, TensorParallel, kv_head_slices
 
