@@ -25,6 +25,7 @@ class RunStats:
     """What the engine reports as rollout/* metrics: per batch call, or per `take_metrics` of the request API."""
 
     prefill_s: float = 0.0
+    prefill_steps: int = 0
     decode_s: float = 0.0  # device decoding: from a launch until the device has nothing queued
     decode_steps: int = 0
     bursts: int = 0
@@ -47,6 +48,7 @@ class RunStats:
         return {
             "rollout/prefill_time_s": self.prefill_s,
             "rollout/prefill_tokens": float(self.prefill_tokens),
+            "rollout/prefill_steps": float(self.prefill_steps),  # forwards: each pays the eager launch overhead
             "rollout/decode_time_s": self.decode_s,
             "rollout/decode_steps": float(self.decode_steps),
             "rollout/decode_bursts": float(self.bursts),
@@ -126,6 +128,7 @@ class EngineCore:
         self.stats.prefill_tokens += sum(s.num_tokens - min(s.num_cached_tokens, s.num_tokens - 1) for s in seqs)
         tokens, logprobs = self.runner.run_prefill(seqs)
         self.stats.prefill_s += time.perf_counter() - self._busy_since
+        self.stats.prefill_steps += 1
         return self._released(self.scheduler.postprocess(seqs, tokens, logprobs))
 
     def _continuation(self, burst: DecodeBurst) -> DecodeBurst | None:

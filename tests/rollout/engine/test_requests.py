@@ -212,7 +212,7 @@ def test_a_follow_up_turn_reuses_the_earlier_turns_kv(model, prefix_caching):
     written = len(PROMPTS[0]) + len(first.token_ids) - 1  # 20 tokens: 5 full blocks of 4
     hits = written // 4 * 4 if prefix_caching else 0
     assert second.prefix_cache_hit_tokens == hits and metrics["rollout/prefix_cache_hit_tokens"] == hits
-    assert metrics["rollout/prefill_tokens"] == len(second_prompt) - hits
+    assert metrics["rollout/prefill_tokens"] == len(second_prompt) - hits and metrics["rollout/prefill_steps"] == 1
     cold = make_engine(model, enable_prefix_caching=False)
     cold.add_request("t2", second_prompt, turn)
     assert run_until_done(cold)["t2"].token_ids == second.token_ids  # the cached KV is the right KV
