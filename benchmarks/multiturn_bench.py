@@ -61,6 +61,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--decode-bursts", default=None,
                         help="comma-separated max_decode_burst values, one engine each; default 16,8,4 (quick: 16,4)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--profile", default=None,
+                        help="write a torch.profiler table (top kernels by device time) of one multi-turn side here")
     args = parser.parse_args(argv)
     fill_defaults(args, dict(num_prompts=4, n=2, response_length=48, turn_mean_tokens=6, turn_max_tokens=16,
                              observation_tokens=3),
@@ -143,6 +145,24 @@ def run_pair(llm, prompts: list[list[int]], stop_ids: tuple[int, ...], seed: int
     return {"multi_turn": multi, "single_turn": single}
 
 
+def profile_multi_turn(llm, prompts, stop_ids: tuple[int, ...], args, vocab_size: int) -> None:
+    """torch.profiler over one multi-turn side: the top ops by device time to `args.profile`. CUPTI records
+    the kernels of every thread; host ops only of this one (the engine loop steps on a worker thread)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if args.device.startswith("cuda") else [])
+    front = llm.request_engine()
+    trajectories = [p for p in prompts for _ in range(args.n)]
+    with profile(activities=activities) as prof:
+        side = timed_side(llm, [multi_turn(front, i, p, stop_ids, args.seed + 2, args, vocab_size)
+                                for i, p in enumerate(trajectories)], args.device)
+    averages = prof.key_averages()
+    device_key = "cuda_time_total" if ProfilerActivity.CUDA in activities else "cpu_time_total"
+    with open(args.profile, "w") as f:
+        f.write(f"== multi-turn side under the profiler: wall {side['wall_s']:.2f} s, metrics {side['metrics']}\n")
+        f.write(f"== sorted by {device_key}\n{averages.table(sort_by=device_key, row_limit=40)}\n")
+
+
 def one_burst_length(model, prompts, stop_ids, args, vocab_size: int, burst: int) -> dict[str, Any]:
     """An engine decoding `burst` steps per host round trip: the warm-up pair, then the timed pair."""
     from hybridrl.rollout.engine.llm_engine import LLMEngine
@@ -152,6 +172,8 @@ def one_burst_length(model, prompts, stop_ids, args, vocab_size: int, burst: int
                     gpu_memory_utilization=args.gpu_memory_utilization, seed=args.seed, max_decode_burst=burst)
     warmup = run_pair(llm, prompts, stop_ids, args.seed + 1, args, vocab_size)
     result = run_pair(llm, prompts, stop_ids, args.seed, args, vocab_size)
+    if args.profile and burst == args.decode_bursts[0]:
+        profile_multi_turn(llm, prompts, stop_ids, args, vocab_size)
     llm.sleep()
     llm.request_engine().close()
     del llm
