@@ -50,7 +50,7 @@ VERL_REJECTS_TOO = re.compile(r"^cannot parse the override|^config file '.*' doe
 # issue), NPUs (out of scope) or features other engineers are building count apart from other refusals.
 REFUSAL_GROUPS = (
     ("engine", re.compile(r"\.strategy$|^model_engine$")),
-    ("npu", re.compile(r"^trainer\.device$")),
+    ("npu", re.compile(r"^trainer\.device$|^global_profiler\.tool$")),  # refused only for the Ascend NPU tools
     ("parallelism", re.compile(r"ulysses_sequence_parallel_size$|rollout\.(expert|pipeline_model|data)_parallel_size$")),
     ("being_built", re.compile(r"^trainer\.log_val_generations$|policy_loss\.loss_mode$|^algorithm\.adv_estimator$|"
                                r"multi_turn\.enable$|agent\.agent_loop_config_path$|^algorithm\.rollout_correction\.|"

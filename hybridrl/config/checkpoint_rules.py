@@ -59,10 +59,24 @@ def _resume_problems(prefix: str, save: list[str], load: list[str]) -> list[str]
         problems.append(f"{prefix}.load_contents reads {missing} but {prefix}.save_contents={save} does not write "
                         f"them, so this run's checkpoints could not be resumed; add them to save_contents or drop "
                         f"them from load_contents")
-    if not any(name in RESUMABLE for name in load):
-        problems.append(f"{prefix}.load_contents={load} reads nothing a resume can use (hf_model is an export); "
-                        f"add 'model', or set trainer.resume_mode=disable when these checkpoints are exports only")
     return problems
+
+
+def export_only_notices(cfg: Any) -> list[str]:
+    """verl resumes checkpoints whose load_contents reads no resumable part (only hf_model, an export): the step
+    count continues from the initial weights. Allowed, as in verl, and said."""
+    if cfg.trainer.resume_mode == "disable":
+        return []
+    notices = []
+    for role, prefix in ROLES.items():
+        section = cfg.actor_rollout_ref.actor.checkpoint if role == "actor" else cfg.critic.checkpoint
+        load = list(section.load_contents)
+        if load and all(name in CONTENTS for name in load) and not any(name in RESUMABLE for name in load):
+            notices.append(f"warning: {prefix}.load_contents={load} reads nothing a resume can use (hf_model is an "
+                           f"export): a resume would continue the step count from the initial weights, as in verl; "
+                           f"add 'model' to resume training, or set trainer.resume_mode=disable when these "
+                           f"checkpoints are exports only")
+    return notices
 
 
 def _listing() -> str:

@@ -3,6 +3,7 @@ whose effect users should know (GRPO with one response per prompt, keys verl its
 
 from __future__ import annotations
 
+from hybridrl.config.checkpoint_rules import export_only_notices
 from hybridrl.config.schema import HybridRLConfig
 
 # What verl's estimators compute for a group of one response (verl/trainer/ppo/core_algos.py: a group of
@@ -27,7 +28,12 @@ def config_notices(cfg: HybridRLConfig) -> list[str]:
             f"{SINGLETON_ADVANTAGE[estimator]}, as in verl; group baselines need actor_rollout_ref.rollout.n > 1 "
             "(e.g. 5)"
         )
-    return notices + _profiler_notices(cfg) + _sampling_notices(cfg) + _validation_notices(cfg)
+    if cfg.actor_rollout_ref.rollout.sglang_rollout_mode is not None:
+        notices.append(f"actor_rollout_ref.rollout.sglang_rollout_mode={cfg.actor_rollout_ref.rollout.sglang_rollout_mode}"
+                       " has no effect (verl does not read it either): hybridrl's engine runs in the trainer's processes"
+                       ", so actor_rollout_ref.rollout.server.* have no effect too")
+    return (notices + _profiler_notices(cfg) + _sampling_notices(cfg) + _validation_notices(cfg)
+            + export_only_notices(cfg))
 
 
 def _sampling_notices(cfg: HybridRLConfig) -> list[str]:

@@ -216,6 +216,8 @@ RANGES: dict[str, Range] = {
     f"{_ROLLOUT}.checkpoint_engine.update_weights_bucket_megabytes": COUNT,
     f"{_ROLLOUT}.trace.max_samples_per_step_per_worker": COUNT,
     f"{_ROLLOUT}.prometheus.port": Range(low=0, high=65535, why="a TCP port"),
+    **_under(f"{_ROLLOUT}.server", {"timeout": positive("seconds"), "max_attempts": COUNT, "retry_delay": non_negative("seconds"),
+                                    "max_connections": COUNT, "max_start_wait_time": positive("seconds")}),
     f"{_ROLLOUT}.seed": SEED,
     f"{_ROLLOUT}.block_size": at_least(1, "tokens per KV-cache block"),
     "critic.rollout_n": COUNT,

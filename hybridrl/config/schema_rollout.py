@@ -71,6 +71,18 @@ class AgentConfig:
 
 
 @dataclass
+class SGLangServerConfig:
+    """verl's HTTP client settings for an SGLang rollout server (verl's sglang_multiturn server examples). hybridrl's
+    engine runs inside the trainer's processes, with no HTTP server between them: no effect."""
+
+    timeout: float = setting(60.0, "Seconds per request to the SGLang server (no effect here).")
+    max_attempts: int = setting(3, "Attempts per request (no effect here).")
+    retry_delay: float = setting(2.0, "Seconds between attempts (no effect here).")
+    max_connections: int = setting(1000, "Concurrent connections (no effect here).")
+    max_start_wait_time: float = setting(300.0, "Seconds to wait for the server to start (no effect here).")
+
+
+@dataclass
 class CheckpointEngineConfig:
     """How weights move from the trainer to the rollout."""
 
@@ -213,4 +225,7 @@ class RolloutConfig:
                                      "hybridrl reads (refused when enabled).")
     disaggregation: DisaggregationConfig = section(DisaggregationConfig, "Prefill/decode disaggregation.")
     layer_name_map: dict = setting({}, "Megatron-to-engine layer names (verl's Megatron configs); no effect here.")
+    server: SGLangServerConfig = section(SGLangServerConfig, "verl's SGLang server client settings (no effect here).")
+    sglang_rollout_mode: str | None = setting(None, "Set by verl's sglang_multiturn server examples, read by neither "
+                                                    "verl nor hybridrl (one notice when set).")
     profiler: RoleProfilerConfig = section(RoleProfilerConfig, "Profiling of this role (verl).")

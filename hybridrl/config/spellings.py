@@ -16,6 +16,9 @@ ALIASES: dict[str, str] = {
     "critic.optim.warmup_style": "critic.optim.lr_scheduler_type",
     "ray_init.timeline_json_file": "ray_kwargs.timeline_json_file",
     "trainer.profile_steps": "global_profiler.steps",
+    # verl's SAPO examples (Aug. 2026) add these with `+`; verl's SAPO loss reads actor.tau_pos / tau_neg.
+    "actor_rollout_ref.actor.policy_loss.tau_pos": "actor_rollout_ref.actor.tau_pos",
+    "actor_rollout_ref.actor.policy_loss.tau_neg": "actor_rollout_ref.actor.tau_neg",
     # The August-2026 tree's `reward.*` group (verl/trainer/config/reward/reward.yaml).
     "reward.num_workers": "reward_model.num_workers",
     "reward.reward_model.enable": "reward_model.enable",

@@ -38,10 +38,18 @@ def test_loading_what_this_run_does_not_save_is_refused_when_resuming():
     validate_config(load_config(VALID + [f"{ACTOR}.save_contents=[model]"]))  # load_contents follows: fine
 
 
-def test_export_only_checkpoints_need_resume_disabled():
-    message = problems([f"{ACTOR}.save_contents=[hf_model]"])
-    assert "reads nothing a resume can use (hf_model is an export)" in message and "trainer.resume_mode=disable" in message
-    validate_config(load_config(VALID + [f"{ACTOR}.save_contents=[hf_model]", "trainer.resume_mode=disable"]))
+def test_export_only_checkpoints_run_as_in_verl_with_a_warning():
+    """verl's GMPO example saves only hf_model: verl runs it (a resume continues from the initial weights)."""
+    from hybridrl.config.notices import config_notices
+
+    cfg = load_config(VALID + [f"{ACTOR}.save_contents=[hf_model]"])
+    validate_config(cfg)
+    [notice] = [n for n in config_notices(cfg) if "load_contents" in n]
+    assert notice.startswith(f"warning: {ACTOR}.load_contents=['hf_model'] reads nothing a resume can use")
+    assert "add 'model'" in notice and "trainer.resume_mode=disable" in notice
+    quiet = load_config(VALID + [f"{ACTOR}.save_contents=[hf_model]", "trainer.resume_mode=disable"])
+    assert not [n for n in config_notices(quiet) if "load_contents" in n]
+    assert not [n for n in config_notices(load_config(VALID)) if "load_contents" in n]
 
 
 def test_verl_default_and_hf_model_lists_are_accepted():

@@ -118,3 +118,23 @@ def test_august_features_refused_by_name(override, phrase):
     with pytest.raises(ConfigError) as err:
         load_config([override])
     assert override.split("=")[0] + "=" in str(err.value) and phrase in str(err.value)
+
+
+def test_sapo_tau_under_policy_loss_sets_the_actor_keys_verls_loss_reads():
+    """verl's August SAPO examples write `+actor_rollout_ref.actor.policy_loss.tau_{pos,neg}`."""
+    cfg = load_config(["+actor_rollout_ref.actor.policy_loss.tau_pos=1.1", "+actor_rollout_ref.actor.policy_loss.tau_neg=1.3"])
+    assert (cfg.actor_rollout_ref.actor.tau_pos, cfg.actor_rollout_ref.actor.tau_neg) == (1.1, 1.3)
+    with pytest.raises(ConfigError, match="two spellings of one key"):
+        load_config(["actor_rollout_ref.actor.tau_neg=1.2", "+actor_rollout_ref.actor.policy_loss.tau_neg=1.3"])
+
+
+def test_sglang_server_settings_load_with_a_notice():
+    """verl's sglang_multiturn server config: `sglang_rollout_mode: server` and a `server:` block of HTTP settings."""
+    from hybridrl.config.notices import config_notices
+
+    cfg = load_config(["+actor_rollout_ref.rollout.sglang_rollout_mode=server", "actor_rollout_ref.rollout.server.timeout=30",
+                       "actor_rollout_ref.rollout.server.max_attempts=5"])
+    assert cfg.actor_rollout_ref.rollout.server.timeout == 30.0
+    [notice] = [n for n in config_notices(cfg) if "sglang_rollout_mode" in n]
+    assert "has no effect" in notice and "rollout.server.* have no effect" in notice
+    assert not [n for n in config_notices(load_config([])) if "sglang_rollout_mode" in n]
