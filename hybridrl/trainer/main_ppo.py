@@ -23,7 +23,7 @@ def run_ppo(cfg: HybridRLConfig) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     """Exit code: 0 done, 2 a configuration problem (the message names the keys), 1 another known failure, 128 + the
-    signal for a run stopped by SIGTERM (143) or SIGINT (130): trainer/run_signals.py."""
+    signal for a run stopped by SIGTERM (143) or SIGINT (130): trainer/guards/run_signals.py."""
     from hybridrl.config import load_config, parse_cli_args
     from hybridrl.errors import run_with_actionable_errors
 
