@@ -21,7 +21,7 @@ from hybridrl.logging.log import get_logger
 from hybridrl.trainer import checkpointing
 from hybridrl.trainer.guards import nonfinite, run_signals
 from hybridrl.trainer.correction import bypass_old_log_probs, checked_settings, decoupled_correction, needs_whole_batch
-from hybridrl.trainer.dynamic_sampling import DynamicSampler, RoundHooks, pop_reward_extra
+from hybridrl.trainer.batch_sources.dynamic_sampling import DynamicSampler, RoundHooks, pop_reward_extra
 from hybridrl.trainer.metrics import (OLD_LOG_PROBS_FROM_UPDATE, compute_data_metrics, compute_throughput_metrics,
                                       compute_timing_metrics, record_skipped_phase)
 from hybridrl.trainer.preflight import preflight
@@ -47,7 +47,7 @@ class PPOTrainer(checkpointing.CheckpointExtras):
         trainer/guards/run_signals.py."""
         if type(self) is PPOTrainer and cfg.trainer.v1.trainer_mode != "sync":
             raise ConfigError(f"trainer.v1.trainer_mode={cfg.trainer.v1.trainer_mode} runs the asynchronous trainer: "
-                              "build it with hybridrl.trainer.async_trainer.make_trainer(cfg) (hybridrl train does)")
+                              "build it with hybridrl.trainer.main_ppo.make_trainer(cfg) (hybridrl train does)")
         self.signals = run_signals.RunSignals.around(checkpointing.root_dir(cfg), lambda: self._build(cfg, plan))
 
     def _build(self, cfg: HybridRLConfig, plan: RunPlan | None) -> None:
