@@ -109,7 +109,7 @@ def overrides(args, paths: dict[str, Path], mode: str) -> list[str]:
 def run(args, paths: dict[str, Path], mode: str) -> dict[str, Any]:
     """One trainer of `mode`: its steps' metrics, summarized after the warm-up."""
     from hybridrl.config import load_config
-    from hybridrl.trainer.async_trainer import make_trainer
+    from hybridrl.trainer.main_ppo import make_trainer
 
     start = time.perf_counter()
     trainer = make_trainer(load_config(overrides(args, paths, mode)))

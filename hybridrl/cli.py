@@ -115,7 +115,7 @@ def _plot(argv: list[str]) -> int:
 
 
 def _sft(argv: list[str]) -> int:
-    from hybridrl.trainer.sft import main
+    from hybridrl.sft import main
 
     return main(argv)
 

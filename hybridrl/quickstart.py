@@ -96,7 +96,7 @@ def validation_curve(metrics_file: str) -> list[tuple[int, float]]:
 
 def run(out_dir: str, *, algo: str = "grpo", steps: int = 80, sft_epochs: float = 1.2, seed: int = 0,
         num_train: int = 2000, num_test: int = 200, test_freq: int = 10, plot: bool = True) -> dict:
-    from hybridrl.trainer.sft import run_sft
+    from hybridrl.sft import run_sft
 
     start = time.time()
     train_file, test_file, base_dir = prepare(out_dir, seed, num_train, num_test)

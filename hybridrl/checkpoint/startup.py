@@ -19,6 +19,7 @@ from hybridrl.checkpoint.manager import TRACKER_FILE, step_dirs
 from hybridrl.checkpoint.pid_file import PID_FILE, PidRecord, process_identity, read_pid_file
 from hybridrl.checkpoint.rotation import Retention, existing_checkpoints_line
 from hybridrl.logging.log import get_logger
+from hybridrl.utils.processes import process_alive
 
 log = get_logger("hybridrl.checkpoint")
 PARTIAL_PREFIXES = (".tmp_global_step_", ".replaced_global_step_")
@@ -36,16 +37,6 @@ def started_after(pid: int, since: float) -> bool:
     except (OSError, ValueError, IndexError, StopIteration):
         return False
     return boot + start_ticks / os.sysconf("SC_CLK_TCK") > since + 2.0  # btime has 1 s resolution
-
-
-def process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, someone else's
-        return True
-    return True
 
 
 @dataclass

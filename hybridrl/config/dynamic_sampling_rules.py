@@ -1,4 +1,4 @@
-"""`algorithm.filter_groups.*` rules: DAPO dynamic sampling (hybridrl.trainer.dynamic_sampling).
+"""`algorithm.filter_groups.*` rules: DAPO dynamic sampling (hybridrl.trainer.batch_sources.dynamic_sampling).
 
 `data.gen_batch_size` against `data.train_batch_size` is a range rule (ranges.py `cross_range_problems`).
 """

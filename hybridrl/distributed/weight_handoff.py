@@ -34,6 +34,8 @@ from typing import ClassVar
 
 import torch
 
+from hybridrl.utils.processes import process_alive
+
 from . import shm_mappings
 
 SHM_DIR = "/dev/shm"
@@ -147,23 +149,13 @@ def sweep_stale_buffers(directory: str) -> list[str]:
     removed = []
     for path in glob.glob(os.path.join(directory, f"{BUFFER_PREFIX}*")):
         match = re.match(rf"{BUFFER_PREFIX}(\d+)-(\d+)-", os.path.basename(path))
-        if match and int(match.group(1)) == _pid_namespace() and not _process_alive(int(match.group(2))):
+        if match and int(match.group(1)) == _pid_namespace() and not process_alive(int(match.group(2))):
             try:
                 os.unlink(path)
                 removed.append(path)
             except OSError:  # another user's file, or already removed: not ours to worry about
                 pass
     return removed
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, another user's
-        return True
-    return True
 
 
 def available_bytes(path: str, max_bytes: int | None) -> int:

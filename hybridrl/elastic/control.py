@@ -30,6 +30,7 @@ from typing import Any
 
 from hybridrl.checkpoint.pid_file import PID_FILE, process_identity, read_pid_file, remove_own_pid_file, write_pid_file
 from hybridrl.logging.log import get_logger
+from hybridrl.utils.processes import process_alive
 
 log = get_logger("hybridrl.elastic")
 CONTROL_DIR = "control"
@@ -191,7 +192,7 @@ def _trainer_pid(run_dir: str) -> int:
     except (OSError, ValueError) as err:
         raise RuntimeError(f"{path} could not be read as a pid file ({err}); nothing was sent") from None
     pid, now = record.pid, process_identity(record.pid)
-    if not _alive(pid):
+    if not process_alive(pid):  # alive, another user's included: the identity check decides
         raise RuntimeError(f"the trainer (pid {pid} in {path}) is not running; the pid file is stale")
     if record.identity is None:
         raise RuntimeError(f"{path} names pid {pid} without the trainer's start time (written by hand or by an "
@@ -205,16 +206,6 @@ def _trainer_pid(run_dir: str) -> int:
                            f"started at another time than the one that wrote the file (the trainer is gone and its "
                            f"pid was reused, or the file names another process); nothing was sent")
     return pid
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, another user's: the identity check decides
-        return True
-    return True
 
 
 def _parse_devices(text: str) -> list[int]:

@@ -3,11 +3,28 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 from hybridrl.config.schema import HybridRLConfig
 from hybridrl.logging.log import get_logger
 
+if TYPE_CHECKING:
+    from hybridrl.config.run_plan import RunPlan
+    from hybridrl.trainer.ppo_trainer import PPOTrainer
+
 log = get_logger("hybridrl")
+
+
+def make_trainer(cfg: HybridRLConfig, plan: RunPlan | None = None) -> PPOTrainer:
+    """The trainer `trainer.v1.trainer_mode` asks for: PPOTrainer (sync) or AsyncPPOTrainer
+    (trainer/batch_sources/async_trainer.py). `plan`: preflight's, made by the trainer when not given."""
+    from hybridrl.trainer.ppo_trainer import PPOTrainer
+
+    if cfg.trainer.v1.trainer_mode == "sync":
+        return PPOTrainer(cfg, plan)
+    from hybridrl.trainer.batch_sources.async_trainer import AsyncPPOTrainer
+
+    return AsyncPPOTrainer(cfg, plan)
 
 
 def run_ppo(cfg: HybridRLConfig) -> dict[str, float]:
@@ -16,14 +33,12 @@ def run_ppo(cfg: HybridRLConfig) -> dict[str, float]:
 
     plan = preflight(cfg)  # batch sizes, placement, loggers: seconds, before the trainer's imports
     check_input_paths(cfg)  # every data, model and reward file named at once, before anything loads
-    from hybridrl.trainer.async_trainer import make_trainer
-
     return make_trainer(cfg, plan).fit()
 
 
 def main(argv: list[str] | None = None) -> int:
     """Exit code: 0 done, 2 a configuration problem (the message names the keys), 1 another known failure, 128 + the
-    signal for a run stopped by SIGTERM (143) or SIGINT (130): trainer/run_signals.py."""
+    signal for a run stopped by SIGTERM (143) or SIGINT (130): trainer/guards/run_signals.py."""
     from hybridrl.config import load_config, parse_cli_args
     from hybridrl.errors import run_with_actionable_errors
 

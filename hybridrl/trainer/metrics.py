@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from hybridrl.logging.log import get_logger
-from hybridrl.trainer.nonfinite import nonfinite_batch_metrics
+from hybridrl.trainer.guards.nonfinite import nonfinite_batch_metrics
 from hybridrl.utils.batch import Batch
 
 
@@ -23,7 +23,7 @@ def _masked_values(tensor: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 def compute_data_metrics(batch: Batch, use_critic: bool, max_response_length: int) -> dict[str, float]:
     """verl's `compute_data_metrics`: scores, rewards, advantages, returns, values, lengths; and hybridrl's
-    `training/nonfinite/<key>` counts where the chain has non-finite values (trainer/nonfinite.py)."""
+    `training/nonfinite/<key>` counts where the chain has non-finite values (trainer/guards/nonfinite.py)."""
     mask = batch["response_mask"]
     # lengths from the attention mask (verl's too): rejection sampling may have taken tokens out of response_mask
     prompt_width = batch["prompts"].shape[1]

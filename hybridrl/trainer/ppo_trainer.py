@@ -18,9 +18,10 @@ from hybridrl.config import ConfigError, HybridRLConfig, config_to_dict
 from hybridrl.config.run_plan import RunPlan
 from hybridrl.errors.oom import oom_guard
 from hybridrl.logging.log import get_logger
-from hybridrl.trainer import checkpointing, nonfinite, run_signals
+from hybridrl.trainer import checkpointing
+from hybridrl.trainer.guards import nonfinite, run_signals
 from hybridrl.trainer.correction import bypass_old_log_probs, checked_settings, decoupled_correction, needs_whole_batch
-from hybridrl.trainer.dynamic_sampling import DynamicSampler, RoundHooks, pop_reward_extra
+from hybridrl.trainer.batch_sources.dynamic_sampling import DynamicSampler, RoundHooks, pop_reward_extra
 from hybridrl.trainer.metrics import (OLD_LOG_PROBS_FROM_UPDATE, compute_data_metrics, compute_throughput_metrics,
                                       compute_timing_metrics, record_skipped_phase)
 from hybridrl.trainer.preflight import preflight
@@ -42,10 +43,11 @@ log = get_logger("hybridrl.trainer")
 class PPOTrainer(checkpointing.CheckpointExtras):
     def __init__(self, cfg: HybridRLConfig, plan: RunPlan | None = None):
         """`plan`: what `preflight(cfg)` returns (made here when not given). With worker ranks (several devices,
-        or Ray asked for) `fit()` stops them when it returns. Signals and trainer.pid first: trainer/run_signals.py."""
+        or Ray asked for) `fit()` stops them when it returns. Signals and trainer.pid first:
+        trainer/guards/run_signals.py."""
         if type(self) is PPOTrainer and cfg.trainer.v1.trainer_mode != "sync":
             raise ConfigError(f"trainer.v1.trainer_mode={cfg.trainer.v1.trainer_mode} runs the asynchronous trainer: "
-                              "build it with hybridrl.trainer.async_trainer.make_trainer(cfg) (hybridrl train does)")
+                              "build it with hybridrl.trainer.main_ppo.make_trainer(cfg) (hybridrl train does)")
         self.signals = run_signals.RunSignals.around(checkpointing.root_dir(cfg), lambda: self._build(cfg, plan))
 
     def _build(self, cfg: HybridRLConfig, plan: RunPlan | None) -> None:

@@ -1,4 +1,5 @@
-"""Request-level generation on a rollout rank, for the asynchronous trainer modes (trainer/async_*.py).
+"""Request-level generation on a rollout rank, for the asynchronous trainer modes
+(trainer/batch_sources/async_*.py).
 
 The controller submits prompt groups (a prompt and its n samples); each sample is one request of the engine's
 request API (`LLMEngine.make_request` / `submit_request` / `abort_request` / `step`), keyed like row

@@ -185,7 +185,8 @@ class RolloutWorker:
         self.backend.wake_up()
         self.asleep = False
 
-    # ---- request-level generation (asynchronous training: workers/request_pool.py, trainer/async_*.py) ----
+    # ---- request-level generation (asynchronous training: workers/request_pool.py,
+    # trainer/batch_sources/async_*.py) ----
     def submit_groups(self, groups: list[GroupRequest], params: SamplingParams, version: int) -> None:
         """Start these prompt groups' samples now (they decode with whatever is in flight)."""
         if groups:

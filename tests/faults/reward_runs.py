@@ -64,7 +64,7 @@ class TrainRun:
 
     def interrupt_twice(self, timeout_s: float = 60.0) -> None:
         """Ctrl-C, then Ctrl-C again once the trainer has acknowledged the first: during training the first lets
-        the step finish (trainer/run_signals.py), which a step stuck in its reward function never does."""
+        the step finish (trainer/guards/run_signals.py), which a step stuck in its reward function never does."""
         self.interrupt()
         deadline = time.monotonic() + timeout_s
         while "received SIGINT" not in self.stderr():

@@ -8,7 +8,7 @@ import math
 import torch
 
 from hybridrl.distributed.worker_group import reduce_rank_metrics
-from hybridrl.trainer.nonfinite import first_nonfinite
+from hybridrl.trainer.guards.nonfinite import first_nonfinite
 from hybridrl.workers.nonfinite import NonFiniteTrace, SkippedSteps
 
 NAN = torch.tensor(math.nan)

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 
 from hybridrl.logging.log import get_logger
 from hybridrl.rollout import SamplingParams
-from hybridrl.trainer.trajectory_buffer import RUNNING, GroupRecord, TrajectoryBuffer
+from hybridrl.trainer.batch_sources.trajectory_buffer import RUNNING, GroupRecord, TrajectoryBuffer
 from hybridrl.workers.protocols import RequestRolloutRole
 from hybridrl.workers.request_pool import GroupRequest
 from hybridrl.workers.rollout import unpadded_rows

@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-from hybridrl.trainer.trajectory_buffer import FINISHED, QUEUED, RUNNING, TRAINING, TrajectoryBuffer
+from hybridrl.trainer.batch_sources.trajectory_buffer import FINISHED, QUEUED, RUNNING, TRAINING, TrajectoryBuffer
 from hybridrl.utils.batch import Batch
 from hybridrl.workers.request_pool import FinishedGroup
 

@@ -27,23 +27,16 @@ from hybridrl.config.run_plan import RunPlan
 from hybridrl.elastic.control import Request
 from hybridrl.elastic.rollout import RolloutElasticity
 from hybridrl.logging.log import get_logger
-from hybridrl.trainer.async_batch import assemble_groups, eviction_metrics, off_policy_metrics
-from hybridrl.trainer.async_producer import Producer
+from hybridrl.trainer.batch_sources.async_batch import assemble_groups, eviction_metrics, off_policy_metrics
+from hybridrl.trainer.batch_sources.async_producer import Producer
 from hybridrl.trainer.ppo_trainer import PPOTrainer
-from hybridrl.trainer.trajectory_buffer import TrajectoryBuffer
+from hybridrl.trainer.batch_sources.trajectory_buffer import TrajectoryBuffer
 from hybridrl.utils.batch import Batch
 from hybridrl.workers.protocols import RequestRolloutRole
 from hybridrl.workers.rollout import sampling_params
 from hybridrl.workers.rollout_group import SerializedGroup
 
 log = get_logger("hybridrl.trainer")
-
-
-def make_trainer(cfg: HybridRLConfig, plan: RunPlan | None = None) -> PPOTrainer:
-    """The trainer `trainer.v1.trainer_mode` asks for: PPOTrainer (sync) or AsyncPPOTrainer."""
-    if cfg.trainer.v1.trainer_mode == "sync":
-        return PPOTrainer(cfg, plan)
-    return AsyncPPOTrainer(cfg, plan)
 
 
 class AsyncPPOTrainer(PPOTrainer):

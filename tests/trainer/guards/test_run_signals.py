@@ -16,7 +16,7 @@ import pytest
 from hybridrl.checkpoint.pid_file import PID_FILE
 from hybridrl.config import load_config
 from hybridrl.trainer.ppo_trainer import PPOTrainer
-from hybridrl.trainer.run_signals import RunStopped
+from hybridrl.trainer.guards.run_signals import RunStopped
 from tests.trainer.helpers import tiny_run_overrides
 from tests.trainer.test_ppo_trainer import read_metrics
 
@@ -148,7 +148,7 @@ LOCAL_RAY = ["trainer.launcher=ray", "ray_kwargs.ray_init.num_cpus=2", "+ray_kwa
 
 def test_handlers_replaced_while_the_run_is_built_are_taken_back(tmp_path):
     """ray.init (inside the trainer's construction) installs a SIGTERM handler that exits at once."""
-    from hybridrl.trainer.run_signals import RunSignals
+    from hybridrl.trainer.guards.run_signals import RunSignals
 
     signals = RunSignals(str(tmp_path))
     signals.install()

@@ -12,7 +12,7 @@ import torch
 from hybridrl.config import ConfigError, load_config
 from hybridrl.config.index import schema_index
 from hybridrl.config.validate import validate_config
-from hybridrl.trainer.nonfinite import (
+from hybridrl.trainer.guards.nonfinite import (
     CHAIN,
     NonFiniteGuard,
     NonFiniteTrainingError,

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from hybridrl.config import load_config
-from hybridrl.trainer.async_trainer import AsyncPPOTrainer, make_trainer
+from hybridrl.trainer.batch_sources.async_trainer import AsyncPPOTrainer
+from hybridrl.trainer.main_ppo import make_trainer
 from hybridrl.trainer.ppo_trainer import PPOTrainer
 from hybridrl.utils.batch import Batch
 from tests.trainer.helpers import local_worker, tiny_run_overrides

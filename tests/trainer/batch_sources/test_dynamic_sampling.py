@@ -13,8 +13,9 @@ import torch
 from hybridrl.config import ConfigError, load_config
 from hybridrl.data.dataset import collate
 from hybridrl.data.loader import StatefulLoader
-from hybridrl.trainer.dynamic_sampling import (REWARD_EXTRA_KEY, DynamicSampler, DynamicSamplingError, FilterSettings,
-                                               RoundHooks, merge_round_metrics, pop_reward_extra)
+from hybridrl.trainer.batch_sources.dynamic_sampling import (REWARD_EXTRA_KEY, DynamicSampler, DynamicSamplingError,
+                                                             FilterSettings, RoundHooks, merge_round_metrics,
+                                                             pop_reward_extra)
 from hybridrl.trainer.ppo_trainer import PPOTrainer
 from hybridrl.utils.batch import Batch
 from hybridrl.utils.metrics import timed

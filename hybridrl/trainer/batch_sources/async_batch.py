@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from hybridrl.trainer.trajectory_buffer import GroupRecord
+from hybridrl.trainer.batch_sources.trajectory_buffer import GroupRecord
 from hybridrl.utils.batch import Batch
 from hybridrl.workers.rollout import assemble
 
