@@ -113,7 +113,7 @@ class EngineCore:
             self.stats.see_blocks(self.block_manager.num_used_blocks)
             self._busy_since = time.perf_counter()
             if is_prefill:
-                return self._prefill(seqs, self._busy_since)
+                return self._prefill(seqs)
             self.pending = self.runner.start_decode(seqs, num_steps)
             self.stats.add_burst(num_steps, chained=False)
         burst = self.pending
@@ -122,33 +122,14 @@ class EngineCore:
         if following is None:  # the device idles from here until the next launch
             self.stats.decode_s += time.perf_counter() - self._busy_since
         self.pending = following
-        finished = self._released(self.scheduler.postprocess(burst.seqs, tokens, logprobs))
-        if following is not None and self.scheduler.waiting:
-            finished += self._prefill_behind()
-        return finished
+        return self._released(self.scheduler.postprocess(burst.seqs, tokens, logprobs))
 
-    def _prefill(self, seqs: list[Sequence], started: float) -> list[Sequence]:
+    def _prefill(self, seqs: list[Sequence]) -> list[Sequence]:
         self.stats.prefill_tokens += sum(s.num_tokens - min(s.num_cached_tokens, s.num_tokens - 1) for s in seqs)
         tokens, logprobs = self.runner.run_prefill(seqs)
-        self.stats.prefill_s += time.perf_counter() - started
+        self.stats.prefill_s += time.perf_counter() - self._busy_since
         self.stats.prefill_steps += 1
         return self._released(self.scheduler.postprocess(seqs, tokens, logprobs))
-
-    def _prefill_behind(self) -> list[Sequence]:
-        """Admit waiting sequences while the queued burst decodes: the host stages their prefill while the
-        device runs that burst, and the device runs the prefill right after it. A turn boundary of an agent
-        loop (or a slot freed in a batch call) then costs the device no idle time. The new rows join the
-        burst after the queued one, staged from the host. Their KV goes into newly allocated blocks, which
-        the queued burst's junk rows may still write into: the prefill is behind it on the stream, so its
-        own writes come last."""
-        seqs = self.scheduler.schedule_prefill()
-        if not seqs:
-            return []
-        self.stats.see_blocks(self.block_manager.num_used_blocks)
-        started = time.perf_counter()
-        finished = self._prefill(seqs, started)
-        self._busy_since += time.perf_counter() - started  # the chain's decode time leaves the prefill out
-        return finished
 
     def _continuation(self, burst: DecodeBurst) -> DecodeBurst | None:
         num_steps, limits = self.scheduler.continue_burst(burst.seqs, burst.num_steps, self.max_decode_burst)

@@ -60,7 +60,7 @@ class Scheduler:
         Decode runs a burst of up to `max_steps` steps (one host round trip) when every running
         sequence can reserve its blocks for it without preemption; else one step, which may preempt.
         """
-        scheduled = self.schedule_prefill()
+        scheduled = self._schedule_prefill()
         if scheduled:
             return scheduled, True, 1
         num_steps = self._burst_length(max_steps)
@@ -73,13 +73,11 @@ class Scheduler:
     def continue_burst(self, seqs: list[Sequence], num_steps: int, max_steps: int) -> tuple[int, list[int]]:
         """The burst to queue behind one in flight (`num_steps` steps for `seqs`, tokens not yet seen), so
         the device need not wait while the host reads them: (length, per-row limits), or (0, []) when the
-        host must look first (a row's budget ends in the burst, rows run that the burst does not hold, too
-        few live rows, blocks short). Sequences that wait do not stop it: the engine prefills them behind
-        the queued burst (`EngineCore`), and the burst after it, staged from the host, holds them too.
-        Rows whose stop token the in-flight burst samples decode one more burst as junk, dropped by
+        host must look first (a row's budget ends in the burst, sequences wait, too few live rows, blocks
+        short). Rows whose stop token the in-flight burst samples decode one more burst as junk, dropped by
         `postprocess`. A limit is a row's first position past its budget; 0 for finished rows."""
         live = [s for s in seqs if s.status is SequenceStatus.RUNNING]
-        if (max_steps <= 1 or len(live) != len(self.running) or len(live) < MIN_LIVE_TO_CONTINUE * len(seqs)
+        if (max_steps <= 1 or self.waiting or len(live) < MIN_LIVE_TO_CONTINUE * len(seqs)
                 or any(s.num_remaining_tokens <= num_steps for s in live)):
             return 0, []
         budgets = [s.num_remaining_tokens - num_steps for s in live]
@@ -103,9 +101,7 @@ class Scheduler:
         needed = sum(self.block_manager.blocks_to_reserve(s, min(num_steps, r)) for s, r in zip(self.running, remaining))
         return num_steps if needed <= self.block_manager.num_free_blocks else 1
 
-    def schedule_prefill(self) -> list[Sequence]:
-        """Admit waiting sequences in order while the token budget, max_num_seqs and free blocks allow (never
-        preempts: also called while a queued decode burst holds its reservations)."""
+    def _schedule_prefill(self) -> list[Sequence]:
         scheduled: list[Sequence] = []
         num_tokens = 0
         while self.waiting and len(self.running) < self.max_num_seqs:

@@ -266,26 +266,3 @@ def test_an_interrupted_batch_call_leaves_no_rows_behind(model, monkeypatch):
         engine.generate(PROMPTS, params)
     assert not engine.core.has_work and engine.block_manager.num_used_blocks == 0
     assert engine.generate(PROMPTS, params).token_ids == want.token_ids
-
-
-def test_a_request_arriving_mid_chain_is_prefilled_behind_the_queued_burst(model):
-    """A turn that arrives while bursts are queued back to back does not stop the chain: its prefill runs behind
-    the queued burst (the host stages it meanwhile), and both requests give what they give alone."""
-    long = SamplingParams(do_sample=False, max_new_tokens=24, ignore_eos=True)
-    short = SamplingParams(do_sample=False, max_new_tokens=6, ignore_eos=True)
-    alone = {}
-    for request_id, prompt, params in (("a", PROMPTS[0], long), ("b", PROMPTS[1], short)):
-        solo = make_engine(model, max_decode_burst=4)
-        solo.add_request(request_id, prompt, params)
-        alone.update(run_until_done(solo))
-    engine = make_engine(model, max_decode_burst=4)
-    engine.add_request("a", PROMPTS[0], long)
-    outputs = {}
-    while engine.core is None or engine.core.pending is None:  # prefill, then the first burst
-        outputs.update(engine.step())
-    engine.add_request("b", PROMPTS[1], short)
-    outputs.update(engine.step())  # reads a's burst, queues the next one, prefills b behind it
-    assert engine.core.pending is not None and engine.core.scheduler.waiting == type(engine.core.scheduler.waiting)()
-    assert engine.take_metrics()["rollout/prefill_steps"] == 2
-    run_until_done(engine, outputs)
-    assert {k: v.token_ids for k, v in outputs.items()} == {k: v.token_ids for k, v in alone.items()}

@@ -47,11 +47,9 @@ def check_kv(batch, is_prefill, kv, block_size):
             assert kv.get(slot) == tuple(seq.token_ids[:pos + 1]), "stale or missing KV"
 
 
-def queued_bursts(sched, batch, num_steps, tokens, device_ids, burst, kv, block_size, prefills):
+def queued_bursts(sched, batch, num_steps, tokens, device_ids, burst, kv, block_size):
     """The bursts the engine queues behind one in flight (`continue_burst`), run as the device would: before
-    the host has seen the previous burst's tokens. Books each burst before it; yields the queued tokens.
-    Waiting sequences are prefilled behind a queued burst (`EngineCore._prefill_behind`): after it on the
-    device, so its junk rows' writes come first; `prefills` counts them."""
+    the host has seen the previous burst's tokens. Books each burst before it; yields the queued tokens."""
     while True:
         length, limits = sched.continue_burst(batch, num_steps, burst)
         if not length:
@@ -63,11 +61,6 @@ def queued_bursts(sched, batch, num_steps, tokens, device_ids, burst, kv, block_
             row, device_ids[i] = fake_burst(seq, length, kv, block_size, ids=device_ids[i], budget=budget)
             out.append(row)
         sched.postprocess(batch, tokens, [[0.0] * num_steps for _ in batch])  # the burst before, read now
-        if sched.waiting:
-            admitted = sched.schedule_prefill()
-            check_kv(admitted, True, kv, block_size)
-            sched.postprocess(admitted, [[fake_token(s)] for s in admitted], [[0.0] for _ in admitted])
-            prefills.append(len(admitted))
         yield out
         num_steps, tokens = length, out
 
@@ -82,7 +75,6 @@ def simulate(prompts, n=1, max_new=12, num_blocks=64, block_size=4, max_num_seqs
         sched.add(seq)
     kv = {}  # slot -> token prefix whose last token's KV it holds
     steps = queued = 0
-    prefills_behind: list[int] = []
     while not sched.is_finished():
         batch, is_prefill, num_steps = sched.schedule(burst)
         assert batch and len(batch) <= max_num_seqs and 1 <= num_steps <= burst
@@ -93,8 +85,7 @@ def simulate(prompts, n=1, max_new=12, num_blocks=64, block_size=4, max_num_seqs
         tokens = [run[0] for run in runs]
         if queue and not is_prefill:
             device_ids = [run[1] for run in runs]
-            for tokens in queued_bursts(sched, batch, num_steps, tokens, device_ids, burst, kv, block_size,
-                                        prefills_behind):
+            for tokens in queued_bursts(sched, batch, num_steps, tokens, device_ids, burst, kv, block_size):
                 queued += 1
                 num_steps = len(tokens[0])
         sched.postprocess(batch, tokens, [[0.0] * num_steps for _ in batch])
@@ -102,7 +93,6 @@ def simulate(prompts, n=1, max_new=12, num_blocks=64, block_size=4, max_num_seqs
         assert steps < 10_000
     assert bm.num_free_blocks == num_blocks and all(b.ref_count == 0 for b in bm.blocks.values())
     sched.num_queued_bursts = queued
-    sched.prefills_behind = prefills_behind
     return [s.completion_token_ids for s in seqs], sched
 
 
@@ -132,34 +122,20 @@ def test_bursts_stop_at_stop_tokens_and_free_reserved_blocks(queue):
     assert (sched.num_queued_bursts > 0) == queue
 
 
-def test_no_burst_is_queued_when_rows_run_outside_it_or_a_budget_ends_inside_the_burst():
-    """Waiting sequences do not stop a queued burst (they are prefilled behind it); a row admitted meanwhile does
-    (the next burst is staged from the host with it), and so does a budget ending inside the burst."""
+def test_no_burst_is_queued_while_sequences_wait_or_a_budget_ends_inside_the_burst():
     bm = BlockManager(64, 4)
-    sched = Scheduler(bm, max_num_seqs=2, max_num_batched_tokens=32)
+    sched = Scheduler(bm, max_num_seqs=1, max_num_batched_tokens=32)
     first, second = Sequence(0, [1, 2, 3], 10, seed=0), Sequence(1, [4, 5], 10, seed=0)
     sched.add(first)
-    batch, _, _ = sched.schedule(4)  # prefill of `first`
+    sched.add(second)
+    batch, _, _ = sched.schedule(4)  # prefill of `first` (max_num_seqs=1: `second` waits)
     sched.postprocess(batch, [[9]], [[0.0]])
     batch, is_prefill, steps = sched.schedule(4)
-    assert not is_prefill and batch == [first]
-    sched.add(second)  # arrives while the burst is in flight
+    assert not is_prefill and sched.waiting and sched.continue_burst(batch, steps, 4) == (0, [])
+    sched.waiting.clear()
     assert sched.continue_burst(batch, 9, 4) == (0, [])  # 9 steps spend the remaining budget of 9
     length, limits = sched.continue_burst(batch, steps, 4)
     assert length == 4 and limits == [len(first) - 1 + steps + 4]
-    assert sched.schedule_prefill() == [second]  # prefilled behind the queued burst
-    assert sched.continue_burst(batch, 4, 4) == (0, [])  # `second` runs outside the burst
-
-
-@pytest.mark.parametrize("n", [1, 3])
-def test_waiting_sequences_are_prefilled_behind_queued_bursts(n):
-    """max_num_seqs below the number of sequences: slots freed by rows that stop are refilled by prefills behind
-    the queued burst, whose junk rows write into blocks those prefills may get (check_kv catches a stale read)."""
-    prompts = [[i + 1] * (3 + i) for i in range(8)]
-    stop = frozenset({10, 11, 12, 13})
-    single, _ = simulate(prompts, n=n, max_num_seqs=3, stop=stop)
-    out, sched = simulate(prompts, n=n, max_num_seqs=3, stop=stop, burst=3, queue=True)
-    assert out == single and sched.prefills_behind and sum(sched.prefills_behind) <= len(out)
 
 
 @pytest.mark.parametrize("n", [1, 3])
