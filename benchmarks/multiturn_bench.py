@@ -59,7 +59,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--tool-latency-ms", type=float, default=0.0, help="the fake tool's wait per call")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.5)
     parser.add_argument("--decode-bursts", default=None,
-                        help="comma-separated max_decode_burst values, one engine each; default 16,8,4 (quick: 16,4)")
+                        help="comma-separated max_decode_burst values, one engine each; a 'u' suffix (16u) runs that "
+                             "engine with queue_bursts=False; default 16,8,4 (quick: 16,4)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profile", default=None,
                         help="write a torch.profiler table (top kernels by device time) of one multi-turn side here")
@@ -68,7 +69,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              observation_tokens=3),
                   dict(num_prompts=64, n=8, response_length=1024, turn_mean_tokens=96, turn_max_tokens=256,
                        observation_tokens=16))
-    args.decode_bursts = [int(b) for b in (args.decode_bursts or ("16,4" if args.quick else "16,8,4")).split(",")]
+    args.decode_bursts = (args.decode_bursts or ("16,4" if args.quick else "16,8,4")).split(",")
     args.dtype = torch.float32 if args.quick and args.device == "cpu" else torch.bfloat16
     return args
 
@@ -163,13 +164,19 @@ def profile_multi_turn(llm, prompts, stop_ids: tuple[int, ...], args, vocab_size
         f.write(f"== sorted by {device_key}\n{averages.table(sort_by=device_key, row_limit=40)}\n")
 
 
-def one_burst_length(model, prompts, stop_ids, args, vocab_size: int, burst: int) -> dict[str, Any]:
-    """An engine decoding `burst` steps per host round trip: the warm-up pair, then the timed pair."""
+def run_name(burst: str) -> str:
+    return f"burst_{burst[:-1]}_unqueued" if burst.endswith("u") else f"burst_{burst}"
+
+
+def one_burst_length(model, prompts, stop_ids, args, vocab_size: int, burst: str) -> dict[str, Any]:
+    """An engine decoding `burst` steps per host round trip ('16u': without queueing a burst behind the one in
+    flight): the warm-up pair, then the timed pair."""
     from hybridrl.rollout.engine.llm_engine import LLMEngine
 
     llm = LLMEngine(model, dtype=args.dtype, device=args.device, max_num_seqs=len(prompts) * args.n,
                     max_model_len=max(map(len, prompts)) + args.response_length,
-                    gpu_memory_utilization=args.gpu_memory_utilization, seed=args.seed, max_decode_burst=burst)
+                    gpu_memory_utilization=args.gpu_memory_utilization, seed=args.seed,
+                    max_decode_burst=int(burst.rstrip("u")), queue_bursts=not burst.endswith("u"))
     warmup = run_pair(llm, prompts, stop_ids, args.seed + 1, args, vocab_size)
     result = run_pair(llm, prompts, stop_ids, args.seed, args, vocab_size)
     if args.profile and burst == args.decode_bursts[0]:
@@ -190,7 +197,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     model = build_random_model(config, args.dtype, args.device, seed=args.seed)
     prompts = gsm8k_prompts(config.vocab_size, args.num_prompts, args.gsm8k)
     stop_ids = tuple(stop_ids_for_mean_length(config.vocab_size, args.turn_mean_tokens, args.seed))
-    runs = {f"burst_{b}": one_burst_length(model, prompts, stop_ids, args, config.vocab_size, b)
+    runs = {run_name(b): one_burst_length(model, prompts, stop_ids, args, config.vocab_size, b)
             for b in args.decode_bursts}
     best_single = max(run["single_turn"]["gen_tok_s"] for run in runs.values())
     for run in runs.values():

@@ -68,10 +68,11 @@ class EngineCore:
     """Scheduler, the decode burst in flight, the runner's block-table slots and the run statistics."""
 
     def __init__(self, runner: ModelRunner, block_manager: BlockManager, max_num_seqs: int,
-                 max_num_batched_tokens: int, max_decode_burst: int) -> None:
+                 max_num_batched_tokens: int, max_decode_burst: int, queue_bursts: bool = True) -> None:
         self.runner = runner
         self.max_num_seqs, self.max_num_batched_tokens = max_num_seqs, max_num_batched_tokens
         self.max_decode_burst = max_decode_burst
+        self.queue_bursts = queue_bursts
         self.scheduler = Scheduler(block_manager, max_num_seqs, max_num_batched_tokens)
         self.pending: DecodeBurst | None = None  # launched, its tokens not yet read
         self.stats = RunStats()
@@ -132,6 +133,8 @@ class EngineCore:
         return self._released(self.scheduler.postprocess(seqs, tokens, logprobs))
 
     def _continuation(self, burst: DecodeBurst) -> DecodeBurst | None:
+        if not self.queue_bursts:
+            return None
         num_steps, limits = self.scheduler.continue_burst(burst.seqs, burst.num_steps, self.max_decode_burst)
         if not num_steps:
             return None

@@ -42,7 +42,7 @@ class LLMEngine:
                  enforce_eager: bool = False, enable_prefix_caching: bool = True,
                  num_kv_blocks: int | None = None, seed: int = 0, max_decode_burst: int = 16,
                  tp: TensorParallel = SINGLE, cudagraph_capture_sizes: list[int] | None = None,
-                 keep_decode_graphs: bool = True, fp32_residual: bool = True) -> None:
+                 keep_decode_graphs: bool = True, fp32_residual: bool = True, queue_bursts: bool = True) -> None:
         if not 0 < gpu_memory_utilization <= 1:
             raise ValueError(f"actor_rollout_ref.rollout.gpu_memory_utilization ({gpu_memory_utilization}) "
                              "must be in (0, 1]; try 0.5")
@@ -62,6 +62,9 @@ class LLMEngine:
             raise ValueError(f"max_decode_burst ({max_decode_burst}) must be >= 1 (1: a host round trip every step)")
         # Decode steps per host round trip: sampled tokens stay on the device in between.
         self.max_decode_burst = max_decode_burst
+        # Queue the next burst behind the one in flight (the device never waits for the host between bursts);
+        # False: the host reads each burst first, so a row that stops in it never decodes one more as junk.
+        self.queue_bursts = queue_bursts
         self.runner = ModelRunner(self.model, self.device, block_size, max_num_seqs, self.max_model_len,
                                   enforce_eager, cudagraph_capture_sizes, keep_graphs=keep_decode_graphs, tp=tp)
         self.kv_block_budget: int | None = None  # blocks gpu_memory_utilization allows (set by profiling on CUDA)
@@ -164,7 +167,7 @@ class LLMEngine:
         self.block_manager = BlockManager(self.num_kv_blocks, self.block_size, self.enable_prefix_caching)
         if self.core is None:
             self.core = EngineCore(self.runner, self.block_manager, self.max_num_seqs, self.max_num_batched_tokens,
-                                   self.max_decode_burst)
+                                   self.max_decode_burst, self.queue_bursts)
         else:
             self.core.drain()
             self.core.reset(self.block_manager)

@@ -160,6 +160,8 @@ def test_decode_bursts_match_single_steps(model, stop):
     assert burst.token_ids == single.token_ids
     torch.testing.assert_close(torch.tensor(sum(burst.log_probs, [])), torch.tensor(sum(single.log_probs, [])),
                                atol=1e-5, rtol=0)
+    unqueued = make_engine(model, max_decode_burst=5, queue_bursts=False).generate(PROMPTS, params)
+    assert unqueued.metrics["rollout/decode_bursts_chained"] == 0 and unqueued.token_ids == single.token_ids
     lengths = [len(t) for t in burst.token_ids]
     assert (min(lengths) < 14) if stop else set(lengths) == {14}
 
