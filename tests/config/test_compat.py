@@ -87,7 +87,7 @@ def test_v04_sync_mode_and_fsdp_strategy_accepted():
         ("algorithm.adv_estimator=optimal_token_baseline", "wait for sum(pi^2) from the actor"),
         ("actor_rollout_ref.actor.policy_loss.loss_mode=bypass_mode", "this policy loss is not implemented"),
         ("trainer.esi_redundant_time=10", "ESI"),
-        ("actor_rollout_ref.ref.fsdp_config.offload_policy=true", "CPUOffloadPolicy is not implemented"),
+        ("actor_rollout_ref.model.use_liger=true", "Liger kernels are not implemented"),
         ("critic.model.fsdp_config.wrap_policy.min_num_params=1000", "size-based FSDP wrapping is not implemented"),
         ("actor_rollout_ref.actor.fsdp_config.full_determinism=true", "full_determinism) are not implemented"),
         ("actor_rollout_ref.actor.use_prefix_grouper=true", "prompt prefix in the training forward is not implemented"),
