@@ -24,11 +24,12 @@ Tensors already in host memory (a CPU run) stay as they are: nothing to move, th
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeAlias
 
 import torch
 from torch import nn
 
-Packed = torch.Tensor | tuple[torch.device, torch.Tensor]
+Packed: TypeAlias = "torch.Tensor | tuple[torch.device, torch.Tensor]"  # kept in place, or (device, host copy)
 
 
 @dataclass

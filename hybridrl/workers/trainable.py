@@ -101,7 +101,7 @@ def build_trainable(spec: RoleSpec, device: torch.device, load: LoadModel, total
     """The role's model ready to train: parallelized over this process's group (`parallelize`), then its
     optimizer (which must see the parallelized parameters), offloads and LR schedule."""
     model, precision, parallel = _prepare(spec, device, load)
-    optimizer = build_optimizer(model.parameters(), spec.optim)
+    optimizer = build_optimizer(model.parameters(), spec.optim, steps_on_host=parallel.offloads_to_cpu)
     offloader = PhaseOffloader(model, optimizer, device, *phase_offloads(spec, parallel))
     return Trainable(model, precision, parallel, optimizer, build_lr_scheduler(optimizer, spec.optim, total_steps),
                      offloader, activation_offload(spec.activation_offload, device))

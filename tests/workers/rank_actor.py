@@ -97,11 +97,11 @@ class OffloadRank:
 
 
 def _layout(actor) -> dict:
-    """The actor's strategy and where its parameters' local shards and its optimizer state live."""
+    """The actor's strategy, where its parameters' local shards live and whether its optimizer is fused."""
     local = [p.to_local() if hasattr(p, "to_local") else p for p in actor.model.parameters()]
     return {"strategy": actor.parallel.name, "offloads_to_cpu": actor.parallel.offloads_to_cpu,
             "param_devices": sorted({t.device.type for t in local}),
-            "pinned": all(t.is_pinned() for t in local if t.numel())}
+            "pinned": all(t.is_pinned() for t in local if t.numel()), "fused": actor.optimizer.defaults.get("fused")}
 
 
 def _synced(actor) -> dict[str, torch.Tensor]:

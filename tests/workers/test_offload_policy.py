@@ -63,8 +63,8 @@ def test_two_ranks_train_the_same_with_fsdp2s_cpu_offload_policy(tiny_model_dir)
     for rank in ranks:
         assert rank["plain"]["layout"]["offloads_to_cpu"] is False
         for variant in ("offload", "whole_per_rank"):
-            assert rank[variant]["layout"] | {"pinned": None} == {
-                "strategy": "FSDP2", "offloads_to_cpu": True, "param_devices": ["cpu"], "pinned": None}
+            assert rank[variant]["layout"] | {"pinned": None} == {  # fused: the optimizer steps on the CPU
+                "strategy": "FSDP2", "offloads_to_cpu": True, "param_devices": ["cpu"], "pinned": None, "fused": True}
         assert rank["plain"]["metrics"]["actor/grad_norm"] > 0.05 and rank["moves"] == 0
     assert_offload_matches_plain(ranks, tolerance=1e-6, variants=("offload", "whole_per_rank"))
 
@@ -74,7 +74,7 @@ def test_a_one_rank_group_shards_over_itself_with_the_policy(tiny_model_dir):
     roles train like the plain single-device roles."""
     (rank,) = train_offload_ranks(tiny_model_dir, "cpu", 1, common=CLIPPED, variants={"offload": POLICY_FLAGS})
     assert (rank["plain"]["layout"]["strategy"], rank["offload"]["layout"]["strategy"]) == ("single device", "FSDP2")
-    assert rank["offload"]["layout"]["offloads_to_cpu"] and rank["moves"] == 0
+    assert rank["offload"]["layout"]["offloads_to_cpu"] and rank["offload"]["layout"]["fused"] and rank["moves"] == 0
     assert_offload_matches_plain([rank], tolerance=1e-6)
 
 
@@ -89,7 +89,7 @@ def test_gpu_ranks_hold_roles_in_pinned_host_memory_and_train_the_same(tiny_mode
     ranks = train_offload_ranks(tiny_model_dir, "cuda", world_size, common=CLIPPED, variants={"offload": POLICY_FLAGS})
     for rank in ranks:
         assert rank["offload"]["layout"] == {"strategy": "FSDP2", "offloads_to_cpu": True, "param_devices": ["cpu"],
-                                             "pinned": True}
+                                             "pinned": True, "fused": True}
         plain, offloaded = rank["device_bytes"]["plain"], rank["device_bytes"]["offload"]
         assert plain > 0 and offloaded < plain / 10, rank["device_bytes"]
     assert_offload_matches_plain(ranks, tolerance=1e-5)
