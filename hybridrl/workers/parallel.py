@@ -280,8 +280,9 @@ def parallelize(model: nn.Module, fsdp_cfg: Any, precision: Precision, role: str
 
 
 def _fsdp2_layout(shard_ranks: int, world: int, offload: bool) -> str:
-    spread = (f"parameters sharded over {shard_ranks} of its {world} ranks" if shard_ranks > 1 else
-              f"whole parameters on each of its {world} rank(s) (shard groups of one)")
+    spread = ("over its one rank" if world == 1 else
+              f"parameters sharded over {shard_ranks} of its {world} ranks" if shard_ranks > 1 else
+              f"whole parameters on each of its {world} ranks (fsdp_size=1: shard groups of one)")
     if not offload:
         return f"FSDP2, {spread}"
     return (f"FSDP2 with CPUOffloadPolicy (fsdp_config.offload_policy), {spread}: parameters, gradients and "

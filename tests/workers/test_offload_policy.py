@@ -84,15 +84,20 @@ def test_gpu_ranks_hold_roles_in_pinned_host_memory_and_train_the_same(tiny_mode
     """NCCL ranks (two where two GPUs are visible, else one): the policy's roles keep their shards in pinned host
     memory and leave almost nothing on the device once built (the model was loaded on the CPU); training,
     clipping (its all-reduce through the device), the per-unit weight gather, the full state and its reload
-    match plain FSDP2 roles."""
+    match plain FSDP2 roles, also with activation offload on top (`activations`)."""
     world_size = min(torch.cuda.device_count(), 2)
-    ranks = train_offload_ranks(tiny_model_dir, "cuda", world_size, common=CLIPPED, variants={"offload": POLICY_FLAGS})
+    # fp32 compute: the fused CPU and CUDA AdamW kernels may round the last bit apart, which bf16 casts would amplify
+    fp32 = [f"{role}.fsdp_config.dtype=float32" for role in ROLES]
+    activations = POLICY_FLAGS + ["actor_rollout_ref.model.enable_activation_offload=true",
+                                  "critic.model.enable_activation_offload=true"]
+    ranks = train_offload_ranks(tiny_model_dir, "cuda", world_size, common=CLIPPED + fp32,
+                                variants={"offload": POLICY_FLAGS, "activations": activations})
     for rank in ranks:
         assert rank["offload"]["layout"] == {"strategy": "FSDP2", "offloads_to_cpu": True, "param_devices": ["cpu"],
                                              "pinned": True, "fused": True}
         plain, offloaded = rank["device_bytes"]["plain"], rank["device_bytes"]["offload"]
         assert plain > 0 and offloaded < plain / 10, rank["device_bytes"]
-    assert_offload_matches_plain(ranks, tolerance=1e-5)
+    assert_offload_matches_plain(ranks, tolerance=1e-5, variants=("offload", "activations"))
 
 
 @pytest.mark.gpu
