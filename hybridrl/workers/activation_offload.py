@@ -34,7 +34,7 @@ Packed: TypeAlias = "torch.Tensor | tuple[torch.device, torch.Tensor]"  # kept i
 
 @dataclass
 class OffloadCounts:
-    """What the hooks saw since `reset`: activations sent to host memory (or already there) and parameters kept."""
+    """What the hooks have seen (cumulative): activations sent to host memory (or already there), parameters kept."""
 
     activations: int = 0
     activation_bytes: int = 0
