@@ -33,15 +33,11 @@ FSDP_ROLES = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic.model"
 NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
     # Trainer features that arrive with the GPU hybrid-engine and scale-out issues. Until then they are
     # refused rather than silently ignored.
-    **{f"{role}.fsdp_config.offload_policy": ((False,), f"FSDP2's CPUOffloadPolicy is {_LATER}; use "
-                                                        "param_offload / optimizer_offload")
-       for role in FSDP_ROLES},
     **{f"{role}.fsdp_config.wrap_policy.min_num_params": ((0,), f"size-based FSDP wrapping is {_LATER}; each "
                                                                  "decoder layer is one FSDP unit (0)")
        for role in FSDP_ROLES},
     **{f"{role}.fsdp_config.full_determinism": ((False,), f"deterministic kernels (full_determinism) are {_LATER}")
        for role in FSDP_ROLES},
-    "actor_rollout_ref.model.enable_activation_offload": ((False,), f"activation offload is {_LATER}"),
     "actor_rollout_ref.actor.ulysses_sequence_parallel_size": ((1,), f"Ulysses sequence parallelism is {_LATER}"),
     "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size": ((1,), f"Ulysses sequence parallelism is {_LATER}"),
     "actor_rollout_ref.ref.ulysses_sequence_parallel_size": ((1,), f"Ulysses sequence parallelism is {_LATER}"),

@@ -64,7 +64,11 @@ class ModelConfig:
     external_lib: str | None = setting(None, "Module imported before loading (registers custom models/tokenizers).")
     override_config: dict = setting({}, "Entries merged into the HF config, e.g. attn_implementation.")
     enable_gradient_checkpointing: bool = setting(True, "Recompute activations in backward to save memory.")
-    enable_activation_offload: bool = setting(False, "Offload activations to CPU during training.")
+    enable_activation_offload: bool = setting(
+        False, "Keep what the actor's training forward saves for backward in host memory (pinned, copied "
+        "asynchronously; parameters stay): with gradient checkpointing each decoder layer's input, without it every "
+        "activation. Less device memory for PCIe traffic; the old/ref log-prob forwards save nothing."
+    )
     fp32_residual_stream: bool = setting(
         True, "hybridrl: bf16/fp16 forwards keep the residual stream in fp32, in the trainer (actor, reference) and the "
         "rollout engine alike, which narrows their log-prob gap; costs activation memory in training (saved layer "
@@ -126,7 +130,12 @@ class FsdpConfig:
     wrap_policy: WrapPolicyConfig = section(WrapPolicyConfig, "FSDP wrapping policy.")
     param_offload: bool = setting(False, "Keep parameters on CPU between phases.")
     optimizer_offload: bool = setting(False, "Keep optimizer state on CPU between updates.")
-    offload_policy: bool = setting(False, "FSDP2 CPUOffloadPolicy during training (not implemented: false only).")
+    offload_policy: bool = setting(
+        False, "FSDP2's CPUOffloadPolicy: parameters, gradients and optimizer state live on the CPU (each unit copied "
+        "to the device for its forward/backward, the optimizer stepping on the CPU); param_offload / "
+        "optimizer_offload then have nothing to move. One device in the trainer's process (no process group): "
+        "param_offload + optimizer_offload instead, with a warning."
+    )
     reshard_after_forward: bool = setting(True, "FSDP2: free each unit's gathered parameters after forward (false: "
                                           "keep them for backward, no second all-gather, more memory).")
     fsdp_size: int = setting(-1, "Shard group size: -1 = all of the role's ranks; a divisor k of them = hybrid "

@@ -52,7 +52,8 @@ class CriticModelConfig:
     trust_remote_code: bool = setting(False, "Allow model code from the model repo.")
     use_shm: bool = setting(False, "Copy the model to /dev/shm before loading.")
     enable_gradient_checkpointing: bool = setting(True, "Recompute activations in backward.")
-    enable_activation_offload: bool = setting(False, "Offload activations to CPU.")
+    enable_activation_offload: bool = setting(False, "Keep what the critic's training forward saves for backward "
+                                                     "in host memory (see actor_rollout_ref.model).")
     use_remove_padding: bool = setting(False, "Drop all-padding columns per micro batch (see actor_rollout_ref.model).")
     lora_rank: int = setting(0, "LoRA rank; 0 = full fine-tuning.")
     lora_alpha: int = setting(16, "LoRA alpha.")

@@ -1,6 +1,8 @@
 """FSDP2 (`fully_shard`) for HF models: shard each decoder layer then the root; full state dicts; grad clipping.
 
-Works on CUDA with NCCL and on CPU with gloo (tested: 2 gloo ranks match 1 process within 1e-5).
+Works on CUDA with NCCL and on CPU with gloo (tested: 2 gloo ranks match 1 process within 1e-5), with or
+without FSDP2's CPUOffloadPolicy (`cpu_offload`: sharded parameters, gradients and optimizer state in host
+memory; the collectives here then run on the mesh's device, since NCCL takes no host tensors).
 Every function that gathers is a collective: call it on all ranks of the mesh, in the same order.
 """
 
@@ -79,6 +81,9 @@ def apply_fsdp2(model: nn.Module, *, mesh: DeviceMesh | None = None, param_dtype
     `param_dtype` is the compute dtype (None: the parameters' own); gradients are reduced in
     `reduce_dtype`. Gradients are averaged over the mesh, so a mean loss per rank on equal-size shards
     gives the full-batch gradient. `fsdp_size`: see `default_mesh` (ignored when `mesh` is given).
+    `cpu_offload`: FSDP2's CPUOffloadPolicy, shards in pinned host memory on a CUDA mesh; the model may come
+    in on the CPU (each `fully_shard` moves its unit to the device, shards it and offloads the shard, so only
+    one unit is ever whole on the device).
     """
     mesh = mesh or default_mesh(fsdp_size)
     layer_classes = decoder_layer_classes(model)
@@ -88,7 +93,7 @@ def apply_fsdp2(model: nn.Module, *, mesh: DeviceMesh | None = None, param_dtype
     kwargs: dict[str, Any] = {
         "mesh": mesh, "reshard_after_forward": reshard_after_forward,
         "mp_policy": MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype),
-        "offload_policy": CPUOffloadPolicy() if cpu_offload else OffloadPolicy(),
+        "offload_policy": CPUOffloadPolicy(pin_memory=mesh.device_type == "cuda") if cpu_offload else OffloadPolicy(),
     }
     # a decoder layer's input is the residual stream: kept fp32 when the model shares the rollout engine's
     # numerics (models/numerics.py), so its units must not cast their inputs to param_dtype
@@ -128,7 +133,7 @@ def iter_full_params(model: nn.Module, dtype: torch.dtype | None = None) -> Iter
     for plan in _unit_plans(model):
         for name, t in plan.other:
             with torch.no_grad():
-                full = t.full_tensor() if isinstance(t, DTensor) else t.detach()
+                full = _on_mesh_device(t).full_tensor() if isinstance(t, DTensor) else t.detach()
                 full = full if dtype is None else full.to(dtype)
             yield name, full
         for items in plan.sharded:
@@ -248,7 +253,8 @@ def _all_gather_dim0(items: list[tuple[str, DTensor]], dtype: torch.dtype, group
         numel = rows_per_rank * math.prod(tensor.shape[1:])  # from the shape: indexing a DTensor dispatches (ms each)
         layout.append((name, tensor, offset, numel))
         offset += numel
-    flat = torch.zeros(offset, dtype=dtype, device=items[0][1].to_local().device)  # zeros: the padding
+    # on the mesh's device: host shards (CPUOffloadPolicy) are copied in, since NCCL gathers no host tensors
+    flat = torch.zeros(offset, dtype=dtype, device=items[0][1].device_mesh.device_type)  # zeros: the padding
     locals_ = [tensor.to_local().reshape(-1) for _, tensor, _, _ in layout]  # the last ranks' may be shorter
     torch._foreach_copy_([flat[start:start + local.numel()] for (_, _, start, _), local in zip(layout, locals_)],
                          locals_)  # one multi-tensor copy (casting to `dtype`), not one kernel per parameter
@@ -279,11 +285,25 @@ def clip_grad_norm_(model: nn.Module, max_norm: float) -> float:
     whole = [g.to_local() if isinstance(g, DTensor) else g for g in other]
     total_sq = _sum_of_squares(sharded, grads[0].device)
     if sharded_grads:  # replicas (HSDP) hold equal gradients after backward: the shard group's sum is the total
-        dist.all_reduce(total_sq, group=_shard_group(sharded_grads[0])[0])
+        total_sq = _all_reduce_sum(total_sq, sharded_grads[0])
     total = (total_sq + _sum_of_squares(whole, total_sq.device)).sqrt()
     coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
     torch._foreach_mul_([t for t in sharded + whole if t.numel()], coef)
     return float(total)
+
+
+def _on_mesh_device(tensor: DTensor) -> DTensor:
+    """A host DTensor (CPUOffloadPolicy) on its mesh's device, where its collectives run (as torch's state dicts)."""
+    device_type = tensor.device_mesh.device_type
+    return tensor if tensor.device.type == device_type else tensor.to(device_type)
+
+
+def _all_reduce_sum(value: torch.Tensor, like: DTensor) -> torch.Tensor:
+    """`value` summed over the shard group of `like`, on `value`'s device. Host gradients (CPUOffloadPolicy)
+    go through the mesh's device for the all-reduce: NCCL takes no host tensors."""
+    on_mesh = value.to(like.device_mesh.device_type)
+    dist.all_reduce(on_mesh, group=_shard_group(like)[0])
+    return on_mesh.to(value.device)
 
 
 def _sum_of_squares(tensors: list[torch.Tensor], device: torch.device) -> torch.Tensor:

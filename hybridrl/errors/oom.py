@@ -255,6 +255,10 @@ FREE_GRAPHS = _switch(f"{ROLLOUT}.keep_decode_graphs", False, "the decode CUDA g
                       "x vocab x 2 bytes) is freed outside generation too (captured again each generation)")
 GRAD_CKPT = _switch(f"{MODEL}.enable_gradient_checkpointing", True, "keeps one activation per layer instead of all")
 CRITIC_CKPT = _switch("critic.model.enable_gradient_checkpointing", True, "keeps one activation per layer instead of all")
+ACT_OFFLOAD = _switch(f"{MODEL}.enable_activation_offload", True, "what the forward saves for backward waits in host "
+                      "memory (PCIe traffic for device memory)")
+CRITIC_ACT_OFFLOAD = _switch("critic.model.enable_activation_offload", True, "what the forward saves for backward "
+                             "waits in host memory (PCIe traffic for device memory)")
 CRITIC_OPT_OFFLOAD = _switch("critic.model.fsdp_config.optimizer_offload", True,
                              "the critic's optimizer state stays on the CPU outside update_critic")
 
@@ -283,10 +287,10 @@ CANDIDATES: dict[str, tuple[Callable[[Any], Override | None], ...]] = {
     "ref": (_micro(f"{REF}.log_prob_micro_batch_size_per_gpu"), FREE_CACHE, REF_SHARDS, OPTIMIZER_OFFLOAD,
             _lower_gpu_util, RESPONSE),
     "values": (_micro("critic.forward_micro_batch_size_per_gpu"), OPTIMIZER_OFFLOAD, CRITIC_OPT_OFFLOAD, RESPONSE),
-    "update_critic": (_micro("critic.ppo_micro_batch_size_per_gpu"), CRITIC_SHARDS, CRITIC_CKPT, FREE_CACHE,
-                      OPTIMIZER_OFFLOAD, FREE_GRAPHS, RESPONSE),
-    "update_actor": (_micro(f"{ACTOR}.ppo_micro_batch_size_per_gpu"), ACTOR_SHARDS, GRAD_CKPT, FREE_CACHE, REF_OFFLOAD,
-                     FREE_GRAPHS, _lower_gpu_util, RESPONSE),
+    "update_critic": (_micro("critic.ppo_micro_batch_size_per_gpu"), CRITIC_SHARDS, CRITIC_CKPT, CRITIC_ACT_OFFLOAD,
+                      FREE_CACHE, OPTIMIZER_OFFLOAD, FREE_GRAPHS, RESPONSE),
+    "update_actor": (_micro(f"{ACTOR}.ppo_micro_batch_size_per_gpu"), ACTOR_SHARDS, GRAD_CKPT, ACT_OFFLOAD, FREE_CACHE,
+                     REF_OFFLOAD, FREE_GRAPHS, _lower_gpu_util, RESPONSE),
     "update_weights": (_lower_gpu_util, OPTIMIZER_OFFLOAD, PARAM_OFFLOAD, FREE_CACHE),
 }
 CANDIDATES["gen_max"] = CANDIDATES["gen"]

@@ -89,10 +89,13 @@ def memory_plan(cfg: Any, num_parameters: int | None, needs_critic: bool, needs_
     if arr.model.lora_rank:  # only the adapter trains; the reference is the base with the adapter disabled
         return [f"actor: {human_bytes(num_parameters * dtype_bytes)}{shards} of frozen base weights plus the LoRA "
                 f"adapter's training state (rank {arr.model.lora_rank}); the reference shares the base weights"]
+    policy = "; on the CPU (fsdp_config.offload_policy)"
     lines = [f"actor: {human_bytes(trained)}{shards} (fp32 weights, gradients, AdamW)"
-             + (f"; {' and '.join(offload)} on the CPU between phases" if offload else "")]
+             + (policy if arr.actor.fsdp_config.offload_policy else
+                f"; {' and '.join(offload)} on the CPU between phases" if offload else "")]
     if needs_reference:
-        where = " (on the CPU between phases)" if arr.ref.fsdp_config.param_offload else ""
+        where = " (on the CPU: fsdp_config.offload_policy)" if arr.ref.fsdp_config.offload_policy else \
+            " (on the CPU between phases)" if arr.ref.fsdp_config.param_offload else ""
         lines.append(f"reference: {human_bytes(num_parameters * dtype_bytes)}{shards}{where}")
     if needs_critic:
         lines.append(f"critic: about {human_bytes(trained)}{shards} (same estimate as the actor)")

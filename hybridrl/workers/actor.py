@@ -39,13 +39,13 @@ class ActorWorker(TrainState):
         self.lora = model_cfg.lora_rank > 0
         self._base_synced = False  # LoRA: the rollout got the full weights once; afterwards only deltas
 
-        def load(master: torch.dtype) -> torch.nn.Module:
+        def load(master: torch.dtype, on: torch.device) -> torch.nn.Module:
             model = load_causal_lm(model_cfg.path, dtype=master, override_config=model_cfg.override_config,
                                    trust_remote_code=model_cfg.trust_remote_code,
                                    hf_config_path=model_cfg.hf_config_path,
                                    tokenizer_path=model_cfg.tokenizer_path, use_shm=model_cfg.use_shm,
-                                   fp32_residual=model_cfg.fp32_residual_stream).to(device)
-            return _apply_lora(model, model_cfg) if self.lora else model  # LoRA's init draws on the device's RNG
+                                   fp32_residual=model_cfg.fp32_residual_stream).to(on)
+            return _apply_lora(model, model_cfg) if self.lora else model  # LoRA's init draws on its device's RNG
 
         super().__init__(build_trainable(RoleSpec.actor(cfg), device, load, total_training_steps))
         self.policy_loss_fn = get_policy_loss_fn(self.actor_cfg.policy_loss.loss_mode)
@@ -113,7 +113,7 @@ class ActorWorker(TrainState):
         trace = NonFiniteTrace()  # which quantity went non-finite first, should the step be skipped
         for index, micro in enumerate(parts):
             last = index == len(parts) - 1  # one gradient reduce per mini-batch, in its last backward
-            with self.parallel.backward_sync(last):
+            with self.parallel.backward_sync(last), self.saved_activations():  # enable_activation_offload
                 with nvtx_range("actor/forward"):  # global_profiler.tool=nsys only (utils/nsight.py)
                     loss, micro_parts, forward = self._micro_loss(micro, weights, trace, mode)
                 with nvtx_range("actor/backward"):

@@ -29,12 +29,12 @@ class CriticWorker(TrainState):
         self.device = device
         model_cfg = self.cfg.model
 
-        def load(master: torch.dtype) -> torch.nn.Module:
+        def load(master: torch.dtype, on: torch.device) -> torch.nn.Module:
             import_external_lib(model_cfg.external_lib, "critic.model.external_lib")
             return load_value_model(model_cfg.path or cfg.actor_rollout_ref.model.path, dtype=master,
                                     override_config=model_cfg.override_config,
                                     trust_remote_code=model_cfg.trust_remote_code,
-                                    use_shm=model_cfg.use_shm).to(device)  # a fresh value head
+                                    use_shm=model_cfg.use_shm).to(on)  # a fresh value head
 
         super().__init__(build_trainable(RoleSpec.critic(cfg), device, load, total_training_steps))
         self.remove_padding = model_cfg.use_remove_padding
@@ -76,7 +76,7 @@ class CriticWorker(TrainState):
         for index, micro in enumerate(parts):
             mask = micro["response_mask"]
             last = index == len(parts) - 1  # one gradient reduce per mini-batch, in its last backward
-            with self.parallel.backward_sync(last):
+            with self.parallel.backward_sync(last), self.saved_activations():  # enable_activation_offload
                 with nvtx_range("critic/forward"), self.parallel.autocast():  # NVTX: tool=nsys only
                     vpreds = response_values(self.model, micro, self.remove_padding)
                 vf_loss, vf_clipfrac = compute_value_loss(vpreds, micro["returns"], micro["values"], mask,

@@ -11,17 +11,21 @@ import torch
 SCHEDULER_TYPES = ("constant", "cosine")
 
 
-def build_optimizer(params, optim_cfg) -> torch.optim.Optimizer:
+def build_optimizer(params, optim_cfg, steps_on_host: bool = False) -> torch.optim.Optimizer:
     """verl's rule: `optim.optimizer` from the module `optim.optimizer_impl` with lr and weight_decay, betas
-    for Adam-family names, then `override_optimizer_config`. torch's Adam/AdamW on CUDA default to `fused`."""
+    for Adam-family names, then `override_optimizer_config`. torch's Adam/AdamW on CUDA default to `fused`, and
+    on the CPU when the role's optimizer steps there under FSDP2's CPUOffloadPolicy (`steps_on_host`): torch's
+    CPU default is a per-parameter loop, 8.6x slower than the fused CPU kernel (AdamW over 50M fp32 parameters
+    on 2 cores: 0.85 s against 0.099 s)."""
     cls = optimizer_class(optim_cfg.optimizer_impl, optim_cfg.optimizer)
     trainable = [p for p in params if p.requires_grad]
     kwargs = dict(lr=optim_cfg.lr, weight_decay=optim_cfg.weight_decay)
     if "adam" in optim_cfg.optimizer.lower():
         kwargs["betas"] = tuple(optim_cfg.betas)
     overrides = getattr(optim_cfg, "override_optimizer_config", None) or {}
-    if cls in (torch.optim.AdamW, torch.optim.Adam) and trainable and all(p.is_cuda for p in trainable) \
-            and not {"fused", "foreach"} & set(overrides):
+    fused_device = "cpu" if steps_on_host else "cuda"
+    if cls in (torch.optim.AdamW, torch.optim.Adam) and trainable \
+            and all(p.device.type == fused_device for p in trainable) and not {"fused", "foreach"} & set(overrides):
         kwargs["fused"] = True  # one kernel per step instead of foreach's chain; override_optimizer_config wins
     kwargs.update(overrides)
     try:

@@ -5,7 +5,12 @@
   averaged over the ranks before each optimizer step (`distributed.replicas.GradientAverager`). A model whose
   weights, gradients and optimizer state fit on one device gains nothing from sharding and pays for it.
 - `FullyShardedStrategy` (FSDP2, verl's default `fsdp_size=-1`; hybrid sharding for a divisor): parameters,
-  gradients and optimizer state sharded over the ranks (`distributed.fsdp`).
+  gradients and optimizer state sharded over the ranks (`distributed.fsdp`). With `fsdp_config.offload_policy`
+  (FSDP2's CPUOffloadPolicy: parameters, gradients and optimizer state on the CPU, the optimizer stepping
+  there) every group of ranks uses it, as verl does: `fsdp_size=1` then means shard groups of one rank (HSDP
+  with whole parameters per rank) and a one-rank group shards over itself. Without a process group (one
+  device, in the trainer's process) the model stays `SingleDevice` and `trainable.phase_offloads` says what
+  happens instead.
 
 A role asks its strategy, never a flag, how to do what differs: the autocast around a forward (FSDP2 casts
 itself), skipping the gradient reduce of all but the last micro-batch's backward, completing and clipping the
@@ -37,6 +42,7 @@ log = get_logger("workers.parallel")
 class ParallelStrategy(Protocol):
     name: str  # for the log line and messages
     single_device: bool  # the whole model is here and no other rank's: a rollout beside it may share the module
+    offloads_to_cpu: bool  # FSDP2's CPUOffloadPolicy: parameters, gradients and optimizer state live on the CPU
 
     def autocast(self) -> AbstractContextManager: ...
 
@@ -80,6 +86,7 @@ class _WholeModel:
 
     name = "whole model"
     single_device = True
+    offloads_to_cpu = False
 
     def __init__(self, model: nn.Module, precision: Precision) -> None:
         self.model, self.precision = model, precision
@@ -153,8 +160,9 @@ class FullyShardedStrategy:
     name = "FSDP2"
     single_device = False
 
-    def __init__(self, model: nn.Module, precision: Precision) -> None:
+    def __init__(self, model: nn.Module, precision: Precision, offloads_to_cpu: bool = False) -> None:
         self.model, self.precision = model, precision
+        self.offloads_to_cpu = offloads_to_cpu
 
     def autocast(self) -> AbstractContextManager:
         return contextlib.nullcontext()
@@ -237,10 +245,17 @@ def _trainable_names(model: nn.Module) -> list[str]:
     return [name for name, param in model.named_parameters() if param.requires_grad]
 
 
+def uses_cpu_offload_policy(fsdp_cfg: Any) -> bool:
+    """Whether `parallelize` will shard with FSDP2's CPUOffloadPolicy: `offload_policy` where a process group
+    exists (the ranks of a worker group, one rank included); the model may then be loaded on the CPU."""
+    return bool(fsdp_cfg.offload_policy) and dist.is_available() and dist.is_initialized()
+
+
 def parallelize(model: nn.Module, fsdp_cfg: Any, precision: Precision, role: str, *,
                 log_prob_forward: bool = False) -> ParallelStrategy:
     """Spread `model` over the ranks of this process's group (none: one device) as the role's `fsdp_config`
-    says (`fsdp_size`, `reshard_after_forward`), with its resolved `precision`; rank 0 logs the layout.
+    says (`fsdp_size`, `reshard_after_forward`, `offload_policy`), with its resolved `precision`; rank 0 logs
+    the layout.
 
     Call it after gradient-checkpointing and compile set-up and before building the optimizer (the optimizer
     must see the sharded parameters). `log_prob_forward`: the model serves `forward.response_log_probs`,
@@ -249,21 +264,34 @@ def parallelize(model: nn.Module, fsdp_cfg: Any, precision: Precision, role: str
     world = rank_and_world_size()[1]
     shard_ranks = world if fsdp_cfg.fsdp_size == -1 else fsdp_cfg.fsdp_size
     strategy: ParallelStrategy
-    if world == 1:
+    offload = uses_cpu_offload_policy(fsdp_cfg)
+    if world == 1 and not offload:
         return SingleDevice(model, precision)
-    if shard_ranks == 1:
+    if shard_ranks == 1 and not offload:
         strategy = Replicas(model, precision)
         layout = f"a whole copy on each of its {world} ranks (fsdp_config.fsdp_size=1), gradients averaged"
     else:
-        _apply_fsdp2(model, fsdp_cfg, precision, log_prob_forward)
-        strategy = FullyShardedStrategy(model, precision)
-        layout = f"FSDP2, parameters sharded over {shard_ranks} of its {world} ranks"
+        _apply_fsdp2(model, fsdp_cfg, precision, log_prob_forward, offload)
+        strategy = FullyShardedStrategy(model, precision, offloads_to_cpu=offload)
+        layout = _fsdp2_layout(shard_ranks, world, offload)
     if is_rank0():
         log.info("%s: %s", role, layout)
     return strategy
 
 
-def _apply_fsdp2(model: nn.Module, fsdp_cfg: Any, precision: Precision, log_prob_forward: bool) -> None:
+def _fsdp2_layout(shard_ranks: int, world: int, offload: bool) -> str:
+    spread = ("over its one rank" if world == 1 else
+              f"parameters sharded over {shard_ranks} of its {world} ranks" if shard_ranks > 1 else
+              f"whole parameters on each of its {world} ranks (fsdp_size=1: shard groups of one)")
+    if not offload:
+        return f"FSDP2, {spread}"
+    return (f"FSDP2 with CPUOffloadPolicy (fsdp_config.offload_policy), {spread}: parameters, gradients and "
+            "optimizer state on the CPU, each unit's parameters copied to the device for its forward and backward, "
+            "the optimizer stepping on the CPU")
+
+
+def _apply_fsdp2(model: nn.Module, fsdp_cfg: Any, precision: Precision, log_prob_forward: bool,
+                 cpu_offload: bool) -> None:
     from hybridrl.distributed.fsdp import apply_fsdp2
     from hybridrl.workers.forward import enable_fsdp_log_prob_forward
 
@@ -271,6 +299,7 @@ def _apply_fsdp2(model: nn.Module, fsdp_cfg: Any, precision: Precision, log_prob
     # hybridrl forward path does, so the per-call warning is noise here.
     warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
     apply_fsdp2(model, param_dtype=precision.fsdp_param_dtype, reduce_dtype=precision.reduce,
-                reshard_after_forward=fsdp_cfg.reshard_after_forward, fsdp_size=fsdp_cfg.fsdp_size)
+                reshard_after_forward=fsdp_cfg.reshard_after_forward, fsdp_size=fsdp_cfg.fsdp_size,
+                cpu_offload=cpu_offload)
     if log_prob_forward:
         enable_fsdp_log_prob_forward(model)

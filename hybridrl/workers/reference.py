@@ -18,11 +18,11 @@ class ReferenceWorker:
         ref_cfg = cfg.actor_rollout_ref.ref
         path = getattr(getattr(ref_cfg, "model", None), "path", None) or model_cfg.path
 
-        def load(master: torch.dtype) -> torch.nn.Module:
+        def load(master: torch.dtype, on: torch.device) -> torch.nn.Module:
             return load_causal_lm(path, dtype=master, override_config=model_cfg.override_config,
                                   trust_remote_code=model_cfg.trust_remote_code,
                                   key="actor_rollout_ref.model.path", use_shm=model_cfg.use_shm,
-                                  fp32_residual=model_cfg.fp32_residual_stream).to(device)
+                                  fp32_residual=model_cfg.fp32_residual_stream).to(on)
 
         # ref.fsdp_config.param_offload: parameters live on the CPU between this role's forwards.
         frozen = build_frozen(RoleSpec.reference(cfg), device, load)

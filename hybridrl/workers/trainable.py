@@ -2,27 +2,41 @@
 offload → LR schedule, shared by the actor and the critic (`build_trainable`) and, without the optimizer, the
 reference (`build_frozen`); and the checkpoint state of a trained role (`TrainState`).
 
+Offload has three forms: FSDP2's CPUOffloadPolicy (`fsdp_config.offload_policy`: parameters, gradients and
+optimizer state on the CPU throughout, the optimizer stepping there), moves between phases
+(`param_offload` / `optimizer_offload`, `workers/offload.py`) and saved activations in host memory during
+a training forward (`model.enable_activation_offload`, `workers/activation_offload.py`).
+
 What differs between the roles is data (`RoleSpec`: which config section, which keys name a problem) plus
 how the model is loaded (a causal LM, with LoRA for the actor; a value model for the critic).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from hybridrl.config.schema import HybridRLConfig
+from hybridrl.logging.log import get_logger
 from hybridrl.models.compile import compile_decoder_layers
 from hybridrl.models.hf import enable_activation_checkpointing
+from hybridrl.utils.collectives import is_rank0
+from hybridrl.workers.activation_offload import ActivationOffload, activation_offload
 from hybridrl.workers.offload import PhaseOffloader
 from hybridrl.workers.optim import build_lr_scheduler, build_optimizer
-from hybridrl.workers.parallel import ParallelStrategy, parallelize
+from hybridrl.workers.parallel import ParallelStrategy, parallelize, uses_cpu_offload_policy
 from hybridrl.workers.precision import Precision, log_precision, resolve_precision
 
-LoadModel = Callable[[torch.dtype], torch.nn.Module]  # master dtype -> the role's model on its device
+log = get_logger("workers.trainable")
+CPU = torch.device("cpu")
+# (master dtype, device to load on) -> the role's model on that device: the role's device, or the CPU when
+# FSDP2's CPUOffloadPolicy will hold it (fully_shard then moves one unit at a time through the device)
+LoadModel = Callable[[torch.dtype, torch.device], torch.nn.Module]
 
 
 @dataclass(frozen=True)
@@ -38,6 +52,7 @@ class RoleSpec:
     compile_key: str = ""  # the key that turns compilation off
     log_prob_forward: bool = False  # it computes log-probs (`forward.response_log_probs`), not values
     lora: bool = False  # a PEFT adapter trains: frozen embeddings must still let checkpointed blocks see grads
+    activation_offload: bool = False  # enable_activation_offload: saved activations in host memory in training
 
     @classmethod
     def actor(cls, cfg: HybridRLConfig) -> RoleSpec:
@@ -45,14 +60,15 @@ class RoleSpec:
         fsdp = arr.actor.fsdp_config
         return cls("actor", "actor_rollout_ref.actor.fsdp_config", fsdp, arr.actor.optim,
                    arr.model.enable_gradient_checkpointing, arr.actor.use_torch_compile and fsdp.use_torch_compile,
-                   "actor_rollout_ref.actor.use_torch_compile", log_prob_forward=True, lora=arr.model.lora_rank > 0)
+                   "actor_rollout_ref.actor.use_torch_compile", log_prob_forward=True, lora=arr.model.lora_rank > 0,
+                   activation_offload=arr.model.enable_activation_offload)
 
     @classmethod
     def critic(cls, cfg: HybridRLConfig) -> RoleSpec:
         model = cfg.critic.model
         return cls("critic", "critic.model.fsdp_config", model.fsdp_config, cfg.critic.optim,
                    model.enable_gradient_checkpointing, model.fsdp_config.use_torch_compile,
-                   "critic.model.fsdp_config.use_torch_compile")
+                   "critic.model.fsdp_config.use_torch_compile", activation_offload=model.enable_activation_offload)
 
     @classmethod
     def reference(cls, cfg: HybridRLConfig) -> RoleSpec:
@@ -70,6 +86,7 @@ class Trainable:
     optimizer: torch.optim.Optimizer
     lr_scheduler: torch.optim.lr_scheduler.LRScheduler
     offloader: PhaseOffloader  # param_offload / optimizer_offload between the role's phases
+    activation_offload: ActivationOffload | None  # enable_activation_offload: entered around each micro-batch
 
 
 @dataclass
@@ -84,16 +101,37 @@ def build_trainable(spec: RoleSpec, device: torch.device, load: LoadModel, total
     """The role's model ready to train: parallelized over this process's group (`parallelize`), then its
     optimizer (which must see the parallelized parameters), offloads and LR schedule."""
     model, precision, parallel = _prepare(spec, device, load)
-    optimizer = build_optimizer(model.parameters(), spec.optim)
-    offloader = PhaseOffloader(model, optimizer, device, spec.fsdp.param_offload, spec.fsdp.optimizer_offload)
+    optimizer = build_optimizer(model.parameters(), spec.optim, steps_on_host=parallel.offloads_to_cpu)
+    offloader = PhaseOffloader(model, optimizer, device, *phase_offloads(spec, parallel))
     return Trainable(model, precision, parallel, optimizer, build_lr_scheduler(optimizer, spec.optim, total_steps),
-                     offloader)
+                     offloader, activation_offload(spec.activation_offload, device))
 
 
 def build_frozen(spec: RoleSpec, device: torch.device, load: LoadModel) -> Frozen:
     """A model that only runs forwards (no gradients, no optimizer): the reference policy."""
     model, precision, parallel = _prepare(spec, device, load)
-    return Frozen(model, precision, parallel, PhaseOffloader(model, None, device, spec.fsdp.param_offload, False))
+    return Frozen(model, precision, parallel, PhaseOffloader(model, None, device, *phase_offloads(spec, parallel)))
+
+
+def phase_offloads(spec: RoleSpec, parallel: ParallelStrategy) -> tuple[bool, bool]:
+    """(param_offload, optimizer_offload) between phases. Under FSDP2's CPUOffloadPolicy there is nothing left
+    to move (verl too drops both then); `offload_policy` without a process group (one device, in the trainer's
+    process) moves parameters and optimizer state out between phases instead, with one line saying so."""
+    fsdp, key, trains = spec.fsdp, spec.fsdp_key, spec.optim is not None
+    if parallel.offloads_to_cpu:
+        if (fsdp.param_offload or fsdp.optimizer_offload) and is_rank0():
+            log.info("%s: %s.offload_policy=true keeps parameters, gradients and optimizer state on the CPU "
+                     "throughout, so param_offload / optimizer_offload have nothing to move (as in verl)",
+                     spec.role, key)
+        return False, False
+    if fsdp.offload_policy:
+        instead = ("parameters and optimizer state stay on the CPU between phases (as param_offload=true, "
+                   "optimizer_offload=true) and come to the device for the update, where the optimizer steps"
+                   if trains else "parameters stay on the CPU between forwards (as param_offload=true)")
+        log.warning("%s: %s.offload_policy=true: FSDP2's CPUOffloadPolicy needs a process group, and a one-device "
+                    "run in the trainer's own process has none; %s", spec.role, key, instead)
+        return True, trains
+    return fsdp.param_offload, fsdp.optimizer_offload and trains
 
 
 def _prepare(spec: RoleSpec, device: torch.device, load: LoadModel
@@ -101,7 +139,7 @@ def _prepare(spec: RoleSpec, device: torch.device, load: LoadModel
     trains = spec.optim is not None
     precision = resolve_precision(spec.fsdp, device, spec.fsdp_key)
     log_precision(spec.role, precision, trains=trains)
-    model = load(precision.master)
+    model = load(precision.master, CPU if uses_cpu_offload_policy(spec.fsdp) else device)
     if not trains:
         model.requires_grad_(False).eval()
     if spec.gradient_checkpointing:
@@ -122,6 +160,12 @@ class TrainState:
         self.model, self.precision, self.parallel = trainable.model, trainable.precision, trainable.parallel
         self.optimizer, self.lr_scheduler = trainable.optimizer, trainable.lr_scheduler
         self.offloader = trainable.offloader
+        self.activation_offload = trainable.activation_offload
+
+    def saved_activations(self) -> AbstractContextManager:
+        """Around a micro-batch's forward and backward: what the forward saves waits in host memory when the
+        role's enable_activation_offload is on."""
+        return self.activation_offload if self.activation_offload is not None else contextlib.nullcontext()
 
     def state_dict(self) -> dict:
         """Unsharded state (collective under FSDP2: rank 0 gets it, the other ranks get empty dicts)."""

@@ -30,7 +30,7 @@ SCRIPTS = {
     "examples/other/run_sync.sh": "python3 -m verl.trainer.main_ppo_sync a=1\n",
     "examples/other/readme_only.sh": "# python3 -m verl.trainer.main_ppo is launched by the other script\n",
     "recipe/dapo/run_dapo.sh": f"cd \"$(dirname \"$0\")/../..\"\npip install -e .\npython3 -m verl.trainer.main_ppo {GRPO} +algorithm.filter_groups.enable=True +algorithm.filter_groups.metric=acc "
-                               "actor_rollout_ref.model.enable_activation_offload=True\n",
+                               "actor_rollout_ref.model.use_liger=True\n",
 }
 
 
@@ -89,6 +89,6 @@ def test_report_classifies_every_script(checkout, tmp_path, capsys):
         "recipe/dapo/run_dapo.sh": "refused_by_name"}
     assert (report["scripts"], report["passed"], report["pass_rate"]) == (7, 2, round(2 / 7, 4))
     assert report["keys"]["trainer.n_gpus"] == {"scripts": 1, "unknown": 1}
-    assert ["actor_rollout_ref.model.enable_activation_offload", 1] in report["top_refused_keys"]
+    assert ["actor_rollout_ref.model.use_liger", 1] in report["top_refused_keys"]
     dapo = next(r for r in report["results"] if r["script"] == "recipe/dapo/run_dapo.sh")
-    assert any("activation offload is not implemented" in reason for reason in dapo["reasons"])
+    assert any("Liger kernels are not implemented" in reason for reason in dapo["reasons"])

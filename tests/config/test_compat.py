@@ -7,6 +7,7 @@ import pytest
 from hybridrl.config import ConfigError, load_config
 from hybridrl.config.compat import NOT_IMPLEMENTED
 from hybridrl.config.index import schema_index
+from hybridrl.config.validate import validate_run
 
 
 def test_warmup_style_becomes_lr_scheduler_type(tmp_path):
@@ -87,7 +88,7 @@ def test_v04_sync_mode_and_fsdp_strategy_accepted():
         ("algorithm.adv_estimator=optimal_token_baseline", "wait for sum(pi^2) from the actor"),
         ("actor_rollout_ref.actor.policy_loss.loss_mode=bypass_mode", "this policy loss is not implemented"),
         ("trainer.esi_redundant_time=10", "ESI"),
-        ("actor_rollout_ref.ref.fsdp_config.offload_policy=true", "CPUOffloadPolicy is not implemented"),
+        ("actor_rollout_ref.model.use_liger=true", "Liger kernels are not implemented"),
         ("critic.model.fsdp_config.wrap_policy.min_num_params=1000", "size-based FSDP wrapping is not implemented"),
         ("actor_rollout_ref.actor.fsdp_config.full_determinism=true", "full_determinism) are not implemented"),
         ("actor_rollout_ref.actor.use_prefix_grouper=true", "prompt prefix in the training forward is not implemented"),
@@ -109,6 +110,32 @@ def test_every_not_implemented_key_exists_and_its_default_is_accepted():
         for part in path.split("."):
             node = getattr(node, part)
         assert node in accepted, path
+
+
+# verl's examples/grpo_trainer/run_qwen3_5_27b_fsdp.sh (August 2026) sets the policy beside both between-phase offloads
+VERL_OFFLOAD_KEYS = [
+    "actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.actor.fsdp_config.offload_policy=True",
+    "actor_rollout_ref.actor.fsdp_config.param_offload=True", "actor_rollout_ref.actor.fsdp_config.optimizer_offload=True",
+    "actor_rollout_ref.ref.strategy=fsdp2", "actor_rollout_ref.ref.fsdp_config.param_offload=True",
+    "actor_rollout_ref.ref.fsdp_config.offload_policy=True", "actor_rollout_ref.model.enable_activation_offload=True",
+    "algorithm.adv_estimator=gae", "critic.fsdp.offload_policy=True", "critic.model.enable_activation_offload=True",
+    "trainer.n_gpus_per_node=8", "actor_rollout_ref.actor.use_dynamic_bsz=true", "critic.use_dynamic_bsz=true",
+    "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true", "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=true",
+]
+
+
+def test_verls_offload_keys_validate_as_its_scripts_set_them():
+    """offload_policy supersedes param_offload / optimizer_offload (as in verl), so the three together are no
+    conflict; the critic's August-tree group spelling (critic.fsdp) reaches critic.model.fsdp_config."""
+    cfg = load_config(VERL_OFFLOAD_KEYS)
+    validate_run(cfg, "cuda", 8)
+    fsdp = [cfg.actor_rollout_ref.actor.fsdp_config, cfg.actor_rollout_ref.ref.fsdp_config,
+            cfg.critic.model.fsdp_config]
+    assert all(config.offload_policy for config in fsdp)
+    assert cfg.actor_rollout_ref.model.enable_activation_offload and cfg.critic.model.enable_activation_offload
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref.actor.fsdp_config.offload_policy='maybe' has the wrong "
+                                          r"type: expected bool"):
+        load_config(["actor_rollout_ref.actor.fsdp_config.offload_policy=maybe"])
 
 
 def test_accepted_non_defaults_pass():

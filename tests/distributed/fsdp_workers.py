@@ -87,8 +87,8 @@ class RankProbe:
         from hybridrl.workers.precision import resolve_precision
 
         model = build_tiny_model(seed=0)
-        fsdp_cfg = SimpleNamespace(fsdp_size=-1, reshard_after_forward=reshard_after_forward, model_dtype="fp32",
-                                   dtype="bf16", mixed_precision={})
+        fsdp_cfg = SimpleNamespace(fsdp_size=-1, reshard_after_forward=reshard_after_forward, offload_policy=False,
+                                   model_dtype="fp32", dtype="bf16", mixed_precision={})
         strategy = parallelize(model, fsdp_cfg, resolve_precision(fsdp_cfg, "cpu", "fsdp_config"), "probe")
         assert strategy.name == "FSDP2"
         return [layer._get_fsdp_state()._fsdp_param_group.post_forward_mesh_info is not None

@@ -66,6 +66,15 @@ def test_checkpointing_suggested_when_off():
                         "actor_rollout_ref.model.enable_gradient_checkpointing"]
 
 
+def test_activation_offload_is_suggested_for_the_updates_until_it_is_on():
+    cfg = load_config(OVERRIDES + ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+                                   "critic.ppo_micro_batch_size_per_gpu=1"])
+    for phase, key in (("update_actor", "actor_rollout_ref.model"), ("update_critic", "critic.model")):
+        assert {o.key: o.value for o in suggest_overrides(cfg, phase)}[f"{key}.enable_activation_offload"] is True
+        on = load_config(OVERRIDES + [f"{key}.enable_activation_offload=true"])
+        assert f"{key}.enable_activation_offload" not in {o.key for o in suggest_overrides(on, phase)}
+
+
 def test_whole_copies_per_rank_are_told_to_shard():
     """fsdp_size=1 (a whole replica per rank) is the first thing after the micro batch to give back."""
     cfg = load_config(OVERRIDES + [f"{role}.fsdp_config.fsdp_size=1" for role in

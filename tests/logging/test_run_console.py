@@ -55,6 +55,11 @@ def test_banner_lists_role_placement_and_the_gpu_kv_budget(arith_model_dir, tmp_
     lora = format_banner(facts_for(["actor_rollout_ref.model.lora_rank=8"], arith_model_dir, str(tmp_path),
                                    device_type="cuda"))
     assert "LoRA rank 8 (only the adapter trains)" in lora and "frozen base weights plus the LoRA adapter" in lora
+    policy = format_banner(facts_for([f"actor_rollout_ref.{role}.fsdp_config.offload_policy=true" for role in
+                                      ("actor", "ref")] + ["actor_rollout_ref.actor.use_kl_loss=true"], arith_model_dir,
+                                     str(tmp_path), device_type="cuda", num_devices=4))
+    assert "AdamW); on the CPU (fsdp_config.offload_policy)" in policy
+    assert "over 4 ranks (on the CPU: fsdp_config.offload_policy)" in policy
 
 
 def test_summary_reports_best_validation_time_throughput_and_export(arith_model_dir, tmp_path, capsys):

@@ -83,14 +83,23 @@ def _merged_state(peft_model) -> dict:
 
 
 def test_offload_toggles_leave_training_results_unchanged(tmp_path, arith_model_dir, arithmetic_files):
+    """Between-phase offload, and in one process offload_policy (acting as it, with a warning) with activation
+    offload, whose hooks see the actor's update: the same metrics, step by step, as a plain run."""
     runs = []
     for name, flags in (("plain", []), ("offload", [
             "actor_rollout_ref.actor.fsdp_config.param_offload=true",
             "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true",
-            "actor_rollout_ref.ref.fsdp_config.param_offload=true"])):
+            "actor_rollout_ref.ref.fsdp_config.param_offload=true"]), ("policy", [
+            "actor_rollout_ref.actor.fsdp_config.offload_policy=true",
+            "actor_rollout_ref.ref.fsdp_config.offload_policy=true",
+            "actor_rollout_ref.model.enable_activation_offload=true"])):
         out = str(tmp_path / name)
-        PPOTrainer(load_config(tiny_run_overrides(arith_model_dir, arithmetic_files, out, extra=[
-            "actor_rollout_ref.actor.use_kl_loss=true"] + flags))).fit()
+        trainer = PPOTrainer(load_config(tiny_run_overrides(arith_model_dir, arithmetic_files, out, extra=[
+            "actor_rollout_ref.actor.use_kl_loss=true"] + flags)))
+        trainer.fit()
         records = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
         runs.append([{k: v for k, v in r.items() if not k.startswith(("timing", "perf"))} for r in records])
-    assert runs[0] == runs[1]
+    hooks = local_worker(trainer).actor.activation_offload
+    assert hooks is not None and hooks.counts.activations > 0
+    assert local_worker(trainer).actor.offloader.optimizer_offload  # offload_policy without a process group
+    assert len(runs[0]) == 2 and runs[0] == runs[1] == runs[2]

@@ -146,14 +146,45 @@ def test_tensor_parallel_rollout_and_hybrid_sharding_give_the_metrics_and_checkp
     assert records[1]["training/rollout_probs_diff_mean"] < 1e-5  # synced slices give the actor's log-probs
     for got, want in zip(records, expected):
         assert_same_metrics(got, want)
+    assert_same_states(out, one_dir, step=2)
+
+
+def assert_same_states(out: str, one_dir: str, step: int) -> None:
+    """The actor's and critic's saved weights and Adam moments equal the one-process run's."""
     for role in ("actor", "critic"):
-        got = load_role(os.path.join(out, "global_step_2", role), ["model", "optimizer"])
-        want = load_role(os.path.join(one_dir, "global_step_2", role), ["model", "optimizer"])
+        got = load_role(os.path.join(out, f"global_step_{step}", role), ["model", "optimizer"])
+        want = load_role(os.path.join(one_dir, f"global_step_{step}", role), ["model", "optimizer"])
         for name, tensor in want["model"].items():
             torch.testing.assert_close(got["model"][name], tensor, rtol=1e-4, atol=WEIGHT_ATOL)
         for index, slots in want["optimizer"]["state"].items():
             torch.testing.assert_close(got["optimizer"]["state"][index]["exp_avg_sq"], slots["exp_avg_sq"],
                                        rtol=1e-3, atol=1e-9)
+
+
+def test_cpu_offload_policy_and_activation_offload_on_two_ranks_give_the_metrics_and_checkpoint_of_one_process(
+        tmp_path, arith_model_dir, arithmetic_files, one_process_run):
+    """Every role under FSDP2's CPUOffloadPolicy (beside the between-phase offloads it supersedes, as verl's
+    scripts set them) and activation offload for the actor and the critic: the metrics and saved states of one
+    process (weight syncs gathered from host shards), and the saved actor exported as a Hugging Face model."""
+    one_dir, expected = one_process_run
+    out = str(tmp_path)
+    policy = [f"{role}.fsdp_config.offload_policy=true" for role in
+              ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic.model")]
+    PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, out, ranks=2, steps=2, extra=[
+        *policy, *OFFLOADS, "actor_rollout_ref.model.enable_activation_offload=true",
+        "critic.model.enable_activation_offload=true", "trainer.save_freq=2",
+        "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]"]))).fit()
+    records = read_metrics(out)
+    assert records[1]["training/rollout_probs_diff_mean"] < 1e-5  # the synced weights are the actor's
+    for got, want in zip(records, expected):
+        assert_same_metrics(got, want)
+    assert_same_states(out, one_dir, step=2)
+    from transformers import AutoModelForCausalLM
+
+    exported = AutoModelForCausalLM.from_pretrained(os.path.join(out, "global_step_2", "actor", "huggingface"))
+    saved = load_role(os.path.join(out, "global_step_2", "actor"), ["model"])["model"]
+    for name, tensor in exported.state_dict().items():
+        torch.testing.assert_close(tensor, saved[name], rtol=0, atol=0, msg=name)
 
 
 def test_roles_on_separate_ranks_give_the_metrics_of_one_process(tmp_path, arith_model_dir, arithmetic_files):

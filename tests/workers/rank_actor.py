@@ -35,22 +35,24 @@ OFFLOAD_FLAGS = ["actor_rollout_ref.actor.fsdp_config.param_offload=true",
 
 
 class OffloadRank:
-    """An actor and a critic with every offload on, beside a plain pair, on one rank. CPU ranks have one
-    device, so there each move is made visible as a copy (`offload._to` clones): training then only matches
-    the plain pair if FSDP gathers from the moved shards and the optimizer updates them. On CUDA the moves
-    are real; `device_bytes` is what each pair left allocated on the device when built."""
+    """Actor and critic pairs with offload flags (`variants`: name -> flags; default every between-phase offload)
+    beside a plain pair, on one rank; `common` flags go to every pair. CPU ranks have one device, so there each
+    between-phase move is made visible as a copy (`offload._to` clones): training then only matches the plain pair
+    if FSDP gathers from the moved shards and the optimizer updates them. On CUDA the moves are real;
+    `device_bytes` is what each pair left allocated on the device when built."""
 
-    def __init__(self, model_dir: str, device: str = "cpu") -> None:
+    def __init__(self, model_dir: str, device: str = "cpu", variants: dict[str, list[str]] | None = None,
+                 common: list[str] = ()) -> None:
         torch.set_num_threads(1)
         self.moves: list[str] = []
         if device == "cpu":
             self._copy_on_every_move()
         world = dist.get_world_size()
         self.pairs, self.device_bytes = {}, {}
-        for name, flags in (("plain", []), ("offload", OFFLOAD_FLAGS)):
+        for name, flags in (("plain", []), *(variants or {"offload": OFFLOAD_FLAGS}).items()):
             before = _allocated(device)
-            self.pairs[name] = (build_actor(model_dir, flags, world, device),
-                                build_critic(model_dir, flags, world, device))
+            self.pairs[name] = (build_actor(model_dir, [*common, *flags], world, device),
+                                build_critic(model_dir, [*common, *flags], world, device))
             self.device_bytes[name] = _allocated(device) - before
 
     def _copy_on_every_move(self) -> None:
@@ -65,23 +67,26 @@ class OffloadRank:
         offload._to = copying_to
 
     def train(self, batch: Batch) -> dict:
-        """Per pair: two updates of each role, then log-probs, values and (rank 0) the checkpoint state; then
-        the offloaded pair loads back its weights from before training (as a resume does, every rank
-        passing the full state) and scores again: `reloaded` must equal `initial`."""
+        """Per pair: its layout, two updates of each role (the last update's metrics), then log-probs, values, the
+        weights a rollout sync receives and (rank 0) the checkpoint state; then each offloaded pair loads back its
+        weights from before training (as a resume does, every rank passing the full state) and scores again:
+        `reloaded` must equal `initial`."""
         out: dict = {"device_bytes": self.device_bytes}
+        variants = [name for name in self.pairs if name != "plain"]
         # before any optimizer step: saving must not create optimizer state (torch's full state dict would)
-        initial = [worker.state_dict()["model"] for worker in self.pairs["offload"]]
-        out["initial"] = self._scores(batch, *self.pairs["offload"])
+        initial = {name: [_to_cpu(worker.state_dict()["model"]) for worker in self.pairs[name]] for name in variants}
+        out["initial"] = self._scores(batch, *self.pairs[variants[0]])
         for name, (actor, critic) in self.pairs.items():
+            out[name] = {"layout": _layout(actor)}
             for _ in range(2):
-                actor.update_actor(batch)
-                critic.update_critic(batch)
-            out[name] = {**self._scores(batch, actor, critic),
-                         "actor_state": _to_cpu(actor.state_dict()), "critic_state": _to_cpu(critic.state_dict())}
-        dist.broadcast_object_list(initial, src=0)
-        for worker, state in zip(self.pairs["offload"], initial):
-            worker.load_checkpoint_state({"model": state})
-        out["reloaded"] = self._scores(batch, *self.pairs["offload"])
+                metrics = {**actor.update_actor(batch), **critic.update_critic(batch)}
+            out[name].update(self._scores(batch, actor, critic), metrics=metrics, synced=_synced(actor),
+                             actor_state=_to_cpu(actor.state_dict()), critic_state=_to_cpu(critic.state_dict()))
+        for name in variants:
+            dist.broadcast_object_list(initial[name], src=0)
+            for worker, state in zip(self.pairs[name], initial[name]):
+                worker.load_checkpoint_state({"model": state})
+            out[name]["reloaded"] = self._scores(batch, *self.pairs[name])
         out["moves"] = len(self.moves)
         return out
 
@@ -89,6 +94,19 @@ class OffloadRank:
     def _scores(batch: Batch, actor, critic) -> dict:
         return {"log_probs": actor.compute_log_prob(batch)["old_log_probs"],
                 "values": critic.compute_values(batch)["values"]}
+
+
+def _layout(actor) -> dict:
+    """The actor's strategy, where its parameters' local shards live and whether its optimizer is fused."""
+    local = [p.to_local() if hasattr(p, "to_local") else p for p in actor.model.parameters()]
+    return {"strategy": actor.parallel.name, "offloads_to_cpu": actor.parallel.offloads_to_cpu,
+            "param_devices": sorted({t.device.type for t in local}),
+            "pinned": all(t.is_pinned() for t in local if t.numel()), "fused": actor.optimizer.defaults.get("fused")}
+
+
+def _synced(actor) -> dict[str, torch.Tensor]:
+    """What a rollout sync receives (gathered one unit at a time on FSDP2), each tensor copied as it arrives."""
+    return {name: tensor.detach().cpu().clone() for name, tensor in actor.named_weights()}
 
 
 def _allocated(device: str) -> int:
@@ -99,9 +117,10 @@ def _allocated(device: str) -> int:
 
 
 def _to_cpu(state):
+    """A copy on the CPU: a state dict may hold views of live parameters (one process, shard groups of one)."""
     if isinstance(state, dict):
         return {key: _to_cpu(value) for key, value in state.items()}
-    return state.cpu() if isinstance(state, torch.Tensor) else state
+    return state.detach().cpu().clone() if isinstance(state, torch.Tensor) else state
 
 
 LORA_FLAGS = ["actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.lora_alpha=8",

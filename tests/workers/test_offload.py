@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import itertools
+
 import pytest
 import torch
 
@@ -158,27 +161,37 @@ def test_two_fsdp_ranks_train_the_same_with_every_offload_on(tiny_model_dir):
     assert_offload_matches_plain(ranks, tolerance=0)
 
 
-def train_offload_ranks(model_dir: str, device: str, world_size: int) -> list[dict]:
+def train_offload_ranks(model_dir: str, device: str, world_size: int, **options) -> list[dict]:
+    """`OffloadRank.train` on each rank of a group; `options`: its `variants` and `common` flags."""
     from hybridrl.distributed.local_launcher import LocalWorkerGroup
     from tests.workers.rank_actor import OffloadRank
 
     devices = list(range(world_size)) if device == "cuda" else None
-    with LocalWorkerGroup(OffloadRank, {"model_dir": model_dir, "device": device}, world_size=world_size,
+    with LocalWorkerGroup(OffloadRank, {"model_dir": model_dir, "device": device, **options}, world_size=world_size,
                           role="offload", device_ids=devices) as group:
         return group.call_all("train", ragged_batch(num_rows=8, seed=5))
 
 
-def assert_offload_matches_plain(ranks: list[dict], tolerance: float) -> None:
-    """Offloaded roles train like plain ones; loading a checkpoint into them (their weights from before
-    training) gives back the scores from before training."""
-    for rank in ranks:
+def assert_offload_matches_plain(ranks: list[dict], tolerance: float, variants: tuple[str, ...] = ("offload",)
+                                 ) -> None:
+    """Offloaded roles train like plain ones (scores, the last update's losses and gradient norms, the weights a
+    rollout sync gets, the checkpoint); loading a checkpoint into them (their weights from before training)
+    gives back the scores from before training."""
+    close = functools.partial(torch.testing.assert_close, rtol=tolerance, atol=tolerance)
+    for rank, variant in itertools.product(ranks, variants):
+        got, want = rank[variant], rank["plain"]
         for key in ("log_probs", "values"):
-            torch.testing.assert_close(rank["offload"][key], rank["plain"][key], rtol=tolerance, atol=tolerance)
-            torch.testing.assert_close(rank["reloaded"][key], rank["initial"][key], rtol=tolerance, atol=tolerance)
-            assert not torch.allclose(rank["offload"][key], rank["initial"][key]), key  # training changed them
-    for role in ("actor_state", "critic_state"):
-        assert_same_state(ranks[0]["offload"][role], ranks[0]["plain"][role], tolerance)  # rank 0: the full state
-        assert all(rank["offload"][role]["model"] == {} for rank in ranks[1:])
+            close(got[key], want[key], msg=key)
+            close(got["reloaded"][key], rank["initial"][key], msg=key)
+            assert not torch.allclose(got[key], rank["initial"][key]), key  # training changed them
+        for key in ("actor/pg_loss", "actor/grad_norm", "critic/vf_loss", "critic/grad_norm"):
+            close(torch.tensor(got["metrics"][key]), torch.tensor(want["metrics"][key]), msg=key)
+        assert got["synced"].keys() == want["synced"].keys()
+        for name, tensor in want["synced"].items():
+            close(got["synced"][name], tensor, msg=name)
+    for role, variant in itertools.product(("actor_state", "critic_state"), variants):
+        assert_same_state(ranks[0][variant][role], ranks[0]["plain"][role], tolerance)  # rank 0: the full state
+        assert all(rank[variant][role]["model"] == {} for rank in ranks[1:])
 
 
 def assert_same_state(got: dict, want: dict, tolerance: float = 0) -> None:

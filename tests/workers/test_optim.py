@@ -26,6 +26,20 @@ def test_default_is_adamw_with_the_configured_hyperparameters():
     assert len(group["params"]) == 1  # frozen parameters are left out
 
 
+def test_adamw_on_host_parameters_is_fused_only_when_it_steps_there_under_the_offload_policy():
+    """FSDP2's CPUOffloadPolicy steps the optimizer on the CPU: the fused CPU kernel instead of torch's loop, and
+    the same update; a plain CPU run keeps torch's default; override_optimizer_config still wins."""
+    plain = build_optimizer(params(), optim_cfg())
+    host = build_optimizer(params(), optim_cfg(), steps_on_host=True)
+    overridden = build_optimizer(params(), optim_cfg("override_optimizer_config={foreach: true}"), steps_on_host=True)
+    assert [opt.defaults["fused"] for opt in (plain, host, overridden)] == [None, True, None]
+    for opt in (plain, host):
+        param = opt.param_groups[0]["params"][0]
+        param.grad = torch.full((3,), 0.5)
+        opt.step()
+    torch.testing.assert_close(host.param_groups[0]["params"][0], plain.param_groups[0]["params"][0])
+
+
 def test_any_optimizer_class_by_module_and_name_with_overrides():
     opt = build_optimizer(params(), optim_cfg("optimizer=SGD", "lr=0.5", "override_optimizer_config={momentum: 0.9}"))
     assert type(opt) is torch.optim.SGD
