@@ -12,6 +12,8 @@ import torch
 import triton
 import triton.language as tl
 
+from hybridrl.rollout.engine.attention.kernel_inputs import check_paged_inputs
+
 # Tokens gathered per inner-loop iteration, independent of the page size: every token's address is
 # looked up through the block table, so 64-token tiles (4 pages of 16) keep several loads in flight.
 BLOCK_N = 64
@@ -136,25 +138,6 @@ def _round_up(x: int, multiple: int) -> int:
     return triton.cdiv(x, multiple) * multiple
 
 
-def _check_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                  block_tables: torch.Tensor, context_lens: torch.Tensor) -> None:
-    if q.dim() != 3 or k_cache.dim() != 4 or k_cache.shape != v_cache.shape:
-        raise ValueError(f"expected q (B, Hq, D) and k/v caches (num_blocks, block_size, Hkv, D); got "
-                         f"q {tuple(q.shape)}, k {tuple(k_cache.shape)}, v {tuple(v_cache.shape)}")
-    head_dim, num_kv_heads = k_cache.shape[3], k_cache.shape[2]
-    if q.shape[2] != head_dim or q.shape[1] % num_kv_heads:
-        raise ValueError(f"q heads/head_dim {tuple(q.shape[1:])} do not fit the cache's {num_kv_heads} KV "
-                         f"heads of dim {head_dim}: Hq must be a multiple of Hkv and head dims equal")
-    if head_dim & (head_dim - 1) or head_dim < 16:
-        raise ValueError(f"head_dim {head_dim} is not supported by the Triton decode kernel (needs a power "
-                         "of two >= 16); use the torch_paged attention backend")
-    if q.stride(2) != 1 or k_cache.stride(3) != 1 or v_cache.stride(3) != 1:
-        raise ValueError("q and the KV caches need a contiguous last (head_dim) dimension")
-    if block_tables.dtype != torch.int32 or context_lens.dtype != torch.int32:
-        raise TypeError(f"block_tables and context_lens must be int32, got {block_tables.dtype} and "
-                        f"{context_lens.dtype}")
-
-
 def _split_buffers(out: torch.Tensor, num_splits: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Where the decode kernel writes: `out` itself, or (B, Hq, S, D) fp32 partials + (B, Hq, S) lse."""
     if num_splits == 1:
@@ -174,7 +157,7 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     current one. `num_splits` overrides the split-K heuristic (tests); it must not depend on data.
     `block_n` (tokens per tile), `num_warps`, `num_stages`: tuning knobs (benchmarks/rollout_bench.py sweeps them).
     """
-    _check_inputs(q, k_cache, v_cache, block_tables, context_lens)
+    check_paged_inputs("decode", q, k_cache, v_cache, block_tables, context_lens)
     batch, num_heads, head_dim = q.shape
     page_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     group = num_heads // num_kv_heads

@@ -17,6 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
+from hybridrl.rollout.engine.attention.kernel_inputs import check_paged_inputs
 from hybridrl.rollout.engine.attention.metadata import AttentionMetadata
 
 BLOCK_N = 64  # keys per tile, looked up token by token through the block table (pages of any size)
@@ -84,23 +85,9 @@ def _prefill_kernel(
 
 
 def _check_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata) -> None:
-    if q.dim() != 3 or k_cache.dim() != 4 or k_cache.shape != v_cache.shape:
-        raise ValueError(f"expected q (N, Hq, D) and k/v caches (num_blocks, block_size, Hkv, D); got "
-                         f"q {tuple(q.shape)}, k {tuple(k_cache.shape)}, v {tuple(v_cache.shape)}")
-    head_dim, num_kv_heads = k_cache.shape[3], k_cache.shape[2]
-    if q.shape[2] != head_dim or q.shape[1] % num_kv_heads:
-        raise ValueError(f"q heads/head_dim {tuple(q.shape[1:])} do not fit the cache's {num_kv_heads} KV "
-                         f"heads of dim {head_dim}: Hq must be a multiple of Hkv and head dims equal")
-    if head_dim & (head_dim - 1) or head_dim < 16:
-        raise ValueError(f"head_dim {head_dim} is not supported by the Triton prefill kernel (needs a power of "
-                         "two >= 16); use the torch_paged attention backend")
-    if q.stride(2) != 1 or k_cache.stride(3) != 1 or v_cache.stride(3) != 1:
-        raise ValueError("q and the KV caches need a contiguous last (head_dim) dimension")
     if meta.query_start is None or meta.query_start.dtype != torch.int32:
         raise TypeError("prefill metadata needs query_start as int32 (B + 1,) offsets of each sequence's new tokens")
-    if meta.block_tables.dtype != torch.int32 or meta.context_lens.dtype != torch.int32:
-        raise TypeError(f"block_tables and context_lens must be int32, got {meta.block_tables.dtype} and "
-                        f"{meta.context_lens.dtype}")
+    check_paged_inputs("prefill", q, k_cache, v_cache, meta.block_tables, meta.context_lens)
 
 
 def query_block_size(max_seqlen_q: int) -> int:
