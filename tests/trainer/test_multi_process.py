@@ -161,6 +161,7 @@ def assert_same_states(out: str, one_dir: str, step: int) -> None:
                                        rtol=1e-3, atol=1e-9)
 
 
+@pytest.mark.slow  # two spawned ranks (~13 s); tests/workers/test_offload_policy.py covers the policy in process
 def test_cpu_offload_policy_and_activation_offload_on_two_ranks_give_the_metrics_and_checkpoint_of_one_process(
         tmp_path, arith_model_dir, arithmetic_files, one_process_run):
     """Every role under FSDP2's CPUOffloadPolicy (beside the between-phase offloads it supersedes, as verl's
