@@ -197,7 +197,7 @@ def run(out_dir: str, *, steps: int = 40, seed: int = 0, num_train: int = 2000, 
     result = {"val_accuracy_before": curve[0][1], "val_accuracy_after": curve[-1][1],
               "val_tool_calls_before": curve[0][2], "val_tool_calls_after": curve[-1][2], "curve": curve,
               "metrics_file": metrics_file, "seconds": round(time.time() - start, 1), "train_command": command,
-              "checkpoint": os.path.join(cfg.trainer.default_local_dir, f"global_step_{steps}")}
+              "checkpoint": os.path.join(os.path.dirname(metrics_file), f"global_step_{steps}")}
     if plot:
         from hybridrl.logging.plot import plot_metrics
 

@@ -4,6 +4,7 @@ agent loop builds for the same turns, its reward reads the final answer, and (sl
 from __future__ import annotations
 
 import json
+import os
 
 
 from hybridrl.models.tiny import build_char_tokenizer
@@ -67,3 +68,15 @@ def test_rows_are_distinct_five_digit_products():
     rows = make_rows(50, seed=1, split="test")
     assert len({row["prompt"][0]["content"] for row in rows}) == 50
     assert all(10000 <= int(row["reward_model"]["ground_truth"]) < 100000 for row in rows)
+
+
+def test_the_tool_quickstart_runs_to_its_checkpoint(tmp_path):
+    """The whole pipeline at toy sizes: task files, warm start, one GRPO step with multi-turn rollouts through the
+    trainer, validation before and after, and the checkpoint the result names."""
+    from hybridrl.quickstart_tool import run
+
+    result = run(str(tmp_path), steps=1, num_train=32, num_test=4, test_freq=1, sft_steps=2, batch_size=8, n=8,
+                 plot=False)
+    assert [step for step, _, _ in result["curve"]] == [0, 1]
+    assert 0.0 <= result["val_accuracy_after"] <= 1.0 and result["val_tool_calls_after"] >= 0.0
+    assert os.path.isdir(result["checkpoint"]) and result["checkpoint"].endswith("global_step_1")
