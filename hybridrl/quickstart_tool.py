@@ -165,6 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"warm start: {warm['steps']} steps; once it calls the calculator it writes a whole worked trace with "
           f"probability {warm['copy_exact']:.2f}, and it calls on a problem with probability "
           f"{warm['call_probability']:.2f}")
+    if warm["copy_exact_at_stop"] < warm["target"]:
+        print(f"note: the warm start reached its step limit before that probability reached {warm['target']}; with a "
+              f"model that copies this unreliably RL gains less (try another --seed)")
     print(f"quickstart (tool): validation accuracy {100 * result['val_accuracy_before']:.1f}% -> "
           f"{100 * result['val_accuracy_after']:.1f}%, calculator calls per answer "
           f"{result['val_tool_calls_before']:.2f} -> {result['val_tool_calls_after']:.2f}, in {result['seconds']}s\n"

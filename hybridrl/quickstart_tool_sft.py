@@ -215,7 +215,7 @@ def warm_start(model_dir: str, rows: list[dict[str, Any]], out_dir: str, *, targ
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     decisions = [call_decision(trace) for trace in held_out.traces]
-    return {"steps": steps + cooldown_steps, "loss": loss, "copy_exact_at_stop": copy_exact,
+    return {"steps": steps + cooldown_steps, "loss": loss, "target": target, "copy_exact_at_stop": copy_exact,
             "copy_exact": sample_exact_probability(model, copies, tokenizer.pad_token_id),
             "call_probability": sample_exact_probability(model, decisions, tokenizer.pad_token_id)}
 
