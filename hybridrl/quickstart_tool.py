@@ -3,14 +3,16 @@
 1. builds a tiny Qwen2-architecture model with a ChatML character tokenizer (tool role, `<tool_call>` blocks);
 2. writes a procedural task the model cannot do in its head, multi-digit multiplication ("482*37="), as verl-format
    tool rows (`agent_name: tool_agent`, as verl's gsm8k_tool_agent_loop rows);
-3. a short supervised warm start on tool-using traces: the model writes a hermes `<tool_call>` to the built-in
-   calculator, reads `<tool_response>`, answers. The traces are the token streams the agent loop itself builds
-   (continuous tokens), and only the model's own turns are trained on;
+3. a supervised warm start (quickstart_tool_sft.py) on tool-using traces: the model writes a hermes `<tool_call>`
+   to the built-in calculator, reads `<tool_response>`, answers. The traces are the token streams the agent loop
+   itself builds (continuous tokens), and only the model's own turns are trained on. It also imitates answering
+   without the tool on some problems, so the warm-started model calls the calculator on only a fifth or so of
+   them, and gets about that fraction right;
 4. GRPO through the very same trainer with `actor_rollout_ref.rollout.multi_turn.enable=true`: every rollout is a
    real multi-turn trajectory, the calculator runs for every call the model writes, the tool's tokens are masked
    out of the loss, and the reward is exact match of the final answer (a custom reward function, verl's way);
-5. prints validation accuracy and mean tool calls per trajectory before and after RL, the `hybridrl train`
-   command that ran step 4, and writes result.json.
+5. prints validation accuracy and mean tool calls per trajectory before and after RL (RL learns to call the
+   calculator every time), the `hybridrl train` command that ran step 4, and writes result.json.
 
 The rollout runs on hybridrl's own engine (`rollout.name=hybrid`, float32 on CPU): its continuous batching keeps
 every trajectory decoding while others wait for the calculator.
@@ -27,11 +29,14 @@ import sys
 import time
 from typing import Any
 
+from hybridrl.quickstart_tool_sft import CALCULATOR
+
 DATA_SOURCE = "arithmetic/calculator"
 VAL_KEY = f"val-core/{DATA_SOURCE}/reward/mean@1"
 VAL_TOOL_CALLS_KEY = f"val-aux/{DATA_SOURCE}/tool_calls/mean@1"
-CALCULATOR = "hybridrl.rollout.tools.builtin.calculator"
-MODEL_SHAPE = dict(hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=256,
+# Eight query and eight key/value heads of 16 dims: copying needs a head that attends a fixed distance back, and more
+# heads give more starting points for one (with 4 query heads sharing 2 key/value heads it formed far later).
+MODEL_SHAPE = dict(hidden_size=128, num_layers=2, num_heads=8, num_kv_heads=8, intermediate_size=256,
                    max_position_embeddings=256)
 PROMPT_LENGTH, RESPONSE_LENGTH = 80, 128
 
@@ -63,76 +68,6 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_
     return {"score": 1.0 if answer == str(ground_truth).strip() else 0.0, "tool_calls": float(tool_calls)}
 
 
-# ------------------------------------------------------------------ the warm start
-def trace_tokens(renderer: Any, tools: list[dict], row: dict[str, Any]) -> tuple[list[int], list[int]]:
-    """A worked trajectory of `row` as the agent loop would build it: (token ids, 1 where the model wrote them).
-    The model calls the calculator on the problem, reads the result and repeats it as the answer."""
-    from hybridrl.rollout.agent.output import TokenStream
-    from hybridrl.rollout.tools.builtin.calculator import calculator
-
-    expression = row["prompt"][0]["content"].rstrip("=")
-    result = calculator(expression)
-    stream = TokenStream(renderer.initial_prompt(row["prompt"], tools=tools))
-    call = renderer.encode("<tool_call>" + json.dumps({"name": "calculator", "arguments": {"expression": expression}})
-                           + "</tool_call><|im_end|>")
-    stream.add_sampled(call, [0.0] * len(call))
-    body, generation_prompt = renderer.observation_ids([{"role": "tool", "content": result}], tools=tools)
-    stream.add_inserted(renderer.boundary.glue_after(call), "glue")
-    stream.add_inserted(body, "tool")
-    stream.add_inserted(generation_prompt, "glue")
-    answer = renderer.encode(result + "<|im_end|>")
-    stream.add_sampled(answer, [0.0] * len(answer))
-    return stream.token_ids, [0] * len(stream.prompt_ids) + stream.response_mask
-
-
-def warm_start(model_dir: str, rows: list[dict[str, Any]], out_dir: str, *, steps: int, lr: float = 3e-3,
-               batch_size: int = 32, seed: int = 0) -> dict[str, float]:
-    """Supervised fine-tuning on worked tool traces (cross-entropy on the model's own tokens only); saves an HF
-    model directory to `out_dir`."""
-    import torch
-
-    from hybridrl.models.hf import load_causal_lm, load_tokenizer
-    from hybridrl.rollout.agent.chat_tokens import ChatRenderer
-    from hybridrl.rollout.tools.function_tool import load_function_tools
-
-    torch.manual_seed(seed)
-    tokenizer, model = load_tokenizer(model_dir), load_causal_lm(model_dir)
-    renderer = ChatRenderer(tokenizer, model_type=model.config.model_type)
-    tools = [tool.tool_schema.to_dict() for tool in load_function_tools(CALCULATOR)]
-    examples = [trace_tokens(renderer, tools, row) for row in rows]
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    generator = torch.Generator().manual_seed(seed)
-    losses = []
-    model.train()
-    for _ in range(steps):
-        picked = [examples[i] for i in torch.randint(len(examples), (batch_size,), generator=generator).tolist()]
-        loss = model(**_collate(picked, tokenizer.pad_token_id)).loss
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        losses.append(loss.item())
-    os.makedirs(out_dir, exist_ok=True)
-    model.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
-    return {"loss_first": losses[0], "loss_last": losses[-1], "steps": float(steps)}
-
-
-def _collate(examples: list[tuple[list[int], list[int]]], pad_id: int) -> dict[str, Any]:
-    """Right-padded ids and attention mask; labels -100 except on the model's own tokens (shape (B, T))."""
-    import torch
-
-    width = max(len(ids) for ids, _ in examples)
-    ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
-    labels = torch.full_like(ids, -100)
-    mask = torch.zeros_like(ids)
-    for row, (tokens, trained) in enumerate(examples):
-        ids[row, : len(tokens)] = torch.tensor(tokens)
-        mask[row, : len(tokens)] = 1
-        labels[row, : len(tokens)] = torch.where(torch.tensor(trained, dtype=torch.bool), torch.tensor(tokens), -100)
-    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
-
-
 # ------------------------------------------------------------------ the run
 def prepare(out_dir: str, seed: int, num_train: int, num_test: int) -> tuple[str, str, str, list[dict[str, Any]]]:
     """Task parquet files, the tiny base model directory, and the training rows (for the warm start)."""
@@ -152,15 +87,16 @@ def prepare(out_dir: str, seed: int, num_train: int, num_test: int) -> tuple[str
 
 
 def rl_overrides(model_dir: str, train_file: str, test_file: str, out_dir: str, *, steps: int, seed: int,
-                 test_freq: int, batch_size: int = 32, n: int = 8) -> list[str]:
+                 test_freq: int, batch_size: int = 16, n: int = 8, lr: float = 2e-4) -> list[str]:
     """The run as a verl command line would spell it (verl's multi-turn keys, a custom reward function)."""
     return [
         "algorithm.adv_estimator=grpo", f"data.train_files={train_file}", f"data.val_files={test_file}",
         f"data.train_batch_size={batch_size}", f"data.max_prompt_length={PROMPT_LENGTH}",
         f"data.max_response_length={RESPONSE_LENGTH}", "data.return_raw_chat=true",
         f"actor_rollout_ref.model.path={model_dir}", "actor_rollout_ref.model.enable_gradient_checkpointing=false",
-        "actor_rollout_ref.actor.optim.lr=1e-4", f"actor_rollout_ref.actor.ppo_mini_batch_size={batch_size}",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64", "actor_rollout_ref.actor.entropy_coeff=0",
+        f"actor_rollout_ref.actor.optim.lr={lr}", f"actor_rollout_ref.actor.ppo_mini_batch_size={batch_size}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={min(64, batch_size * n)}",
+        "actor_rollout_ref.actor.entropy_coeff=0",
         "actor_rollout_ref.rollout.name=hybrid", "actor_rollout_ref.rollout.dtype=float32",
         f"actor_rollout_ref.rollout.n={n}", "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=128",
         "actor_rollout_ref.rollout.multi_turn.enable=true", "actor_rollout_ref.rollout.multi_turn.format=hermes",
@@ -182,21 +118,25 @@ def validation_curve(metrics_file: str) -> list[tuple[int, float, float]]:
     return [(r["step"], r[VAL_KEY], r[VAL_TOOL_CALLS_KEY]) for r in records if r.get(VAL_KEY) is not None]
 
 
-def run(out_dir: str, *, steps: int = 40, seed: int = 0, num_train: int = 2000, num_test: int = 128,
-        test_freq: int = 10, sft_steps: int = 60, batch_size: int = 32, n: int = 8, plot: bool = True) -> dict:
+def run(out_dir: str, *, steps: int = 30, seed: int = 0, num_train: int = 2000, num_test: int = 128,
+        test_freq: int = 10, warm_start_max_steps: int = 600, batch_size: int = 16, n: int = 8, lr: float = 2e-4,
+        plot: bool = True) -> dict:
+    """Data and base model, the warm start, then GRPO through the trainer; returns the figures (result.json's)."""
     from hybridrl.quickstart import train_rl_stage
+    from hybridrl.quickstart_tool_sft import warm_start
 
     start = time.time()
     train_file, test_file, base_dir, train_rows = prepare(out_dir, seed, num_train, num_test)
     sft_dir = os.path.join(out_dir, "sft_model")
-    warm_start(base_dir, train_rows, sft_dir, steps=sft_steps, seed=seed)
+    warm = warm_start(base_dir, train_rows, sft_dir, max_steps=warm_start_max_steps, seed=seed)
     overrides = rl_overrides(sft_dir, train_file, test_file, out_dir, steps=steps, seed=seed, test_freq=test_freq,
-                             batch_size=batch_size, n=n)
+                             batch_size=batch_size, n=n, lr=lr)
     command, metrics_file = train_rl_stage(out_dir, overrides)
     curve = validation_curve(metrics_file)
     result = {"val_accuracy_before": curve[0][1], "val_accuracy_after": curve[-1][1],
               "val_tool_calls_before": curve[0][2], "val_tool_calls_after": curve[-1][2], "curve": curve,
-              "metrics_file": metrics_file, "seconds": round(time.time() - start, 1), "train_command": command,
+              "warm_start": warm, "metrics_file": metrics_file, "seconds": round(time.time() - start, 1),
+              "train_command": command,
               "checkpoint": os.path.join(os.path.dirname(metrics_file), f"global_step_{steps}")}
     if plot:
         from hybridrl.logging.plot import plot_metrics
@@ -211,18 +151,26 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hybridrl quickstart --task tool", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="outputs/quickstart_tool", help="output directory")
-    parser.add_argument("--steps", type=int, default=40, help="RL steps")
+    parser.add_argument("--steps", type=int, default=30, help="RL steps")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     result = run(args.out, steps=args.steps, seed=args.seed)
     command = "hybridrl quickstart --task tool " + shlex.join(argv if argv is not None else sys.argv[1:])
     write_result(args.out, result, command, steps=args.steps, seed=args.seed, task="tool",
                  val_tool_calls_before=result["val_tool_calls_before"],
-                 val_tool_calls_after=result["val_tool_calls_after"])
+                 val_tool_calls_after=result["val_tool_calls_after"], warm_start=result["warm_start"])
     print(f"\nthe RL stage ran this command (also in {os.path.join(args.out, 'train_command.sh')}):\n"
           f"{result['train_command']}\n")
+    warm = result["warm_start"]
+    print(f"warm start: {warm['steps']} steps; once it calls the calculator it writes a whole worked trace with "
+          f"probability {warm['copy_exact']:.2f}, and it calls on a problem with probability "
+          f"{warm['call_probability']:.2f}")
+    if warm["copy_exact_at_stop"] < warm["target"]:
+        print(f"note: the warm start reached its step limit before that probability reached {warm['target']}; with a "
+              f"model that copies this unreliably RL gains less (try another --seed)")
     print(f"quickstart (tool): validation accuracy {100 * result['val_accuracy_before']:.1f}% -> "
-          f"{100 * result['val_accuracy_after']:.1f}%, calculator calls per answer {result['val_tool_calls_before']:.2f}"
-          f" -> {result['val_tool_calls_after']:.2f}, in {result['seconds']}s\nmetrics:    {result['metrics_file']}\n"
+          f"{100 * result['val_accuracy_after']:.1f}%, calculator calls per answer "
+          f"{result['val_tool_calls_before']:.2f} -> {result['val_tool_calls_after']:.2f}, in {result['seconds']}s\n"
+          f"metrics:    {result['metrics_file']}\n"
           f"curves:     {result.get('plot')}\ncheckpoint: {result['checkpoint']}")
     return 0

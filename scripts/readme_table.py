@@ -25,6 +25,7 @@ T = ("--hybridrl-override reward_model.launch_reward_fn_async=true --hybridrl-ov
      "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=49152")
 C = "--response-length 1024 --gpu-memory-utilization 1.0 --trial-timeout 300 --time-budget 565 --granularity 32"
 QUICKSTART_JSON = "quickstart_cpu_2core.json"
+QUICKSTART_TOOL_JSON = "quickstart_tool_cpu_2core.json"
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,21 @@ def quickstart_line() -> str:
             f"{result['steps']} GRPO steps ({curve}).")
 
 
-BLOCKS: dict[str, Callable[[], str]] = {"quickstart": quickstart_line, "benchmarks": benchmark_table}
+def quickstart_tool_line() -> str:
+    """The tool quickstart's expected result: accuracy and calculator calls per answer, before and after RL."""
+    result = load(QUICKSTART_TOOL_JSON)
+    curve = (f"at steps {'/'.join(str(step) for step, _, _ in result['curve'])}: "
+             + " → ".join(f"{100 * accuracy:.1f}%" for _, accuracy, _ in result["curve"]))
+    return (f"Expected (seed {result['seed']}, `{result['command']}` on a {result['machine']['cpu_count']}-core CPU → "
+            f"[`{QUICKSTART_TOOL_JSON}`](benchmarks/results/{QUICKSTART_TOOL_JSON})): after a "
+            f"{result['warm_start']['steps']}-step warm start, sampled validation accuracy "
+            f"{100 * result['val_accuracy_before']:.1f}% → {100 * result['val_accuracy_after']:.1f}% and calculator "
+            f"calls per answer {result['val_tool_calls_before']:.2f} → {result['val_tool_calls_after']:.2f} after "
+            f"{result['steps']} GRPO steps ({curve}).")
+
+
+BLOCKS: dict[str, Callable[[], str]] = {"quickstart": quickstart_line, "quickstart-tool": quickstart_tool_line,
+                                        "benchmarks": benchmark_table}
 
 
 def markers(name: str) -> tuple[str, str]:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "hybridrl"
 LAYERS = [
-    {"cli", "cli_help", "__main__", "quickstart", "quickstart_tool", "model_merger", "sft", "trainer/main_ppo"},
+    {"cli", "cli_help", "__main__", "quickstart", "quickstart_tool", "quickstart_tool_sft", "model_merger", "sft",
+     "trainer/main_ppo"},
     {"trainer"},
     {"elastic"},
     {"workers"},

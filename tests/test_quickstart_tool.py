@@ -1,51 +1,19 @@
-"""The tool quickstart (`hybridrl quickstart --task tool`): its warm-start traces are exactly the token streams the
-agent loop builds for the same turns, its reward reads the final answer, and (slow) it learns."""
+"""The tool quickstart (`hybridrl quickstart --task tool`): its reward reads the final answer, its task rows, a
+short run end to end in which the model calls the calculator, and (slow) the full run, which learns."""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 
+import pytest
 
-from hybridrl.models.tiny import build_char_tokenizer
-from hybridrl.quickstart_tool import CALCULATOR, compute_score, make_rows, trace_tokens
-from hybridrl.rollout.agent import AgentLoopManager
-from hybridrl.rollout.agent.chat_tokens import ChatRenderer
-from hybridrl.rollout.tools.builtin.calculator import calculator
-from hybridrl.rollout.tools.function_tool import load_function_tools
-from hybridrl.utils.batch import Batch
-from tests.rollout.agent.helpers import ScriptedEngine, rollout_config
+from hybridrl.config import load_config
+from hybridrl.quickstart_tool import compute_score, make_rows, run
 
-
-def test_warm_start_traces_are_the_agent_loops_token_streams():
-    tokenizer = build_char_tokenizer(chat_format="chatml")
-    rows = make_rows(3, seed=0, split="train")
-    expressions = {row["prompt"][0]["content"]: row["prompt"][0]["content"].rstrip("=") for row in rows}
-
-    def respond(text: str, turn: int) -> str:  # what a model that learned the traces writes
-        expression = next(e for question, e in expressions.items() if question in text)
-        if turn == 0:
-            call = json.dumps({"name": "calculator", "arguments": {"expression": expression}})
-            return f"<tool_call>{call}</tool_call><|im_end|>"
-        return calculator(expression) + "<|im_end|>"
-
-    config = rollout_config(prompt_length=1024, response_length=256, function_tool_path=CALCULATOR)
-    manager = AgentLoopManager(ScriptedEngine(tokenizer, respond), tokenizer, config, model_type="qwen2")
-    prompts = Batch(non_tensors={"raw_prompt": [row["prompt"] for row in rows], "agent_name": ["tool_agent"] * 3})
-    try:
-        batch = manager.generate_sequences(prompts)
-    finally:
-        manager.close()
-    renderer = ChatRenderer(tokenizer, model_type="qwen2")
-    tools = [tool.tool_schema.to_dict() for tool in load_function_tools(CALCULATOR)]
-    width = batch["prompts"].shape[1]
-    for index, row in enumerate(rows):
-        ids, trained = trace_tokens(renderer, tools, row)
-        valid = batch["attention_mask"][index].bool()
-        assert batch["input_ids"][index][valid].tolist() == ids
-        response_mask = batch["response_mask"][index][: int(valid[width:].sum())].tolist()
-        assert trained == [0] * (len(ids) - len(response_mask)) + response_mask
-    assert list(batch["__num_turns__"]) == [4, 4, 4]
+MARGIN = 0.30  # measured +73.4 points (16.4% -> 89.8%) at the defaults, seed 0, and +45.3 with seed 1
+MIN_CALLS_AFTER = 0.8  # calls per answer after RL (measured 0.98 with seed 0; 0.92 and 0.84 with seeds 1, 2; ~0.2 before)
 
 
 def test_reward_is_exact_match_of_the_last_line_and_counts_tool_calls():
@@ -70,13 +38,27 @@ def test_rows_are_distinct_five_digit_products():
     assert all(10000 <= int(row["reward_model"]["ground_truth"]) < 100000 for row in rows)
 
 
-def test_the_tool_quickstart_runs_to_its_checkpoint(tmp_path):
-    """The whole pipeline at toy sizes: task files, warm start, one GRPO step with multi-turn rollouts through the
-    trainer, validation before and after, and the checkpoint the result names."""
-    from hybridrl.quickstart_tool import run
+def test_a_short_run_goes_end_to_end_and_calls_the_calculator(tmp_path):
+    result = run(str(tmp_path), steps=2, test_freq=2, num_train=200, num_test=16, warm_start_max_steps=60,
+                 batch_size=4, n=4, plot=False)
+    assert [step for step, _, _ in result["curve"]] == [0, 2]
+    assert result["warm_start"]["steps"] >= 60  # it stopped at max_steps (plus the cooldown), not at the target
+    with open(result["metrics_file"], encoding="utf-8") as handle:
+        records = [json.loads(line) for line in handle if line.strip()]
+    key = "agent_loop/num_tool_calls/mean"
+    calls = [record[key] for record in records if key in record]
+    assert len(calls) == 2 and sum(calls) > 0  # the calculator ran for calls the model wrote
+    assert os.path.isfile(os.path.join(result["checkpoint"], "actor", "model.safetensors"))
+    words = shlex.split(result["train_command"].replace("\\\n", " "))  # the printed command runs as written
+    cfg = load_config(words[2:])
+    assert cfg.actor_rollout_ref.rollout.multi_turn.enable is True
+    assert cfg.actor_rollout_ref.rollout.multi_turn.function_tool_path == "hybridrl.rollout.tools.builtin.calculator"
 
-    result = run(str(tmp_path), steps=1, num_train=32, num_test=4, test_freq=1, sft_steps=2, batch_size=8, n=8,
-                 plot=False)
-    assert [step for step, _, _ in result["curve"]] == [0, 1]
-    assert 0.0 <= result["val_accuracy_after"] <= 1.0 and result["val_tool_calls_after"] >= 0.0
-    assert os.path.isdir(result["checkpoint"]) and result["checkpoint"].endswith("global_step_1")
+
+@pytest.mark.slow
+def test_the_tool_quickstart_learns_to_call_the_calculator(tmp_path):
+    result = run(str(tmp_path), seed=0)
+    before, after = result["val_accuracy_before"], result["val_accuracy_after"]
+    assert after - before >= MARGIN, result["curve"]
+    assert result["val_tool_calls_after"] >= MIN_CALLS_AFTER, result["curve"]
+    assert result["val_tool_calls_after"] > result["val_tool_calls_before"], result["curve"]
