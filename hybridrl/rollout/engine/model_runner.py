@@ -157,24 +157,20 @@ class ModelRunner:
 
     def prepare_prefill(self, seqs: list[Sequence]):
         """Flattened new tokens of all sequences (after their prefix-cache hits) and their metadata."""
-        input_ids, positions, slots, seq_idx, q_idx, q_lens, last = [], [], [], [], [], [], []
-        for i, seq in enumerate(seqs):
+        input_ids, positions, slots, q_lens, last = [], [], [], [], []
+        for seq in seqs:
             # Fully cached prompt: recompute its last token for the logits, without re-storing its KV.
             start = min(seq.num_cached_tokens, seq.num_tokens - 1)
             input_ids += seq.token_ids[start:]
             positions += range(start, seq.num_tokens)
             slots += self._slots(seq, start, seq.num_cached_tokens)
-            seq_idx += [i] * (seq.num_tokens - start)
-            q_idx += range(seq.num_tokens - start)
             q_lens.append(seq.num_tokens - start)
             last.append(len(input_ids) - 1)
         meta = AttentionMetadata(
             is_prefill=True, slot_mapping=self._tensor(slots, torch.int64),
             block_tables=self._from_numpy(self.host_block_tables.gather(seqs, full=True)),
             context_lens=self._tensor([s.num_tokens for s in seqs], torch.int32),
-            token_seq_idx=self._tensor(seq_idx, torch.int64), token_q_idx=self._tensor(q_idx, torch.int64),
-            query_lens=self._tensor(q_lens, torch.int64), max_seqlen_q=max(q_lens),
-            query_start=self._tensor([0, *itertools.accumulate(q_lens)], torch.int32))
+            query_start=self._tensor([0, *itertools.accumulate(q_lens)], torch.int32), max_seqlen_q=max(q_lens))
         return (self._tensor(input_ids, torch.int64), self._tensor(positions, torch.int64), meta,
                 self._tensor(last, torch.int64))
 

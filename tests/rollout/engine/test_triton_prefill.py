@@ -55,13 +55,10 @@ def make_prefill_case(context_lens, query_lens, num_heads, num_kv_heads, head_di
     shape = (num_blocks, page, num_kv_heads, head_dim)
     k_cache, v_cache = torch.randn(shape, generator=gen), torch.randn(shape, generator=gen)
     q = torch.randn(sum(query_lens), num_heads, head_dim, generator=gen)
-    seq_idx = [b for b, n in enumerate(query_lens) for _ in range(n)]
-    q_idx = [i for n in query_lens for i in range(n)]
     on = lambda t: t.to(device)  # noqa: E731
     meta = AttentionMetadata(
-        is_prefill=True, slot_mapping=on(torch.full((len(seq_idx),), -1)), block_tables=on(tables),
-        context_lens=on(torch.tensor(context_lens, dtype=torch.int32)), token_seq_idx=on(torch.tensor(seq_idx)),
-        token_q_idx=on(torch.tensor(q_idx)), query_lens=on(torch.tensor(query_lens)), max_seqlen_q=max(query_lens),
+        is_prefill=True, slot_mapping=on(torch.full((sum(query_lens),), -1)), block_tables=on(tables),
+        context_lens=on(torch.tensor(context_lens, dtype=torch.int32)), max_seqlen_q=max(query_lens),
         query_start=on(torch.tensor([0, *itertools.accumulate(query_lens)], dtype=torch.int32)))
     cast = lambda t: t.to(device=device, dtype=dtype)  # noqa: E731
     return cast(q), cast(k_cache), cast(v_cache), meta
@@ -155,7 +152,12 @@ def test_prefill_bf16_on_gpu(sliding_window, head_dim):
 
 
 def _on_cpu(meta: AttentionMetadata) -> AttentionMetadata:
-    fields = ("slot_mapping", "block_tables", "context_lens", "token_seq_idx", "token_q_idx", "query_lens",
-              "query_start")
+    fields = ("slot_mapping", "block_tables", "context_lens", "query_start")
     return AttentionMetadata(True, **{name: getattr(meta, name).cpu() for name in fields},
                              max_seqlen_q=meta.max_seqlen_q)
+
+
+def test_the_torch_paths_query_grid_from_the_offsets():
+    seq_idx, q_idx, query_lens = torch_paged.query_grid(torch.tensor([0, 2, 3, 6], dtype=torch.int32), 6)
+    assert seq_idx.tolist() == [0, 0, 1, 2, 2, 2] and q_idx.tolist() == [0, 1, 0, 0, 1, 2]
+    assert query_lens.tolist() == [2, 1, 3]

@@ -61,22 +61,34 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                             scale: float, sliding_window: int | None = None) -> torch.Tensor:
     """Ragged prefill whose K/V (incl. prefix-cache context) are already stored in the cache.
 
-    q (N, Hq, D) flattened over sequences; token t is query number meta.token_q_idx[t] of sequence
-    meta.token_seq_idx[t]; sequence b has meta.query_lens[b] queries, its last tokens, ending at position
-    meta.context_lens[b] - 1. Queries are padded to (B, max_seqlen_q) for one batched SDPA call -> (N, Hq, D);
-    each sliding window's mask is built once per step (meta.prefill_masks) and shared by the layers.
+    q (N, Hq, D) flattened over sequences in meta.query_start order; sequence b's queries are its last tokens,
+    ending at position meta.context_lens[b] - 1. Queries are padded to (B, max_seqlen_q) for one batched SDPA
+    call -> (N, Hq, D).
     """
-    batch = meta.block_tables.shape[0]
-    q_pad = q.new_zeros(batch, meta.max_seqlen_q, *q.shape[1:])
-    q_pad[meta.token_seq_idx, meta.token_q_idx] = q
+    cache = meta.torch_prefill_cache
+    if "grid" not in cache:
+        cache["grid"] = query_grid(meta.query_start, q.shape[0])
+    seq_idx, q_idx, query_lens = cache["grid"]
+    q_pad = q.new_zeros(meta.block_tables.shape[0], meta.max_seqlen_q, *q.shape[1:])
+    q_pad[seq_idx, q_idx] = q
     k = gather_context(k_cache, meta.block_tables)
     v = gather_context(v_cache, meta.block_tables)
-    masks = meta.prefill_masks
-    if sliding_window not in masks:
-        masks[sliding_window] = prefill_mask(meta.context_lens, meta.query_lens, meta.max_seqlen_q, k.shape[1],
+    if sliding_window not in cache:
+        cache[sliding_window] = prefill_mask(meta.context_lens, query_lens, meta.max_seqlen_q, k.shape[1],
                                              sliding_window)
-    out = attend(q_pad, k.to(q.dtype), v.to(q.dtype), masks[sliding_window], scale)
-    return out[meta.token_seq_idx, meta.token_q_idx]
+    out = attend(q_pad, k.to(q.dtype), v.to(q.dtype), cache[sliding_window], scale)
+    return out[seq_idx, q_idx]
+
+
+def query_grid(query_start: torch.Tensor, num_tokens: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Each flattened token's (sequence, query index) in the padded grid, and each sequence's query count, from
+    the (B + 1,) offsets; `num_tokens` (known on the host) sizes the result without a device sync."""
+    starts = query_start.long()
+    query_lens = starts[1:] - starts[:-1]
+    seq_idx = torch.repeat_interleave(torch.arange(len(query_lens), device=starts.device), query_lens,
+                                      output_size=num_tokens)
+    q_idx = torch.arange(num_tokens, device=starts.device) - starts[seq_idx]
+    return seq_idx, q_idx, query_lens
 
 
 def prefill_mask(context_lens: torch.Tensor, query_lens: torch.Tensor, max_seqlen_q: int, num_keys: int,
