@@ -61,3 +61,18 @@ def to_bf16_keeping_rope_fp32(model, device):
         owner, attr = name.rsplit(".", 1)
         setattr(model.get_submodule(owner), attr, buf.to(device))
     return model
+
+
+def paged_kv_case(context_lens, num_kv_heads, head_dim, page, gen, extra_blocks=3):
+    """Random fp32 K/V caches and shuffled, zero-padded int32 block tables (`extra_blocks` wider than the longest
+    sequence needs) for ragged `context_lens`: what the paged attention kernels read."""
+    need = [-(-c // page) for c in context_lens]
+    num_blocks = sum(need) + 4
+    perm = torch.randperm(num_blocks, generator=gen)[: sum(need)]
+    tables = torch.zeros(len(context_lens), max(need) + extra_blocks, dtype=torch.int32)
+    used = 0
+    for b, n in enumerate(need):
+        tables[b, :n] = perm[used: used + n]
+        used += n
+    shape = (num_blocks, page, num_kv_heads, head_dim)
+    return torch.randn(shape, generator=gen), torch.randn(shape, generator=gen), tables

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.rollout.engine.helpers import paged_kv_case
 from tests.triton_interpreter import INTERPRETED
 
 interpreted = pytest.mark.skipif(not INTERPRETED,
@@ -36,17 +37,7 @@ def make_case(context_lens, num_heads, num_kv_heads, head_dim, page, dtype=torch
               extra_blocks=3, seed=0):
     """Random caches and shuffled, zero-padded block tables for ragged `context_lens`."""
     gen = torch.Generator().manual_seed(seed)
-    need = [-(-c // page) for c in context_lens]
-    num_blocks = sum(need) + 4
-    width = max(need) + extra_blocks
-    perm = torch.randperm(num_blocks, generator=gen)[: sum(need)]
-    tables = torch.zeros(len(context_lens), width, dtype=torch.int32)
-    used = 0
-    for b, n in enumerate(need):
-        tables[b, :n] = perm[used: used + n]
-        used += n
-    shape = (num_blocks, page, num_kv_heads, head_dim)
-    k_cache, v_cache = torch.randn(shape, generator=gen), torch.randn(shape, generator=gen)
+    k_cache, v_cache, tables = paged_kv_case(context_lens, num_kv_heads, head_dim, page, gen, extra_blocks)
     q = torch.randn(len(context_lens), num_heads, head_dim, generator=gen)
     lens = torch.tensor(context_lens, dtype=torch.int32)
     cast = lambda t: t.to(device=device, dtype=dtype)  # noqa: E731

@@ -13,6 +13,7 @@ import torch
 
 from hybridrl.rollout.engine.attention import torch_paged
 from hybridrl.rollout.engine.attention.metadata import AttentionMetadata
+from tests.rollout.engine.helpers import paged_kv_case
 from tests.triton_interpreter import INTERPRETED
 
 interpreted = pytest.mark.skipif(not INTERPRETED,
@@ -45,15 +46,7 @@ def make_prefill_case(context_lens, query_lens, num_heads, num_kv_heads, head_di
                       device="cpu", seed=0):
     """Random caches, shuffled block tables (wider than needed) and the metadata of both attention paths."""
     gen = torch.Generator().manual_seed(seed)
-    need = [-(-c // page) for c in context_lens]
-    num_blocks = sum(need) + 3
-    tables = torch.zeros(len(context_lens), max(need) + 2, dtype=torch.int32)
-    perm, used = torch.randperm(num_blocks, generator=gen), 0
-    for b, n in enumerate(need):
-        tables[b, :n] = perm[used: used + n]
-        used += n
-    shape = (num_blocks, page, num_kv_heads, head_dim)
-    k_cache, v_cache = torch.randn(shape, generator=gen), torch.randn(shape, generator=gen)
+    k_cache, v_cache, tables = paged_kv_case(context_lens, num_kv_heads, head_dim, page, gen)
     q = torch.randn(sum(query_lens), num_heads, head_dim, generator=gen)
     on = lambda t: t.to(device)  # noqa: E731
     meta = AttentionMetadata(
