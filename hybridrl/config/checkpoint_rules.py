@@ -21,12 +21,16 @@ RESUMABLE = ("model", "optimizer", "extra")  # what a resume can read back
 ROLES = {"actor": "actor_rollout_ref.actor.checkpoint", "critic": "critic.checkpoint"}
 
 
+def _sections(cfg: Any) -> list[tuple[str, Any]]:
+    """(dotted prefix, checkpoint section) of the actor and the critic."""
+    return [(ROLES["actor"], cfg.actor_rollout_ref.actor.checkpoint), (ROLES["critic"], cfg.critic.checkpoint)]
+
+
 def checkpoint_content_problems(cfg: Any) -> list[str]:
     """Unknown names (with did-you-mean), empty lists, and save/load lists that cannot resume this run."""
     problems = []
     resumes = cfg.trainer.resume_mode != "disable"
-    for role, prefix in ROLES.items():
-        section = cfg.actor_rollout_ref.actor.checkpoint if role == "actor" else cfg.critic.checkpoint
+    for prefix, section in _sections(cfg):
         save, load = list(section.save_contents), list(section.load_contents)
         found = _name_problems(f"{prefix}.save_contents", save) + _name_problems(f"{prefix}.load_contents", load)
         if found:
@@ -68,8 +72,7 @@ def export_only_notices(cfg: Any) -> list[str]:
     if cfg.trainer.resume_mode == "disable":
         return []
     notices = []
-    for role, prefix in ROLES.items():
-        section = cfg.actor_rollout_ref.actor.checkpoint if role == "actor" else cfg.critic.checkpoint
+    for prefix, section in _sections(cfg):
         load = list(section.load_contents)
         if load and all(name in CONTENTS for name in load) and not any(name in RESUMABLE for name in load):
             notices.append(f"warning: {prefix}.load_contents={load} reads nothing a resume can use (hf_model is an "
