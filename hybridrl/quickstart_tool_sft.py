@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 import random
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -220,20 +220,13 @@ def warm_start(model_dir: str, rows: list[dict[str, Any]], out_dir: str, *, targ
             "call_probability": sample_exact_probability(model, decisions, tokenizer.pad_token_id)}
 
 
-@contextmanager
-def one_cpu_thread() -> Iterator[None]:
+def one_cpu_thread() -> AbstractContextManager[None]:
     """One intra-op thread (unless OMP_NUM_THREADS says otherwise): the 128-wide matmuls gain little from more, and
     a core another process keeps busy stalls every parallel region at its barrier. A warm-start step of 32
     traces took 0.26 s on one thread, 0.16 s on two idle cores, 2 s on two cores one of which was busy."""
-    import torch
+    from hybridrl.distributed.cpu_threads import cpu_threads
 
-    before = torch.get_num_threads()
-    if not os.environ.get("OMP_NUM_THREADS"):
-        torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+    return cpu_threads(1)
 
 
 def train_steps(model: Any, optimizer: Any, batches: Iterator[list[Trace]], steps: int, pad_id: int,

@@ -13,6 +13,7 @@ An explicit OMP_NUM_THREADS in the environment wins.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,11 +38,17 @@ def share_cpu_threads(processes: int) -> None:
 
 
 @contextmanager
-def controller_cpu_threads(processes: int) -> Iterator[None]:
-    """The controller's share while its ranks run (restored afterwards)."""
+def cpu_threads(threads: int) -> Iterator[None]:
+    """`threads` intra-op threads inside (unless OMP_NUM_THREADS says otherwise), the count before restored after."""
     before = torch.get_num_threads()
-    share_cpu_threads(processes)
+    if not os.environ.get("OMP_NUM_THREADS"):
+        torch.set_num_threads(threads)
     try:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def controller_cpu_threads(processes: int) -> contextlib.AbstractContextManager[None]:
+    """The controller's share while its ranks run (restored afterwards)."""
+    return cpu_threads(threads_per_process(int(os.environ.get(PROCESSES_ENV) or processes)))
