@@ -65,15 +65,35 @@ class ActivationOffload(torch.autograd.graph.saved_tensors_hooks):
         self.counts.activation_bytes += tensor.numel() * tensor.element_size()
         if tensor.device.type == "cpu":
             return tensor
-        host = torch.empty(tensor.shape, dtype=tensor.dtype, device="cpu", pin_memory=self.pin_memory)
-        host.copy_(tensor, non_blocking=self.pin_memory)
-        return tensor.device, host
+        return tensor.device, copy_with_strides(tensor, torch.device("cpu"), self.pin_memory)
 
     def _unpack(self, packed: Packed) -> torch.Tensor:
         if isinstance(packed, torch.Tensor):
             return packed
         device, host = packed
-        return host.to(device, non_blocking=self.pin_memory)
+        return copy_with_strides(host, device, self.pin_memory)
+
+
+def copy_with_strides(tensor: torch.Tensor, device: torch.device, asynchronous: bool) -> torch.Tensor:
+    """A copy on `device` with the source's sizes and strides. Compiled (inductor) backward graphs assert the
+    strides of what they saved, e.g. a permuted (B, heads, T) view; a contiguous copy would fail that check.
+    Pinned host memory when `asynchronous` and the copy goes to the CPU."""
+    pin = asynchronous and device.type == "cpu"
+    # An overlapping (expanded) or gapped view cannot be rebuilt densely with its strides: a contiguous copy.
+    strides = tensor.stride() if is_dense_permutation(tensor) else torch.empty(tensor.size(), device="meta").stride()
+    copy = torch.empty_strided(tensor.size(), strides, dtype=tensor.dtype, device=device, pin_memory=pin)
+    return copy.copy_(tensor, non_blocking=asynchronous)
+
+
+def is_dense_permutation(tensor: torch.Tensor) -> bool:
+    """Whether the elements fill a block of memory exactly, in some order of the dimensions (a contiguous tensor,
+    or a permutation / transpose of one)."""
+    expected = 1
+    for stride, size in sorted((st, s) for s, st in zip(tensor.size(), tensor.stride()) if s != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
 
 
 def activation_offload(enabled: bool, device: torch.device) -> ActivationOffload | None:
