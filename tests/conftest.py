@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,26 @@ GSM8K_DIR = SHARED_DIR / "data" / "gsm8k"
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def pytest_configure(config):
+    """A temp directory of the session's own (TMPDIR for its subprocesses too). Rank-log folders that killed
+    controllers leave are swept by the fixtures below when a test ends; a second test session running at the same
+    time (a developer's, a helper's) would sweep this one's folders while a test still reads them. The inductor
+    cache stays where it was, so compiled kernels are reused across sessions."""
+    import getpass
+    import multiprocessing.util
+    import tempfile
+
+    if os.environ.get("HYBRIDRL_TEST_SESSION_TMP"):
+        return  # a pytest subprocess of a session keeps the session's directory
+    shared = tempfile.gettempdir()
+    multiprocessing.util.get_temp_dir()  # multiprocessing's own folder stays in `shared`: it removes it at exit
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(shared, f"torchinductor_{getpass.getuser()}"))
+    session = tempfile.mkdtemp(prefix="hrl-tests-", dir=shared)
+    os.environ["TMPDIR"] = os.environ["HYBRIDRL_TEST_SESSION_TMP"] = session
+    tempfile.tempdir = session
+    config.add_cleanup(lambda: shutil.rmtree(session, ignore_errors=True))
 
 
 def pytest_collection_modifyitems(config, items):
