@@ -43,6 +43,7 @@ def validate_config(cfg: HybridRLConfig, world_size: int = 1) -> None:
         + _log_prob_problems(cfg, world_size)
         + _critic_problems(cfg, world_size)
         + _algorithm_problems(cfg)
+        + _sum_pi_squared_problems(cfg)
         + _sampling_problems(cfg)
         + _trainer_problems(cfg)
         + _ray_init_problems(cfg)
@@ -182,6 +183,28 @@ def _algorithm_problems(cfg: HybridRLConfig) -> list[str]:
         problems.append(f"actor_rollout_ref.actor.optim.lr ({cfg.actor_rollout_ref.actor.optim.lr}) must be >= 0")
     if cfg.actor_rollout_ref.actor.clip_ratio_c <= 1:
         problems.append(f"actor_rollout_ref.actor.clip_ratio_c ({cfg.actor_rollout_ref.actor.clip_ratio_c}) must be > 1")
+    return problems
+
+
+def _sum_pi_squared_problems(cfg: HybridRLConfig) -> list[str]:
+    """The optimal token baseline's W_t sums 1 − 2π + Σπ² over tokens; Σπ² comes from the actor's old-log-prob pass
+    only with calculate_sum_pi_squared (verl asserts the same at its advantage step, after a whole rollout)."""
+    estimator = cfg.algorithm.adv_estimator
+    if not estimator_needs(estimator).sum_pi_squared:
+        return []
+    problems = []
+    if not cfg.actor_rollout_ref.actor.calculate_sum_pi_squared:
+        problems.append(
+            f"algorithm.adv_estimator={estimator} needs actor_rollout_ref.actor.calculate_sum_pi_squared=true (got "
+            "false): its token baseline weighs each token by 1 - 2*pi + sum(pi^2), which the actor's old-log-prob "
+            "forward computes only with that key; add actor_rollout_ref.actor.calculate_sum_pi_squared=True"
+        )
+    if cfg.algorithm.rollout_correction.bypass_mode:
+        problems.append(
+            f"algorithm.adv_estimator={estimator} cannot run with algorithm.rollout_correction.bypass_mode=true: bypass "
+            "mode skips the actor's old-log-prob forward, the one that computes sum(pi^2) for the token baseline; set "
+            "bypass_mode=false (decoupled correction: its IS weights reach the baseline as in verl)"
+        )
     return problems
 
 

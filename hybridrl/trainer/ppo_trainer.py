@@ -299,9 +299,11 @@ class PPOTrainer(checkpointing.CheckpointExtras):
         one mini-batch and no KL in the reward, the update's first forward sees the very weights that would
         compute old log-probs, so it supplies them (detached) and the separate old_log_prob pass is skipped.
         The update then reports actor/entropy, training/rollout_probs_diff_* and rollout_corr/* from that forward
-        (and computes IS weights there; rejection sampling keeps the pass: trainer/correction.py)."""
+        (and computes IS weights there; rejection sampling keeps the pass: trainer/correction.py). Σπ² (the
+        optimal token baseline's, which the advantages read before the update) comes from that pass only."""
         actor, algo = self.cfg.actor_rollout_ref.actor, self.cfg.algorithm
         return (actor.reuse_on_policy_log_prob and actor.ppo_epochs == 1 and not algo.use_kl_in_reward
+                and not actor.calculate_sum_pi_squared
                 and not needs_whole_batch(self.correction)
                 and num_rows <= actor.ppo_mini_batch_size * self.cfg.actor_rollout_ref.rollout.n
                 and self.cfg.trainer.critic_warmup <= self.global_step)
@@ -321,7 +323,8 @@ class PPOTrainer(checkpointing.CheckpointExtras):
             algo.adv_estimator, token_level_rewards=rewards, response_mask=batch["response_mask"],
             index=batch["uid"], values=batch.get("values"), reward_baselines=batch.get("reward_baselines"),
             gamma=algo.gamma, lam=algo.lam, norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo,
-            reward_extra_info=self._last_reward_extra, gdpo_reward_keys=algo.gdpo_reward_keys,
+            old_log_probs=batch.get("old_log_probs"), sum_pi_squared=batch.get("sum_pi_squared"),
+            rollout_is_weights=batch.get("rollout_is_weights"), reward_extra_info=self._last_reward_extra, gdpo_reward_keys=algo.gdpo_reward_keys,
             gdpo_reward_weights=algo.gdpo_reward_weights)
         batch["advantages"], batch["returns"] = advantages, returns
         return batch
