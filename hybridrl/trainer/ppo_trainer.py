@@ -22,8 +22,8 @@ from hybridrl.trainer import checkpointing
 from hybridrl.trainer.guards import nonfinite, run_signals
 from hybridrl.trainer.correction import bypass_old_log_probs, checked_settings, decoupled_correction, needs_whole_batch
 from hybridrl.trainer.batch_sources.dynamic_sampling import DynamicSampler, RoundHooks, pop_reward_extra
-from hybridrl.trainer.metrics import (OLD_LOG_PROBS_FROM_UPDATE, compute_data_metrics, compute_throughput_metrics,
-                                      compute_timing_metrics, record_skipped_phase)
+from hybridrl.trainer.metrics import (OLD_LOG_PROBS_FROM_UPDATE, compute_data_metrics, compute_gradient_variance_metrics,
+                                      compute_throughput_metrics, compute_timing_metrics, record_skipped_phase)
 from hybridrl.trainer.preflight import preflight
 from hybridrl.trainer.setup import build_dataset, build_loader, build_tokenizer, seed_everything, total_training_steps
 from hybridrl.trainer.step_dump import dump_step_rollouts
@@ -215,6 +215,7 @@ class PPOTrainer(checkpointing.CheckpointExtras):
         dump_step_rollouts(self.cfg.trainer.rollout_data_dir, self.tokenizer, self.global_step, batch,
                            self._last_reward_extra)
         metrics.update(compute_data_metrics(batch, self.plan.needs.critic, self.cfg.actor_rollout_ref.rollout.response_length))
+        metrics.update(compute_gradient_variance_metrics(batch, metrics.get("actor/grad_norm")))
         metrics.update(compute_timing_metrics(batch, timings))
         metrics.update(compute_throughput_metrics(batch, timings["step"], self.plan.world_size))
         metrics.update(self._phase_metrics())

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
 import torch
 
 from hybridrl.config import load_config
@@ -91,6 +92,10 @@ def test_optimal_token_baseline_run_with_verls_script_keys(tmp_path, arith_model
     trainer.fit()
     records = lines(out)
     assert all(r["timing_s/old_log_prob"] > 0 and abs(r["actor/pg_loss"]) < float("inf") for r in records)
+    proxies = ("proxy1_signal_strength", "proxy2_total_power", "proxy3_pure_noise", "expected_a_squared", "expected_w")
+    for record in records:  # verl's gradient-variance proxies, logged wherever Σπ² is computed
+        assert all(record[f"variance_proxy/{name}"] >= 0 for name in proxies)
+        assert record["variance_proxy/proxy1_signal_strength"] == pytest.approx(record["actor/grad_norm"] ** 2)
     after = local_worker(trainer).actor.model.state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before)
     assert len(seen) == 2
