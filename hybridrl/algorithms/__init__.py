@@ -33,8 +33,8 @@ from hybridrl.algorithms.kl import (
     kl_penalty,
 )
 from hybridrl.algorithms.logprob import (
-    compute_entropy_from_logits,
     TokenStats,
+    compute_entropy_from_logits,
     logprobs_and_entropy_from_hidden,
     logprobs_from_logits,
     sum_pi_squared_from_logits,

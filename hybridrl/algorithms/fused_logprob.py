@@ -157,4 +157,3 @@ def fused_token_stats(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.
     logprobs, entropy, sum_sq = FusedLinearLogprob.apply(hidden, weight, bias, labels.contiguous(), temperature,
                                                          chunk_size, compute_entropy, compute_sum_pi_squared)
     return logprobs, (entropy if compute_entropy else None), (sum_sq if compute_sum_pi_squared else None)
-

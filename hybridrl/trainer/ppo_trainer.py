@@ -325,8 +325,8 @@ class PPOTrainer(checkpointing.CheckpointExtras):
             index=batch["uid"], values=batch.get("values"), reward_baselines=batch.get("reward_baselines"),
             gamma=algo.gamma, lam=algo.lam, norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo,
             old_log_probs=batch.get("old_log_probs"), sum_pi_squared=batch.get("sum_pi_squared"),
-            rollout_is_weights=batch.get("rollout_is_weights"), reward_extra_info=self._last_reward_extra, gdpo_reward_keys=algo.gdpo_reward_keys,
-            gdpo_reward_weights=algo.gdpo_reward_weights)
+            rollout_is_weights=batch.get("rollout_is_weights"), reward_extra_info=self._last_reward_extra,
+            gdpo_reward_keys=algo.gdpo_reward_keys, gdpo_reward_weights=algo.gdpo_reward_weights)
         batch["advantages"], batch["returns"] = advantages, returns
         return batch
 
