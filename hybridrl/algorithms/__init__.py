@@ -33,9 +33,12 @@ from hybridrl.algorithms.kl import (
     kl_penalty,
 )
 from hybridrl.algorithms.logprob import (
+    TokenStats,
     compute_entropy_from_logits,
     logprobs_and_entropy_from_hidden,
     logprobs_from_logits,
+    sum_pi_squared_from_logits,
+    token_stats_from_hidden,
 )
 from hybridrl.algorithms.loss_settings import ActorLossSettings, PolicyLossSettings
 from hybridrl.algorithms.masked import masked_mean, masked_sum, masked_var, masked_whiten
@@ -81,6 +84,7 @@ __all__ = [
     "PolicyLossSpec",
     "RolloutCorrection",
     "RolloutCorrectionSettings",
+    "TokenStats",
     "agg_loss",
     "apply_kl_penalty",
     "compute_advantage",
@@ -119,4 +123,6 @@ __all__ = [
     "register_adv_est",
     "register_policy_loss",
     "rollout_corr_metrics",
+    "sum_pi_squared_from_logits",
+    "token_stats_from_hidden",
 ]

@@ -14,7 +14,7 @@ from hybridrl.config.index import get_in
 
 GAE_AND_FRIENDS = (
     "gae", "grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "grpo_vectorized", "rloo_vectorized",
-    "opo", "gpg", "grpo_passk", "gdpo",
+    "opo", "gpg", "grpo_passk", "gdpo", "optimal_token_baseline", "tir_optimal_token_baseline",
 )  # fmt: skip
 # verl's loss modes but bypass_mode, which the trainer selects itself with algorithm.rollout_correction.bypass_mode.
 POLICY_LOSS_MODES = (
@@ -54,8 +54,7 @@ NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
     "actor_rollout_ref.actor.policy_loss.loss_mode": (POLICY_LOSS_MODES, f"this policy loss is {_LATER}; use one of "
                                                       f"{', '.join(POLICY_LOSS_MODES)}, or register yours (docs/config.md); bypass_mode is "
                                                       "selected by algorithm.rollout_correction.bypass_mode=true"),
-    "algorithm.adv_estimator": (GAE_AND_FRIENDS, f"this advantage estimator is {_LATER} (optimal_token_baseline and "
-                                "tir_optimal_token_baseline wait for sum(pi^2) from the actor); use one of "
+    "algorithm.adv_estimator": (GAE_AND_FRIENDS, f"this advantage estimator is {_LATER}; use one of "
                                 f"{', '.join(GAE_AND_FRIENDS)}, or register yours (docs/config.md)"),
     "actor_rollout_ref.rollout.pipeline_model_parallel_size": ((1,), f"pipeline-parallel rollout is {_LATER}; use 1"),
     "actor_rollout_ref.rollout.data_parallel_size": ((1,), "engine-internal data parallelism is not used: every device runs a replica"),
@@ -75,8 +74,6 @@ NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
     "trainer.default_hdfs_dir": ((None,), f"HDFS checkpoint mirroring is {_LATER}"),
     "transfer_queue.enable": ((False,), f"the transfer queue is {_LATER}"),
     "critic.model.lora_rank": ((0,), "LoRA arrives in a later hybridrl release; use lora_rank=0 (full fine-tuning)"),
-    "actor_rollout_ref.actor.use_prefix_grouper": ((False,), f"sharing a group's prompt prefix in the training forward is {_LATER}"),
-    "actor_rollout_ref.actor.calculate_sum_pi_squared": ((False,), f"sum(pi^2) per token (optimal-token baseline) is {_LATER}"),
     "actor_rollout_ref.rollout.prometheus.enable": ((False,), f"Prometheus export is {_LATER}; engine statistics are the "
                                                               "rollout/* metrics of every step"),
     "actor_rollout_ref.rollout.enable_rollout_routing_replay": ((False,), f"MoE routing replay is {_LATER}"),

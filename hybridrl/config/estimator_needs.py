@@ -15,9 +15,11 @@ class EstimatorNeeds:
     critic: bool = False  # `values` from a critic: GAE (Schulman et al. 2016)
     greedy_baseline: bool = False  # the reward of one greedy response per prompt: ReMax (Li et al. 2023)
     groups: bool = False  # several responses per prompt, compared within their uid: GRPO, RLOO, ...
+    sum_pi_squared: bool = False  # Σπ² per token from the actor's old-log-prob pass: the optimal token baseline
 
 
 _GROUPED = EstimatorNeeds(groups=True)
+_TOKEN_BASELINE = EstimatorNeeds(groups=True, sum_pi_squared=True)
 ESTIMATOR_NEEDS: dict[str, EstimatorNeeds] = {
     "gae": EstimatorNeeds(critic=True),
     "grpo": _GROUPED,
@@ -31,8 +33,8 @@ ESTIMATOR_NEEDS: dict[str, EstimatorNeeds] = {
     "gpg": _GROUPED,
     "grpo_passk": _GROUPED,
     "gdpo": _GROUPED,
-    "optimal_token_baseline": _GROUPED,  # also sum(pi^2) from the actor (refused by the config until it has it)
-    "tir_optimal_token_baseline": _GROUPED,
+    "optimal_token_baseline": _TOKEN_BASELINE,
+    "tir_optimal_token_baseline": _TOKEN_BASELINE,
 }
 
 

@@ -162,8 +162,21 @@ def _rank(path: str, keys: list[str]) -> list[str]:
     return sorted(keys, key=lambda key: -_similarity(path, key))
 
 
+# Keys that verl scripts set although verl's own config has no such key (its Hydra refuses them as "not in
+# struct"): what to use instead.
+NOT_VERL_KEYS = {
+    "actor_rollout_ref.model.torch_dtype": (
+        "verl's config has no such key either (verl's January-2026 CISPO example sets it, which verl's Hydra "
+        "refuses as not in struct; the August tree dropped it): the actor computes in "
+        "actor_rollout_ref.actor.fsdp_config.dtype (bfloat16 by default) over fp32 master weights "
+        "(fsdp_config.model_dtype); remove the key"),
+}
+
+
 def unknown_key_message(path: str) -> str:
     """`unknown config key 'x'; did you mean 'y'?` (or a pointer to print-config when nothing is close)."""
+    if path in NOT_VERL_KEYS:
+        return f"unknown config key '{path}': {NOT_VERL_KEYS[path]}"
     suggestions = suggest_keys(path)
     if not suggestions:
         return f"unknown config key '{path}'; run `python -m hybridrl.config.cli --docs` to list every key"

@@ -15,6 +15,8 @@ SINGLETON_ADVANTAGE = {
     "rloo_vectorized": "every advantage is 0 (verl's vectorized RLOO zeroes groups of one): nothing is learned",
     "reinforce_plus_plus_baseline": "the baseline is 0, so advantages are the scores whitened over the batch "
                                     "(REINFORCE++ without a group baseline)",
+    **{name: "each advantage is the response's reward-to-go (a group of one gets token baseline 0)"
+       for name in ("optimal_token_baseline", "tir_optimal_token_baseline")},
 }
 
 
@@ -32,6 +34,10 @@ def config_notices(cfg: HybridRLConfig) -> list[str]:
         notices.append(f"actor_rollout_ref.rollout.sglang_rollout_mode={cfg.actor_rollout_ref.rollout.sglang_rollout_mode}"
                        " has no effect (verl does not read it either): hybridrl's engine runs in the trainer's processes"
                        ", so actor_rollout_ref.rollout.server.* have no effect too")
+    if cfg.actor_rollout_ref.actor.use_prefix_grouper:
+        notices.append("actor_rollout_ref.actor.use_prefix_grouper=true: hybridrl's training forward computes each "
+                       "sequence whole, prompt included: the same log-probs and gradients as verl's PrefixGrouper, "
+                       "without its shared-prefix speed-up")
     return (notices + _profiler_notices(cfg) + _sampling_notices(cfg) + _validation_notices(cfg)
             + export_only_notices(cfg))
 

@@ -71,7 +71,10 @@ class ActorConfig:
     entropy_coeff: float = setting(0.0, "Entropy bonus coefficient.")
     calculate_entropy: bool = setting(False, "Compute entropy even when entropy_coeff is 0; always on here (actor/entropy is logged every step).")
     use_kl_loss: bool = setting(False, "Add a KL-to-reference loss (GRPO style); needs the ref model.")
-    use_prefix_grouper: bool = setting(False, "Share prompt prefixes across a group in the forward pass.")
+    use_prefix_grouper: bool = setting(
+        False, "verl's PrefixGrouper (a GRPO group's shared prompt encoded once in the training forward): accepted; "
+        "hybridrl's training forward computes each sequence whole, with identical log-probs and gradients and "
+        "without the shared-prefix speed-up.")
     use_torch_compile: bool = setting(
         True, "torch.compile each decoder layer in place (regional; CUDA only, CPU stays eager): fuses norms, RoPE, "
         "SiLU-mul and residual adds in forward and backward; the first steps include compilation. With "
@@ -95,8 +98,13 @@ class ActorConfig:
     use_fused_kernels: bool = setting(
         False, "See model.use_fused_kernels.", ref="${oc.select:actor_rollout_ref.model.use_fused_kernels,false}"
     )
-    calculate_sum_pi_squared: bool = setting(False, "Compute sum(pi^2) per token (optimal-token-baseline).")
-    sum_pi_squared_checkpointing: bool = setting(False, "Recompute sum(pi^2) in backward.")
+    calculate_sum_pi_squared: bool = setting(
+        False, "Compute sum_v pi(v)^2 per response token (under logits / temperature) in the old-log-prob forward, "
+        "batch key sum_pi_squared; adv_estimator=optimal_token_baseline / tir_optimal_token_baseline need it. "
+        "It keeps that forward running (no reuse_on_policy_log_prob shortcut): the advantages read it.")
+    sum_pi_squared_checkpointing: bool = setting(
+        False, "Recompute sum(pi^2) in backward (verl); no effect here: it comes from the no-grad old-log-prob "
+        "forward, one chunk of logits at a time.")
     router_replay: RouterReplayConfig = section(RouterReplayConfig, "MoE router replay.")
     optim: OptimConfig = section(OptimConfig, "Actor optimizer.")
     fsdp_config: FsdpConfig = section(FsdpConfig, "Actor FSDP settings.")

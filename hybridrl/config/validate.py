@@ -43,6 +43,8 @@ def validate_config(cfg: HybridRLConfig, world_size: int = 1) -> None:
         + _log_prob_problems(cfg, world_size)
         + _critic_problems(cfg, world_size)
         + _algorithm_problems(cfg)
+        + _sum_pi_squared_problems(cfg)
+        + _prefix_grouper_problems(cfg, world_size)
         + _sampling_problems(cfg)
         + _trainer_problems(cfg)
         + _ray_init_problems(cfg)
@@ -183,6 +185,41 @@ def _algorithm_problems(cfg: HybridRLConfig) -> list[str]:
     if cfg.actor_rollout_ref.actor.clip_ratio_c <= 1:
         problems.append(f"actor_rollout_ref.actor.clip_ratio_c ({cfg.actor_rollout_ref.actor.clip_ratio_c}) must be > 1")
     return problems
+
+
+def _sum_pi_squared_problems(cfg: HybridRLConfig) -> list[str]:
+    """The optimal token baseline's W_t sums 1 − 2π + Σπ² over tokens; Σπ² comes from the actor's old-log-prob pass
+    only with calculate_sum_pi_squared (verl asserts the same at its advantage step, after a whole rollout)."""
+    estimator = cfg.algorithm.adv_estimator
+    if not estimator_needs(estimator).sum_pi_squared:
+        return []
+    problems = []
+    if not cfg.actor_rollout_ref.actor.calculate_sum_pi_squared:
+        problems.append(
+            f"algorithm.adv_estimator={estimator} needs actor_rollout_ref.actor.calculate_sum_pi_squared=true (got "
+            "false): its token baseline weighs each token by 1 - 2*pi + sum(pi^2), which the actor's old-log-prob "
+            "forward computes only with that key; add actor_rollout_ref.actor.calculate_sum_pi_squared=True"
+        )
+    if cfg.algorithm.rollout_correction.bypass_mode:
+        problems.append(
+            f"algorithm.adv_estimator={estimator} cannot run with algorithm.rollout_correction.bypass_mode=true: bypass "
+            "mode skips the actor's old-log-prob forward, the one that computes sum(pi^2) for the token baseline; set "
+            "bypass_mode=false (decoupled correction: its IS weights reach the baseline as in verl)"
+        )
+    return problems
+
+
+def _prefix_grouper_problems(cfg: HybridRLConfig, world_size: int) -> list[str]:
+    """verl's PrefixGrouper balances whole uid groups across the data-parallel ranks under trainer.balance_batch and
+    stops at the first step when the groups do not divide evenly (ray_trainer._balance_batch); hybridrl stops here."""
+    groups = cfg.data.train_batch_size
+    if not (cfg.actor_rollout_ref.actor.use_prefix_grouper and cfg.trainer.balance_batch) or groups % world_size == 0:
+        return []
+    return [f"actor_rollout_ref.actor.use_prefix_grouper=true with trainer.balance_batch=true needs the prompt groups "
+            f"of a step (data.train_batch_size={groups}) to divide evenly over the {world_size} actor ranks, as in "
+            "verl (which keeps each group on one rank); make data.train_batch_size a multiple of "
+            f"{world_size}, or set trainer.balance_batch=false or use_prefix_grouper=false (hybridrl's forward "
+            "computes each sequence whole either way)"]
 
 
 def _sampling_problems(cfg: HybridRLConfig) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from hybridrl.algorithms.variance_proxy import compute_variance_proxy_metrics
 from hybridrl.logging.log import get_logger
 from hybridrl.trainer.guards.nonfinite import nonfinite_batch_metrics
 from hybridrl.utils.batch import Batch
@@ -45,6 +46,15 @@ def compute_data_metrics(batch: Batch, use_critic: bool, max_response_length: in
     metrics["prompt_length/clip_ratio"] = (prompt_length == batch["prompts"].shape[1]).float().mean().item()
     metrics["response/aborted_ratio"] = (response_length == 0).float().mean().item()
     return metrics
+
+
+def compute_gradient_variance_metrics(batch: Batch, gradient_norm: float | None) -> dict[str, float]:
+    """verl's `variance_proxy/*` (algorithms/variance_proxy.py) for a batch that carries Σπ² per token
+    (actor.calculate_sum_pi_squared), whatever the estimator; nothing otherwise."""
+    if "sum_pi_squared" not in batch or "old_log_probs" not in batch:
+        return {}
+    return compute_variance_proxy_metrics(batch["advantages"], batch["response_mask"], batch["old_log_probs"],
+                                          batch["sum_pi_squared"], batch.get("rollout_is_weights"), gradient_norm)
 
 
 # Phases whose per-token time is divided by generated tokens; the others by all tokens (verl).

@@ -22,8 +22,8 @@ from hybridrl.trainer import checkpointing
 from hybridrl.trainer.guards import nonfinite, run_signals
 from hybridrl.trainer.correction import bypass_old_log_probs, checked_settings, decoupled_correction, needs_whole_batch
 from hybridrl.trainer.batch_sources.dynamic_sampling import DynamicSampler, RoundHooks, pop_reward_extra
-from hybridrl.trainer.metrics import (OLD_LOG_PROBS_FROM_UPDATE, compute_data_metrics, compute_throughput_metrics,
-                                      compute_timing_metrics, record_skipped_phase)
+from hybridrl.trainer.metrics import (OLD_LOG_PROBS_FROM_UPDATE, compute_data_metrics, compute_gradient_variance_metrics,
+                                      compute_throughput_metrics, compute_timing_metrics, record_skipped_phase)
 from hybridrl.trainer.preflight import preflight
 from hybridrl.trainer.setup import build_dataset, build_loader, build_tokenizer, seed_everything, total_training_steps
 from hybridrl.trainer.step_dump import dump_step_rollouts
@@ -215,6 +215,7 @@ class PPOTrainer(checkpointing.CheckpointExtras):
         dump_step_rollouts(self.cfg.trainer.rollout_data_dir, self.tokenizer, self.global_step, batch,
                            self._last_reward_extra)
         metrics.update(compute_data_metrics(batch, self.plan.needs.critic, self.cfg.actor_rollout_ref.rollout.response_length))
+        metrics.update(compute_gradient_variance_metrics(batch, metrics.get("actor/grad_norm")))
         metrics.update(compute_timing_metrics(batch, timings))
         metrics.update(compute_throughput_metrics(batch, timings["step"], self.plan.world_size))
         metrics.update(self._phase_metrics())
@@ -299,9 +300,11 @@ class PPOTrainer(checkpointing.CheckpointExtras):
         one mini-batch and no KL in the reward, the update's first forward sees the very weights that would
         compute old log-probs, so it supplies them (detached) and the separate old_log_prob pass is skipped.
         The update then reports actor/entropy, training/rollout_probs_diff_* and rollout_corr/* from that forward
-        (and computes IS weights there; rejection sampling keeps the pass: trainer/correction.py)."""
+        (and computes IS weights there; rejection sampling keeps the pass: trainer/correction.py). Σπ² (the
+        optimal token baseline's, which the advantages read before the update) comes from that pass only."""
         actor, algo = self.cfg.actor_rollout_ref.actor, self.cfg.algorithm
         return (actor.reuse_on_policy_log_prob and actor.ppo_epochs == 1 and not algo.use_kl_in_reward
+                and not actor.calculate_sum_pi_squared
                 and not needs_whole_batch(self.correction)
                 and num_rows <= actor.ppo_mini_batch_size * self.cfg.actor_rollout_ref.rollout.n
                 and self.cfg.trainer.critic_warmup <= self.global_step)
@@ -321,8 +324,9 @@ class PPOTrainer(checkpointing.CheckpointExtras):
             algo.adv_estimator, token_level_rewards=rewards, response_mask=batch["response_mask"],
             index=batch["uid"], values=batch.get("values"), reward_baselines=batch.get("reward_baselines"),
             gamma=algo.gamma, lam=algo.lam, norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo,
-            reward_extra_info=self._last_reward_extra, gdpo_reward_keys=algo.gdpo_reward_keys,
-            gdpo_reward_weights=algo.gdpo_reward_weights)
+            old_log_probs=batch.get("old_log_probs"), sum_pi_squared=batch.get("sum_pi_squared"),
+            rollout_is_weights=batch.get("rollout_is_weights"), reward_extra_info=self._last_reward_extra,
+            gdpo_reward_keys=algo.gdpo_reward_keys, gdpo_reward_weights=algo.gdpo_reward_weights)
         batch["advantages"], batch["returns"] = advantages, returns
         return batch
 

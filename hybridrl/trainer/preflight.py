@@ -44,7 +44,8 @@ def describe_registered_estimator(name: str) -> None:
     spec = registered_spec(name)
     if spec is not None:
         add_estimator_needs(name, EstimatorNeeds(critic=spec.needs_critic, greedy_baseline=spec.needs_greedy_baseline,
-                                                 groups=spec.needs_groups))
+                                                 groups=spec.needs_groups,
+                                                 sum_pi_squared=spec.needs_sum_pi_squared))
 
 
 def configured_launcher_or_local(cfg: HybridRLConfig) -> str:

@@ -17,7 +17,7 @@ from hybridrl.config.schema import HybridRLConfig
 from hybridrl.models.hf import load_causal_lm
 from hybridrl.utils.batch import Batch
 from hybridrl.utils.nsight import nvtx_range
-from hybridrl.workers.forward import batched_log_probs, response_log_probs
+from hybridrl.workers.forward import batched_response_stats, response_log_probs
 from hybridrl.workers.loss_scope import MicroBatchWeights
 from hybridrl.workers.micro_batches import MicroBatchPlan
 from hybridrl.workers.nonfinite import NonFiniteTrace, SkippedSteps
@@ -58,13 +58,21 @@ class ActorWorker(TrainState):
 
     # ------------------------------------------------------------ log-probs
     def compute_log_prob(self, batch: Batch) -> Batch:
-        """old_log_probs (B, R) and entropys (B, R) with the current policy."""
+        """old_log_probs (B, R) and entropys (B, R) with the current policy, and sum_pi_squared (B, R), Σ_v π(v)²
+        of each token's distribution under logits / temperature, with actor.calculate_sum_pi_squared (verl's
+        compute_log_prob output for the optimal token baseline)."""
         self.model.eval()
+        with_sum_pi_squared = self.actor_cfg.calculate_sum_pi_squared
         with self.offloader.for_compute(), self.parallel.autocast():
             micro_batches = self.log_prob_plan.split(batch.to(self.device), self.parallel.max_over_ranks)
-            log_probs, entropy = batched_log_probs(self.model, micro_batches, batch.meta["temperature"],
-                                                   compute_entropy=True, remove_padding=self.remove_padding)
-        return Batch({"old_log_probs": log_probs.cpu(), "entropys": entropy.cpu()})
+            stats = batched_response_stats(self.model, micro_batches, batch.meta["temperature"], compute_entropy=True,
+                                           compute_sum_pi_squared=with_sum_pi_squared,
+                                           remove_padding=self.remove_padding)
+        assert stats.entropy is not None
+        out = Batch({"old_log_probs": stats.log_probs.cpu(), "entropys": stats.entropy.cpu()})
+        if stats.sum_pi_squared is not None:
+            out["sum_pi_squared"] = stats.sum_pi_squared.cpu()
+        return out
 
     # --------------------------------------------------------------- update
     def update_actor(self, batch: Batch) -> dict[str, float]:

@@ -3,16 +3,18 @@
 Log-probs are computed on response positions only: the body's hidden states at positions
 `P-1 .. P+R-2` predict response tokens `0 .. R-1` (verl's `[:, -R-1:-1]` shift), logits are divided by
 the rollout temperature, and the LM head is applied chunk by chunk so the fp32 logits of a whole
-micro-batch (B·R × vocab) are never materialised at once.
+micro-batch (B·R × vocab) are never materialised at once. The same chunks give the entropy and, when asked
+(`actor.calculate_sum_pi_squared`, for the optimal token baseline), Σ_v π(v)² per token.
 """
 
 from __future__ import annotations
 
 import types
+from dataclasses import dataclass
 
 import torch
 
-from hybridrl.algorithms import logprobs_and_entropy_from_hidden
+from hybridrl.algorithms import token_stats_from_hidden
 from hybridrl.models.hf import decoder_of, unwrap_peft
 from hybridrl.utils.batch import Batch
 from hybridrl.workers.micro_batches import MicroBatches
@@ -31,9 +33,25 @@ def _body_hidden(model: torch.nn.Module, batch: Batch | dict[str, torch.Tensor])
     return out.last_hidden_state
 
 
+@dataclass(frozen=True)
+class ResponseStats:
+    """Per response token `(B, R)`: log-probs, and entropies and Σπ² where asked for (else None)."""
+
+    log_probs: torch.Tensor
+    entropy: torch.Tensor | None = None
+    sum_pi_squared: torch.Tensor | None = None
+
+
 def response_log_probs(model: torch.nn.Module, batch: Batch, temperature: float, compute_entropy: bool,
                        remove_padding: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(log_probs (B, R), entropy (B, R) or None) of `batch["responses"]` under `model`.
+    """(log_probs (B, R), entropy (B, R) or None) of `batch["responses"]` under `model` (`response_stats`)."""
+    stats = response_stats(model, batch, temperature, compute_entropy, remove_padding=remove_padding)
+    return stats.log_probs, stats.entropy
+
+
+def response_stats(model: torch.nn.Module, batch: Batch, temperature: float, compute_entropy: bool,
+                   compute_sum_pi_squared: bool = False, remove_padding: bool = False) -> ResponseStats:
+    """Log-probs, entropies and Σπ² `(B, R)` of `batch["responses"]` under `model`.
 
     `remove_padding`: the forward sees only the columns that hold a token of some row, rows aligned left
     with no attention mask where they allow it (padding.py); the dropped response columns come back as zeros.
@@ -44,12 +62,12 @@ def response_log_probs(model: torch.nn.Module, batch: Batch, temperature: float,
         tensors, layout = drop_padding(tensors, batch["attention_mask"], batch["response_mask"])
     columns = layout.response_columns() if layout is not None else None
     args = (tensors["input_ids"], tensors["attention_mask"], tensors["position_ids"], tensors["responses"],
-            temperature, compute_entropy, columns)
+            temperature, compute_entropy, columns, compute_sum_pi_squared)
     fsdp_forward = getattr(model, FSDP_LOG_PROB_METHOD, None)
-    log_probs, entropy = fsdp_forward(*args) if fsdp_forward is not None else _response_log_probs(model, *args)
+    outputs = fsdp_forward(*args) if fsdp_forward is not None else _response_log_probs(model, *args)
     if layout is not None:
-        log_probs, entropy = pad_responses(log_probs, layout), pad_responses(entropy, layout)
-    return log_probs, entropy
+        outputs = tuple(pad_responses(values, layout) for values in outputs)
+    return ResponseStats(*outputs)
 
 
 def drop_padding(tensors: dict[str, torch.Tensor], attention_mask: torch.Tensor, response_mask: torch.Tensor
@@ -76,28 +94,28 @@ def enable_fsdp_log_prob_forward(model: torch.nn.Module) -> None:
     register_fsdp_forward_method(model, FSDP_LOG_PROB_METHOD)
 
 
-def _fsdp_response_log_probs(*args) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _fsdp_response_log_probs(*args) -> tuple[torch.Tensor | None, ...]:
     # Fresh tensors, not views: FSDP hooks backward on the outputs, which an in-place op on a view would drop.
-    log_probs, entropy = _response_log_probs(*args)
-    return log_probs.clone(), (entropy.clone() if entropy is not None else None)
+    return tuple(values.clone() if values is not None else None for values in _response_log_probs(*args))
 
 
 def _response_log_probs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
                         position_ids: torch.Tensor, responses: torch.Tensor, temperature: float,
-                        compute_entropy: bool, response_columns: torch.Tensor | None = None
-                        ) -> tuple[torch.Tensor, torch.Tensor | None]:
+                        compute_entropy: bool, response_columns: torch.Tensor | None = None,
+                        compute_sum_pi_squared: bool = False) -> tuple[torch.Tensor | None, ...]:
+    """(log-probs, entropy or None, Σπ² or None), each (B, R): a tuple, whose tensors FSDP's hooks can see."""
     num_rows, response_len = responses.shape
     hidden = _body_hidden(model, {"input_ids": input_ids, "attention_mask": attention_mask,
                                   "position_ids": position_ids})
     hidden = _response_positions(hidden, response_len, response_columns)
     head = unwrap_peft(model).get_output_embeddings()
-    log_probs, entropy = logprobs_and_entropy_from_hidden(
+    stats = token_stats_from_hidden(
         hidden.reshape(num_rows * response_len, -1), head.weight, responses.reshape(-1),
         temperature=temperature, chunk_size=log_prob_chunk_rows(hidden, head.weight.shape[0]),
-        compute_entropy=compute_entropy,
+        compute_entropy=compute_entropy, compute_sum_pi_squared=compute_sum_pi_squared,
         lm_head_bias=getattr(head, "bias", None))
-    entropy = entropy.view(num_rows, response_len) if entropy is not None else None
-    return log_probs.view(num_rows, response_len), entropy
+    return tuple(values.view(num_rows, response_len) if values is not None else None
+                 for values in (stats.log_probs, stats.entropy, stats.sum_pi_squared))
 
 
 def _response_positions(outputs: torch.Tensor, response_len: int, columns: torch.Tensor | None) -> torch.Tensor:
@@ -141,11 +159,24 @@ def response_values(critic: torch.nn.Module, batch: Batch, remove_padding: bool 
 def batched_log_probs(model: torch.nn.Module, micro_batches: MicroBatches, temperature: float,
                       compute_entropy: bool, remove_padding: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`response_log_probs` (fp32) over the micro-batches, in the row order of the batch they came from."""
-    log_probs, entropies = [], []
-    for micro in micro_batches.parts:
-        lp, ent = response_log_probs(model, micro, temperature, compute_entropy, remove_padding)
-        log_probs.append(lp.float())
-        if ent is not None:
-            entropies.append(ent.float())
-    entropy = micro_batches.restore(torch.cat(entropies)) if compute_entropy else None
-    return micro_batches.restore(torch.cat(log_probs)), entropy
+    stats = batched_response_stats(model, micro_batches, temperature, compute_entropy, remove_padding=remove_padding)
+    return stats.log_probs, stats.entropy
+
+
+@torch.no_grad()
+def batched_response_stats(model: torch.nn.Module, micro_batches: MicroBatches, temperature: float,
+                           compute_entropy: bool, compute_sum_pi_squared: bool = False,
+                           remove_padding: bool = False) -> ResponseStats:
+    """`response_stats` (fp32) over the micro-batches, in the row order of the batch they came from."""
+    parts = [response_stats(model, micro, temperature, compute_entropy, compute_sum_pi_squared, remove_padding)
+             for micro in micro_batches.parts]
+
+    def joined(values: list[torch.Tensor | None]) -> torch.Tensor | None:
+        if values[0] is None:
+            return None
+        return micro_batches.restore(torch.cat([v.float() for v in values if v is not None]))
+
+    log_probs = joined([part.log_probs for part in parts])
+    assert log_probs is not None
+    return ResponseStats(log_probs, joined([part.entropy for part in parts]),
+                         joined([part.sum_pi_squared for part in parts]))

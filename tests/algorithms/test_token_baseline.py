@@ -12,6 +12,8 @@ from hybridrl.algorithms import (
     compute_advantage,
     compute_multi_turn_optimal_token_baseline_advantage,
     compute_optimal_token_baseline_advantage,
+    logprobs_from_logits,
+    sum_pi_squared_from_logits,
 )
 
 
@@ -87,3 +89,22 @@ def test_dispatcher_asks_for_the_actor_statistics():
     advantages, _ = compute_advantage("optimal_token_baseline", **options, old_log_probs=OLD_LOG_PROBS,
                                       sum_pi_squared=SUM_PI_SQUARED)
     assert math.isclose(advantages[0, 0].item(), 1 - 7 / 3, rel_tol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["optimal_token_baseline", "tir_optimal_token_baseline"])
+def test_registry_runs_otb_on_the_statistics_of_logits(name):
+    """π and Σπ² taken from logits as the actor's forward takes them: logits (0, ln 3) give p = (1/4, 3/4) and
+    Σπ² = 1/16 + 9/16 = 5/8. Row 0 sampled token 1 (π = 3/4, w = 1 − 3/2 + 5/8 = 1/8, reward 1), row 1 token 0
+    (π = 1/4, w = 1 − 1/2 + 5/8 = 9/8, reward 0): B = (1 · 1/8) / (1/8 + 9/8) = 1/10. IS weights (1, 2) scale
+    row 1's w by 4: B = (1/8) / (1/8 + 9/2) = 1/37."""
+    logits = torch.tensor([[[0.0, math.log(3)]], [[0.0, math.log(3)]]])  # (B=2, T=1, V=2)
+    labels = torch.tensor([[1], [0]])
+    old_log_probs = logprobs_from_logits(logits, labels)
+    sum_pi_squared = sum_pi_squared_from_logits(logits)
+    torch.testing.assert_close(sum_pi_squared, torch.full((2, 1), 0.625))
+    options = dict(token_level_rewards=torch.tensor([[1.0], [0.0]]), response_mask=torch.ones(2, 1),
+                   index=["g", "g"], old_log_probs=old_log_probs, sum_pi_squared=sum_pi_squared)
+    advantages, _ = compute_advantage(name, **options)
+    torch.testing.assert_close(advantages, torch.tensor([[0.9], [-0.1]]))
+    weighted, _ = compute_advantage(name, **options, rollout_is_weights=torch.tensor([[1.0], [2.0]]))
+    torch.testing.assert_close(weighted, torch.tensor([[36 / 37], [-1 / 37]]))

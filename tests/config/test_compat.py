@@ -85,13 +85,12 @@ def test_v04_sync_mode_and_fsdp_strategy_accepted():
     [
         ("critic.model.lora_rank=8", "LoRA arrives in a later hybridrl release"),
         ("actor_rollout_ref.actor.strategy=megatron", "Megatron, TorchTitan, VeOmni and fsdp_turbo engines are not implemented"),
-        ("algorithm.adv_estimator=optimal_token_baseline", "wait for sum(pi^2) from the actor"),
+        ("algorithm.adv_estimator=reinforce", "this advantage estimator is not implemented in hybridrl yet; use one of"),
         ("actor_rollout_ref.actor.policy_loss.loss_mode=bypass_mode", "this policy loss is not implemented"),
         ("trainer.esi_redundant_time=10", "ESI"),
         ("actor_rollout_ref.model.use_liger=true", "Liger kernels are not implemented"),
         ("critic.model.fsdp_config.wrap_policy.min_num_params=1000", "size-based FSDP wrapping is not implemented"),
         ("actor_rollout_ref.actor.fsdp_config.full_determinism=true", "full_determinism) are not implemented"),
-        ("actor_rollout_ref.actor.use_prefix_grouper=true", "prompt prefix in the training forward is not implemented"),
         ("reward_model.enable_resource_pool=true", "give it its own devices with reward_model.device_ids"),
     ],
 )
@@ -151,7 +150,8 @@ def test_verls_policy_losses_are_accepted(loss_mode):
     assert cfg.actor_rollout_ref.actor.policy_loss.loss_mode == loss_mode
 
 
-@pytest.mark.parametrize("estimator", ["opo", "gpg", "grpo_passk", "gdpo"])
+@pytest.mark.parametrize("estimator", ["opo", "gpg", "grpo_passk", "gdpo", "optimal_token_baseline",
+                                       "tir_optimal_token_baseline"])
 def test_verls_estimators_are_accepted(estimator):
     assert load_config([f"algorithm.adv_estimator={estimator}"]).algorithm.adv_estimator == estimator
 

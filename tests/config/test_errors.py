@@ -26,6 +26,15 @@ def test_unknown_key_without_close_match_points_at_docs():
         load_config(["zzz=1"])
 
 
+def test_a_key_verl_lacks_too_says_so_and_what_sets_the_dtype():
+    """verl's January CISPO example sets model.torch_dtype, which verl's Hydra refuses too (not in struct)."""
+    with pytest.raises(ConfigError) as err:
+        load_config(["actor_rollout_ref.model.torch_dtype=bfloat16"])
+    message = str(err.value)
+    assert message.startswith("unknown config key 'actor_rollout_ref.model.torch_dtype': verl's config has no such key")
+    assert "actor_rollout_ref.actor.fsdp_config.dtype" in message and "remove the key" in message
+
+
 def test_unknown_key_also_caught_with_plus():
     with pytest.raises(ConfigError, match="unknown config key 'trainer.n_gpus'; did you mean 'trainer.n_gpus_per_node'"):
         load_config(["+trainer.n_gpus=1"])

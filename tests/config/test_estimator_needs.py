@@ -17,7 +17,7 @@ def test_the_table_agrees_with_what_each_estimator_checks_for():
     for name, spec in ADVANTAGE_ESTIMATORS.items():
         needs = ESTIMATOR_NEEDS[name]
         for flag, stated in (("needs_critic", needs.critic), ("needs_greedy_baseline", needs.greedy_baseline),
-                             ("needs_groups", needs.groups)):
+                             ("needs_groups", needs.groups), ("needs_sum_pi_squared", needs.sum_pi_squared)):
             if hasattr(spec, flag):
                 assert getattr(spec, flag) == stated, (name, flag)
 

@@ -115,6 +115,39 @@ def test_group_estimators_with_one_response_run_as_verl_with_a_warning(estimator
     assert not [r for r in caplog.records if r.levelno == logging.WARNING]
 
 
+OTB = ["actor_rollout_ref.actor.calculate_sum_pi_squared=true"]
+
+
+@pytest.mark.parametrize("estimator", ["optimal_token_baseline", "tir_optimal_token_baseline"])
+def test_token_baseline_needs_sum_pi_squared_from_the_actor(estimator):
+    validate_config(load_config(GRPO + OTB + [f"algorithm.adv_estimator={estimator}"]), world_size=8)
+    assert (f"algorithm.adv_estimator={estimator} needs actor_rollout_ref.actor.calculate_sum_pi_squared=true (got "
+            "false)") in problems([f"algorithm.adv_estimator={estimator}"])
+    bypass = problems(OTB + [f"algorithm.adv_estimator={estimator}", "algorithm.rollout_correction.bypass_mode=true"])
+    assert "algorithm.rollout_correction.bypass_mode=true: bypass mode skips the actor's old-log-prob forward" in bypass
+    assert "set bypass_mode=false" in bypass and "calculate_sum_pi_squared" not in bypass
+    validate_config(load_config(GRPO + OTB), world_size=8)  # Σπ² without OTB: computed, read by nothing else
+
+
+def test_token_baseline_with_one_response_runs_with_a_warning(caplog):
+    with caplog.at_level(logging.WARNING, logger="hybridrl"):
+        load_config(GRPO + OTB + ["actor_rollout_ref.rollout.n=1", "algorithm.adv_estimator=optimal_token_baseline"])
+    assert any("each advantage is the response's reward-to-go" in r.getMessage() for r in caplog.records)
+
+
+def test_prefix_grouper_with_balancing_needs_whole_groups_per_rank():
+    """verl (ray_trainer._balance_batch) puts each uid group on one rank and stops when they do not divide evenly."""
+    grouper = ["actor_rollout_ref.actor.use_prefix_grouper=true", "data.train_batch_size=4",
+               "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=8",
+               "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4"]
+    message = problems(grouper, world_size=8)  # 32 rows over 8 ranks, but 4 groups
+    assert ("actor_rollout_ref.actor.use_prefix_grouper=true with trainer.balance_batch=true needs the prompt groups of "
+            "a step (data.train_batch_size=4) to divide evenly over the 8 actor ranks") in message
+    assert "make data.train_batch_size a multiple of 8" in message
+    validate_config(load_config(GRPO + grouper + ["trainer.balance_batch=false"]), world_size=8)
+    validate_config(load_config(GRPO + grouper), world_size=4)
+
+
 def test_value_rules():
     message = problems([
         "algorithm.adv_estimator=remax", "actor_rollout_ref.rollout.do_sample=false",

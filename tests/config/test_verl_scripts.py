@@ -90,3 +90,19 @@ def test_script_trains_two_steps_on_cpu(script, tmp_path, arith_model_dir, arith
     assert [r["step"] for r in records] == [1, 2]
     for record in records:
         assert math.isfinite(record["actor/pg_loss"]) and math.isfinite(record["actor/grad_norm"])
+
+
+def validate_script(script: Path, assets: tuple[str, str], env: dict[str, str] | None = None,
+                    args: tuple[str, ...] = ()) -> int:
+    return main_print_config(["--validate", "--device", "cuda",
+                              *localize(launch_args(script, env=env, args=args), SCRIPTS, *assets)])
+
+
+def test_otb_scripts_validate_both_estimators_and_name_a_missing_sum_pi_squared(assets, capsys):
+    """verl's OTB script takes ADV_ESTIMATOR from the environment (tir_optimal_token_baseline for multi-turn);
+    without calculate_sum_pi_squared the config names the key and its fix before anything loads."""
+    assert validate_script(SCRIPTS / "aug_otb.sh", assets, env={"ADV_ESTIMATOR": "tir_optimal_token_baseline"}) == 0
+    capsys.readouterr()
+    for script in ("aug_otb.sh", "jan_otb.sh"):
+        assert validate_script(SCRIPTS / script, assets, args=("actor_rollout_ref.actor.calculate_sum_pi_squared=False",)) == 2
+        assert "add actor_rollout_ref.actor.calculate_sum_pi_squared=True" in capsys.readouterr().err

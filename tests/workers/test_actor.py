@@ -45,3 +45,25 @@ def test_the_model_key_decides_the_actors_residual_stream(tiny_model_dir, fp32_r
 
     actor = build_actor(tiny_model_dir, [f"actor_rollout_ref.model.fp32_residual_stream={fp32_residual}"])
     assert keeps_fp32_residual_stream(actor.model) is fp32_residual
+
+
+@pytest.mark.parametrize("remove_padding", [True, False])
+def test_compute_log_prob_carries_sum_pi_squared_of_each_response_token(tiny_model_dir, remove_padding):
+    """actor.calculate_sum_pi_squared adds `sum_pi_squared` (B, R): Σ_v softmax(logits / T)² at each response
+    token, as a full-vocabulary HF forward gives it; old_log_probs are the same with and without it."""
+    batch = ragged_batch(num_rows=6, seed=7)
+    batch.meta["temperature"] = 0.7
+    padding = [f"actor_rollout_ref.actor.use_remove_padding={remove_padding}"]
+    actor = build_actor(tiny_model_dir, padding + ["actor_rollout_ref.actor.calculate_sum_pi_squared=true"])
+    out = actor.compute_log_prob(batch)
+    plain = build_actor(tiny_model_dir, padding).compute_log_prob(batch)
+    assert "sum_pi_squared" not in plain
+    torch.testing.assert_close(out["old_log_probs"], plain["old_log_probs"])
+    with torch.no_grad():
+        logits = actor.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                             position_ids=batch["position_ids"]).logits.double()
+    response_len = batch["responses"].shape[1]
+    probs = torch.softmax(logits[:, -response_len - 1:-1] / 0.7, dim=-1)
+    mask = batch["response_mask"].bool()
+    assert out["sum_pi_squared"].shape == mask.shape and out["sum_pi_squared"].dtype == torch.float32
+    torch.testing.assert_close(out["sum_pi_squared"][mask], (probs ** 2).sum(-1)[mask].float(), atol=1e-5, rtol=1e-4)

@@ -30,8 +30,8 @@ log = get_logger("hybridrl.trainer")
 LIMIT_KEY = "trainer.max_consecutive_nonfinite_steps"
 BATCH_PREFIX = "training/nonfinite/"
 # Batch tensors of the chain, in the order each feeds the next: scores -> rewards -> log-probs -> values -> advantages.
-BATCH_KEYS = ("token_level_scores", "token_level_rewards", "rollout_log_probs", "old_log_probs", "ref_log_prob",
-              "values", "advantages", "returns")
+BATCH_KEYS = ("token_level_scores", "token_level_rewards", "rollout_log_probs", "old_log_probs", "sum_pi_squared",
+              "ref_log_prob", "values", "advantages", "returns")
 
 
 class NonFiniteTrainingError(RuntimeError):
@@ -65,6 +65,8 @@ CHAIN: tuple[Quantity, ...] = (
               "actor_rollout_ref.actor.optim.lr")),
     Quantity(BATCH_PREFIX + "old_log_probs", "the actor's log-probs of the sampled tokens (old_log_probs)",
              "a sampled token the actor gives probability 0, or " + _ACTOR_FORWARD[0], _ACTOR_FORWARD[1]),
+    Quantity(BATCH_PREFIX + "sum_pi_squared", "the actor's sum(pi^2) per token (sum_pi_squared, the optimal token "
+             "baseline's)", _ACTOR_FORWARD[0], _ACTOR_FORWARD[1]),
     Quantity(BATCH_PREFIX + "ref_log_prob", "the reference's log-probs (ref_log_prob)",
              "logits / temperature overflowing in the reference's dtype",
              ("actor_rollout_ref.rollout.temperature", "actor_rollout_ref.ref.fsdp_config.model_dtype")),

@@ -48,6 +48,10 @@ def test_batch_counts_are_over_response_tokens_and_only_where_there_are_any():
                    "returns": torch.zeros(2, 3), "responses": torch.zeros(2, 3, dtype=torch.long)})
     assert nonfinite_batch_metrics(batch) == {"training/nonfinite/token_level_scores": 1.0,
                                               "training/nonfinite/advantages": 3.0}
+    batch["sum_pi_squared"] = torch.tensor([[0.5, math.nan, math.nan], [0.5, 0.5, 0.5]])  # the optimal token baseline's
+    assert nonfinite_batch_metrics(batch)["training/nonfinite/sum_pi_squared"] == 1.0
+    assert first_nonfinite({"training/nonfinite/sum_pi_squared": 1.0, "training/nonfinite/advantages": 3.0}).metric == \
+        "training/nonfinite/sum_pi_squared"
 
 
 def guard(limit: int | None) -> NonFiniteGuard:
