@@ -44,7 +44,6 @@ def validate_config(cfg: HybridRLConfig, world_size: int = 1) -> None:
         + _critic_problems(cfg, world_size)
         + _algorithm_problems(cfg)
         + _sum_pi_squared_problems(cfg)
-        + _prefix_grouper_problems(cfg, world_size)
         + _sampling_problems(cfg)
         + _trainer_problems(cfg)
         + _ray_init_problems(cfg)
@@ -207,19 +206,6 @@ def _sum_pi_squared_problems(cfg: HybridRLConfig) -> list[str]:
             "bypass_mode=false (decoupled correction: its IS weights reach the baseline as in verl)"
         )
     return problems
-
-
-def _prefix_grouper_problems(cfg: HybridRLConfig, world_size: int) -> list[str]:
-    """verl's PrefixGrouper balances whole uid groups across the data-parallel ranks under trainer.balance_batch and
-    stops at the first step when the groups do not divide evenly (ray_trainer._balance_batch); hybridrl stops here."""
-    groups = cfg.data.train_batch_size
-    if not (cfg.actor_rollout_ref.actor.use_prefix_grouper and cfg.trainer.balance_batch) or groups % world_size == 0:
-        return []
-    return [f"actor_rollout_ref.actor.use_prefix_grouper=true with trainer.balance_batch=true needs the prompt groups "
-            f"of a step (data.train_batch_size={groups}) to divide evenly over the {world_size} actor ranks, as in "
-            "verl (which keeps each group on one rank); make data.train_batch_size a multiple of "
-            f"{world_size}, or set trainer.balance_batch=false or use_prefix_grouper=false (hybridrl's forward "
-            "computes each sequence whole either way)"]
 
 
 def _sampling_problems(cfg: HybridRLConfig) -> list[str]:

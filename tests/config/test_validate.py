@@ -135,19 +135,6 @@ def test_token_baseline_with_one_response_runs_with_a_warning(caplog):
     assert any("each advantage is the response's reward-to-go" in r.getMessage() for r in caplog.records)
 
 
-def test_prefix_grouper_with_balancing_needs_whole_groups_per_rank():
-    """verl (ray_trainer._balance_batch) puts each uid group on one rank and stops when they do not divide evenly."""
-    grouper = ["actor_rollout_ref.actor.use_prefix_grouper=true", "data.train_batch_size=4",
-               "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=8",
-               "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4"]
-    message = problems(grouper, world_size=8)  # 32 rows over 8 ranks, but 4 groups
-    assert ("actor_rollout_ref.actor.use_prefix_grouper=true with trainer.balance_batch=true needs the prompt groups of "
-            "a step (data.train_batch_size=4) to divide evenly over the 8 actor ranks") in message
-    assert "make data.train_batch_size a multiple of 8" in message
-    validate_config(load_config(GRPO + grouper + ["trainer.balance_batch=false"]), world_size=8)
-    validate_config(load_config(GRPO + grouper), world_size=4)
-
-
 def test_value_rules():
     message = problems([
         "algorithm.adv_estimator=remax", "actor_rollout_ref.rollout.do_sample=false",
