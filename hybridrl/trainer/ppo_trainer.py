@@ -1,6 +1,6 @@
 """The single controller: `fit()` loops over steps; `run_step()` is a short list of named, timed phases.
 
-gen → (gen_max) → reward → old_log_prob → (ref) → (values) → adv → (update_critic) → update_actor →
+gen → (gen_max) → reward → old_log_prob → (ref) → (teacher) → (values) → adv → (update_critic) → update_actor →
 update_weights, then testing / save_checkpoint. Which optional phases run is data (`RoleNeeds`), never
 a test of the algorithm's name.
 """
@@ -203,6 +203,9 @@ class PPOTrainer(checkpointing.CheckpointExtras):
             if self.roles.reference is not None:
                 with self._phase("ref", timings):
                     batch = batch.union(self.roles.reference.compute_ref_log_prob(batch))
+            if self.roles.teacher is not None:  # on-policy distillation: the teachers score the responses
+                with self._phase("teacher", timings):
+                    batch = batch.union(self.roles.teacher.compute_teacher_log_probs(batch))
             if self.roles.critic is not None:
                 with self._phase("values", timings):
                     batch = batch.union(self.roles.critic.compute_values(batch))
