@@ -21,14 +21,15 @@ def _logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
 
 @torch.no_grad()
 def topk_log_probs_from_hidden(hidden: torch.Tensor, weight: torch.Tensor, k: int, *, temperature: float = 1.0,
-                               bias: torch.Tensor | None = None, chunk_rows: int = 1024
+                               bias: torch.Tensor | None = None, chunk_rows: int = 1024, num_ids: int | None = None
                                ) -> tuple[torch.Tensor, torch.Tensor]:
     """(log-probs (N, k) fp32, ids (N, k) int64) of the k most likely tokens after each of `hidden` (N, H),
-    in descending order, under the head `weight` (V, H)."""
+    in descending order, under the head `weight` (V, H); only ids below `num_ids` (when given) are candidates,
+    the softmax still over all V (a head padded past the tokenizer: its extra rows are no token)."""
     values, ids = [], []
     for start in range(0, hidden.shape[0], chunk_rows):
         log_probs = torch.log_softmax(_logits(hidden[start:start + chunk_rows], weight, bias, temperature), dim=-1)
-        top = torch.topk(log_probs, k=k, dim=-1)
+        top = torch.topk(log_probs[:, :num_ids], k=k, dim=-1)
         values.append(top.values)
         ids.append(top.indices)
     if not values:

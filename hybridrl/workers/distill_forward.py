@@ -63,24 +63,25 @@ def _pad_to(values: torch.Tensor, width: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def teacher_log_probs(model: torch.nn.Module, batch: Batch, topk: int | None, remove_padding: bool) -> Batch:
+def teacher_log_probs(model: torch.nn.Module, batch: Batch, topk: int | None, remove_padding: bool,
+                      num_ids: int | None = None) -> Batch:
     """The teacher's log-probs on `batch`'s responses at temperature 1 (what verl's teacher servers return):
     `teacher_logprobs` (B, R) of the sampled tokens, or with `topk` its top-k `teacher_logprobs` (B, R, k)
-    and `teacher_ids` (B, R, k); zeros (ids 0) on padding."""
+    and `teacher_ids` (B, R, k) among the ids below `num_ids` (the student's tokens); zeros (ids 0) on padding."""
     if topk is None:
         log_probs, _ = response_log_probs(model, batch, 1.0, False, remove_padding)
         return Batch({"teacher_logprobs": log_probs.float()})
-    values, ids = _call(model, TEACHER_TOPK_METHOD, _teacher_topk, batch, topk, remove_padding)
+    values, ids = _call(model, TEACHER_TOPK_METHOD, _teacher_topk, batch, topk, remove_padding, num_ids)
     return Batch({"teacher_logprobs": values, "teacher_ids": ids})
 
 
-def _teacher_topk(model: torch.nn.Module, batch: Batch, topk: int, remove_padding: bool
+def _teacher_topk(model: torch.nn.Module, batch: Batch, topk: int, remove_padding: bool, num_ids: int | None
                   ) -> tuple[torch.Tensor, torch.Tensor]:
     hidden, _, width = _hidden_at_responses(model, batch, remove_padding)
     rows, kept = hidden.shape[:2]
     head = unwrap_peft(model).get_output_embeddings()
     values, ids = topk_log_probs_from_hidden(hidden.reshape(rows * kept, -1), head.weight, topk,
-                                             bias=getattr(head, "bias", None),
+                                             bias=getattr(head, "bias", None), num_ids=num_ids,
                                              chunk_rows=log_prob_chunk_rows(hidden, head.weight.shape[0]))
     return _pad_to(values.view(rows, kept, topk), width), _pad_to(ids.view(rows, kept, topk), width)
 

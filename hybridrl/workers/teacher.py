@@ -33,10 +33,15 @@ class TeacherWorker:
         self.device = device
         self.remove_padding = model_cfg.use_remove_padding  # as the reference
         self.plan = MicroBatchPlan.for_phase(cfg, "ref", micro_batch_size)
+        self.num_ids = len(student_tokenizer)  # top-k ids among real tokens (a head may be padded past them)
+        if self.topk is not None and self.topk > self.num_ids:
+            raise ValueError(f"distillation.distillation_loss.topk ({self.topk}) exceeds the vocabulary "
+                             f"({self.num_ids} tokens) of the student and teacher; set topk <= {self.num_ids} "
+                             "(verl's examples use 32 to 128)")
         self.models = []
-        for index, spec in enumerate(self.specs):
+        for spec in self.specs:
             check_same_vocabulary(spec, model_cfg.path, student_tokenizer, model_cfg.trust_remote_code)
-            self.models.append(_build_teacher(cfg, spec, index, device))
+            self.models.append(_build_teacher(cfg, spec, device))
 
     def compute_teacher_log_probs(self, batch: Batch) -> Batch:
         """`teacher_logprobs` (B, R) or (B, R, k) and, for top-k, `teacher_ids` (B, R, k) of every row, each from
@@ -45,18 +50,24 @@ class TeacherWorker:
         parts: list[tuple[torch.Tensor, Batch]] = []
         for position, frozen in enumerate(self.models):
             rows = torch.nonzero(index == position).flatten()
-            if len(rows):
+            if not frozen.parallel.single_device:
+                # a sharded teacher's forwards are collectives: every rank runs the same number of them, so each
+                # scores its whole shard and keeps its own rows (several teachers then cost that many passes)
+                scored = self._score(frozen, batch)
+                parts.append((rows, scored.index(rows.tolist())))
+            elif len(rows):
                 parts.append((rows, self._score(frozen, batch.index(rows.tolist()))))
         return _scatter_rows(parts, len(batch))
 
     def _score(self, frozen, rows: Batch) -> Batch:
         with frozen.offloader.for_compute(), frozen.parallel.autocast():
             micro_batches = self.plan.split(rows.to(self.device), frozen.parallel.max_over_ranks)
-            outs = [teacher_log_probs(frozen.model, micro, self.topk, self.remove_padding) for micro in micro_batches.parts]
+            outs = [teacher_log_probs(frozen.model, micro, self.topk, self.remove_padding, self.num_ids)
+                    for micro in micro_batches.parts]
         return Batch({key: micro_batches.restore(torch.cat([out[key] for out in outs])).cpu() for key in outs[0].tensors})
 
 
-def _build_teacher(cfg: HybridRLConfig, spec: TeacherSpec, index: int, device: torch.device):
+def _build_teacher(cfg: HybridRLConfig, spec: TeacherSpec, device: torch.device):
     key = f"distillation.teacher_models.{spec.name}.model_path"
     model_cfg = cfg.actor_rollout_ref.model
 
