@@ -29,6 +29,15 @@ TEACHER_FIELDS = ("key", "model_path", "num_replicas", "inference", "_target_")
 VERL_TEACHER_INFERENCE = ("_target_", "dtype", "engine_kwargs", "limit_images", "skip_tokenizer_init",
                           "disable_log_stats", "expert_parallel_size", "data_parallel_size")
 POOL_KEYS = ("n_gpus_per_node", "nnodes")
+# verl's distillation.yaml defaults of a teacher's inference settings: a dumped verl config carries them all, and
+# the notice names only what a user changed
+VERL_INFERENCE_DEFAULTS: dict[str, Any] = {
+    "gpu_memory_utilization": 0.5, "enforce_eager": True, "cudagraph_capture_sizes": None, "free_cache_engine": True,
+    "data_parallel_size": 1, "expert_parallel_size": 1, "tensor_model_parallel_size": 2,
+    "max_num_batched_tokens": 8192, "max_num_seqs": 1024, "load_format": "auto", "engine_kwargs": {},
+    "limit_images": None, "enable_chunked_prefill": True, "enable_prefix_caching": True, "disable_log_stats": True,
+    "skip_tokenizer_init": True,
+}
 
 
 @dataclass(frozen=True)
@@ -179,12 +188,14 @@ def _server_settings(cfg: HybridRLConfig) -> list[str]:
 
 
 def _set_inference(entry: dict) -> dict[str, Any]:
-    """The inference settings an entry gives, but for max_model_len (checked) and those that only restate the
-    student's (prompt/response length, temperature 1)."""
+    """The inference settings an entry gives, but for max_model_len (checked), verl's defaults and those that
+    only restate the student's (prompt/response length, temperature 1)."""
     inference = dict(entry.get("inference") or {})
     quiet = ("_target_", "max_model_len", "prompt_length", "response_length")
+    missing = object()
     return {field: value for field, value in inference.items()
-            if field not in quiet and not (field == "temperature" and value in (1, 1.0, None))}
+            if field not in quiet and VERL_INFERENCE_DEFAULTS.get(field, missing) != value
+            and not (field == "temperature" and value in (1, 1.0, None))}
 
 
 def route_rows(specs: list[TeacherSpec], teacher_key: str, values: list[Any] | None,

@@ -49,7 +49,7 @@ def compute_data_metrics(batch: Batch, use_critic: bool, max_response_length: in
 
 # Phases whose per-token time is divided by generated tokens; the others by all tokens (verl).
 _PER_RESPONSE_TOKEN = ("gen",)
-_PER_ALL_TOKENS = ("ref", "values", "adv", "update_critic", "update_actor", "old_log_prob", "reward")
+_PER_ALL_TOKENS = ("ref", "teacher", "values", "adv", "update_critic", "update_actor", "old_log_prob", "reward")
 
 
 def compute_timing_metrics(batch: Batch, timings: dict[str, float]) -> dict[str, float]:
