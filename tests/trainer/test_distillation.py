@@ -110,3 +110,28 @@ def test_distillation_only_brings_the_student_to_the_teacher(tmp_path, arith_mod
     assert after < margin * before, (before, after)
     losses = [record["actor/distillation/loss"] for record in records]
     assert losses[-1] < 0.5 * losses[0], losses
+
+
+def test_two_ranks_with_two_teachers_give_the_distillation_metrics_of_one_process(tmp_path, arith_model_dir,
+                                                                                   arithmetic_files, teacher_dir):
+    """FSDP2 over 2 CPU ranks (the teachers' and the student's top-k passes registered as FSDP forward methods),
+    rows routed by data_source to one of two teachers (the other scores the shard too: its forwards are
+    collectives): the same distillation metrics as one process."""
+    from tests.trainer.test_multi_process import overrides
+
+    teachers = ["distillation.enabled=true", "distillation.distillation_loss.use_task_rewards=false",
+                "distillation.distillation_loss.loss_mode=forward_kl_topk", "distillation.distillation_loss.topk=6",
+                "+distillation.teacher_models.arith.key=arithmetic",
+                f"+distillation.teacher_models.arith.model_path={teacher_dir}",
+                "+distillation.teacher_models.unused.key=gsm8k",
+                f"+distillation.teacher_models.unused.model_path={arith_model_dir}"]
+    records = {}
+    for ranks in (1, 2):
+        out = str(tmp_path / f"ranks{ranks}")
+        PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, out, ranks=ranks, steps=2,
+                                         extra=teachers))).fit()
+        records[ranks] = read_metrics(out)
+    for one, two in zip(records[1], records[2]):
+        for key in ("actor/distillation/loss", "actor/distillation/loss_max", "actor/distillation/teacher_mass",
+                    "actor/distillation/student_mass_min", "actor/grad_norm"):
+            assert two[key] == pytest.approx(one[key], rel=1e-4, abs=1e-6), key
