@@ -21,6 +21,7 @@ from hybridrl.utils.batch import Batch
 from hybridrl.workers.forward import _body_hidden, _response_positions, drop_padding, log_prob_chunk_rows, response_log_probs
 
 SEQUENCE_KEYS = ("input_ids", "attention_mask", "position_ids", "responses")
+TOPK_CHUNK_LOGIT_BYTES = 1 << 30  # CUDA: ~1 GiB of fp32 logits per chunk of the top-k passes (a few temporaries)
 TEACHER_TOPK_METHOD = "hybridrl_teacher_topk"
 STUDENT_TOPK_METHOD = "hybridrl_student_topk"
 
@@ -32,6 +33,14 @@ def enable_fsdp_distill_forward(model: torch.nn.Module) -> None:
     for name, fn in ((TEACHER_TOPK_METHOD, _teacher_topk), (STUDENT_TOPK_METHOD, _student_topk)):
         setattr(model, name, types.MethodType(fn, model))
         register_fsdp_forward_method(model, name)
+
+
+def topk_chunk_rows(hidden: torch.Tensor, vocab: int) -> int:
+    """Rows per LM-head chunk of the top-k passes, whose logits are fp32 (twice the fused log-prob path's bf16):
+    on CUDA as many as fit TOPK_CHUNK_LOGIT_BYTES, in multiples of 256 (1536 rows at a 152k vocabulary)."""
+    if not hidden.is_cuda:
+        return log_prob_chunk_rows(hidden, vocab)
+    return max(256, TOPK_CHUNK_LOGIT_BYTES // (4 * vocab) // 256 * 256)
 
 
 def _call(model: torch.nn.Module, method: str, fn, *args):
@@ -82,7 +91,7 @@ def _teacher_topk(model: torch.nn.Module, batch: Batch, topk: int, remove_paddin
     head = unwrap_peft(model).get_output_embeddings()
     values, ids = topk_log_probs_from_hidden(hidden.reshape(rows * kept, -1), head.weight, topk,
                                              bias=getattr(head, "bias", None), num_ids=num_ids,
-                                             chunk_rows=log_prob_chunk_rows(hidden, head.weight.shape[0]))
+                                             chunk_rows=topk_chunk_rows(hidden, head.weight.shape[0]))
     return _pad_to(values.view(rows, kept, topk), width), _pad_to(ids.view(rows, kept, topk), width)
 
 
@@ -109,7 +118,8 @@ def _student_topk(model: torch.nn.Module, batch: Batch, temperature: float, comp
     teacher_ids = batch["teacher_ids"][:, :kept].long()
     topk = teacher_ids.shape[-1]
     student, own = log_probs_at_ids_from_hidden(flat, head.weight, teacher_ids.reshape(-1, topk),
-                                                temperature=temperature, bias=bias, chunk_rows=chunk)
+                                                temperature=temperature, bias=bias,
+                                                chunk_rows=topk_chunk_rows(hidden, head.weight.shape[0]))
     outputs = forward_kl_topk(student.view(rows, kept, topk), batch["teacher_logprobs"][:, :kept].float(),
                               teacher_ids, own.view(rows, kept, topk), log_prob_min_clamp)
     entropy = _pad_to(entropy.view(rows, kept), width) if entropy is not None else None
