@@ -135,3 +135,16 @@ def test_two_ranks_with_two_teachers_give_the_distillation_metrics_of_one_proces
         for key in ("actor/distillation/loss", "actor/distillation/loss_max", "actor/distillation/teacher_mass",
                     "actor/distillation/student_mass_min", "actor/grad_norm"):
             assert two[key] == pytest.approx(one[key], rel=1e-4, abs=1e-6), key
+
+
+def test_the_asynchronous_trainer_distils_too(tmp_path, arith_model_dir, arithmetic_files, teacher_dir):
+    """trainer.v1.trainer_mode=colocate_async runs the same step phases: the teacher scores each trained batch."""
+    from hybridrl.trainer.main_ppo import make_trainer
+
+    out = str(tmp_path / "async")
+    cfg = load_config(tiny_run_overrides(arith_model_dir, arithmetic_files, out, extra=distill_overrides(
+        teacher_dir, "trainer.v1.trainer_mode=colocate_async", "trainer.v1.sampler.max_off_policy_threshold=2",
+        "actor_rollout_ref.rollout.name=hybrid")))
+    make_trainer(cfg).fit()
+    records = read_metrics(out)
+    assert len(records) == 2 and all(math.isfinite(r["actor/distillation/loss"]) for r in records)
