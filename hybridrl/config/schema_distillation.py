@@ -15,6 +15,10 @@ class DistillationLossConfig:
                              "estimator of KL(student||teacher) on the sampled tokens: k1/kl, abs, k2/mse, k3/low_var_kl "
                              "(or a @register_distillation_loss name).")
     topk: int = setting(32, "Teacher log-probs kept per token by the top-k loss modes.")
+    use_chunked_topk: bool = setting(False, "verl: stream the top-k passes in chunks of chunked_topk_chunk_size "
+                                     "tokens (long context). hybridrl always chunks them; true: that chunk size "
+                                     "instead of ~1 GiB of fp32 logits per chunk.")
+    chunked_topk_chunk_size: int = setting(4096, "Tokens per chunk of the top-k passes with use_chunked_topk=true.")
     use_task_rewards: bool = setting(True, "Also train on the task rewards (policy loss + distillation_loss_coef x "
                                      "distillation loss); false: the distillation loss alone.")
     distillation_loss_coef: float = setting(1.0, "Weight of the distillation loss beside the task loss (1 when "

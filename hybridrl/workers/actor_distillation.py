@@ -44,6 +44,7 @@ class ActorDistillation:
             policy_loss_mode=loss.policy_loss_mode, clip_ratio=loss.clip_ratio, clip_ratio_low=loss.clip_ratio_low,
             clip_ratio_high=loss.clip_ratio_high)
         self.settings = DistillationSettings(self.params)
+        self.chunk_rows = loss.chunked_topk_chunk_size if loss.use_chunked_topk else None  # None: sized by memory
         self.use_topk = get_distillation_loss_settings(loss.loss_mode).use_topk
         self.actor_settings = actor_settings
         agg = actor_settings.loss_agg_mode
@@ -60,7 +61,7 @@ class ActorDistillation:
             log_prob, entropy = response_log_probs(model, micro, temperature, need_entropy, remove_padding)
             return log_prob, entropy, {"log_probs": log_prob}
         log_prob, entropy, topk = student_topk_forward(model, micro, temperature, need_entropy, remove_padding,
-                                                       self.params.log_prob_min_clamp)
+                                                       self.params.log_prob_min_clamp, self.chunk_rows)
         return log_prob, entropy, {"log_probs": log_prob, **topk}
 
     def add_loss(self, task_loss: torch.Tensor, micro: Batch, model_output: dict[str, torch.Tensor],

@@ -35,9 +35,12 @@ def enable_fsdp_distill_forward(model: torch.nn.Module) -> None:
         register_fsdp_forward_method(model, name)
 
 
-def topk_chunk_rows(hidden: torch.Tensor, vocab: int) -> int:
+def topk_chunk_rows(hidden: torch.Tensor, vocab: int, chosen: int | None = None) -> int:
     """Rows per LM-head chunk of the top-k passes, whose logits are fp32 (twice the fused log-prob path's bf16):
-    on CUDA as many as fit TOPK_CHUNK_LOGIT_BYTES, in multiples of 256 (1536 rows at a 152k vocabulary)."""
+    `chosen` (distillation_loss.chunked_topk_chunk_size with use_chunked_topk), else on CUDA as many as fit
+    TOPK_CHUNK_LOGIT_BYTES, in multiples of 256 (1536 rows at a 152k vocabulary)."""
+    if chosen is not None:
+        return chosen
     if not hidden.is_cuda:
         return log_prob_chunk_rows(hidden, vocab)
     return max(256, TOPK_CHUNK_LOGIT_BYTES // (4 * vocab) // 256 * 256)
@@ -73,40 +76,40 @@ def _pad_to(values: torch.Tensor, width: int) -> torch.Tensor:
 
 @torch.no_grad()
 def teacher_log_probs(model: torch.nn.Module, batch: Batch, topk: int | None, remove_padding: bool,
-                      num_ids: int | None = None) -> Batch:
+                      num_ids: int | None = None, chunk_rows: int | None = None) -> Batch:
     """The teacher's log-probs on `batch`'s responses at temperature 1 (what verl's teacher servers return):
     `teacher_logprobs` (B, R) of the sampled tokens, or with `topk` its top-k `teacher_logprobs` (B, R, k)
     and `teacher_ids` (B, R, k) among the ids below `num_ids` (the student's tokens); zeros (ids 0) on padding."""
     if topk is None:
         log_probs, _ = response_log_probs(model, batch, 1.0, False, remove_padding)
         return Batch({"teacher_logprobs": log_probs.float()})
-    values, ids = _call(model, TEACHER_TOPK_METHOD, _teacher_topk, batch, topk, remove_padding, num_ids)
+    values, ids = _call(model, TEACHER_TOPK_METHOD, _teacher_topk, batch, topk, remove_padding, num_ids, chunk_rows)
     return Batch({"teacher_logprobs": values, "teacher_ids": ids})
 
 
-def _teacher_topk(model: torch.nn.Module, batch: Batch, topk: int, remove_padding: bool, num_ids: int | None
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
+def _teacher_topk(model: torch.nn.Module, batch: Batch, topk: int, remove_padding: bool, num_ids: int | None,
+                  chunk_rows: int | None) -> tuple[torch.Tensor, torch.Tensor]:
     hidden, _, width = _hidden_at_responses(model, batch, remove_padding)
     rows, kept = hidden.shape[:2]
     head = unwrap_peft(model).get_output_embeddings()
     values, ids = topk_log_probs_from_hidden(hidden.reshape(rows * kept, -1), head.weight, topk,
                                              bias=getattr(head, "bias", None), num_ids=num_ids,
-                                             chunk_rows=topk_chunk_rows(hidden, head.weight.shape[0]))
+                                             chunk_rows=topk_chunk_rows(hidden, head.weight.shape[0], chunk_rows))
     return _pad_to(values.view(rows, kept, topk), width), _pad_to(ids.view(rows, kept, topk), width)
 
 
 def student_topk_forward(model: torch.nn.Module, batch: Batch, temperature: float, compute_entropy: bool,
-                         remove_padding: bool, log_prob_min_clamp: float | None
+                         remove_padding: bool, log_prob_min_clamp: float | None, chunk_rows: int | None = None
                          ) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, torch.Tensor]]:
     """(log_probs (B, R), entropy (B, R) or None, top-k outputs) of the student in one body forward: the
     top-k outputs are forward_kl_topk's (each (B, R)) against `batch["teacher_logprobs"]` / `["teacher_ids"]`
     (B, R, K), the student's logits divided by `temperature` as for its log-probs (verl's logits processor)."""
     return _call(model, STUDENT_TOPK_METHOD, _student_topk, batch, temperature, compute_entropy, remove_padding,
-                 log_prob_min_clamp)
+                 log_prob_min_clamp, chunk_rows)
 
 
 def _student_topk(model: torch.nn.Module, batch: Batch, temperature: float, compute_entropy: bool,
-                  remove_padding: bool, log_prob_min_clamp: float | None):
+                  remove_padding: bool, log_prob_min_clamp: float | None, chunk_rows: int | None):
     hidden, responses, width = _hidden_at_responses(model, batch, remove_padding)
     rows, kept = hidden.shape[:2]
     head = unwrap_peft(model).get_output_embeddings()
@@ -119,7 +122,7 @@ def _student_topk(model: torch.nn.Module, batch: Batch, temperature: float, comp
     topk = teacher_ids.shape[-1]
     student, own = log_probs_at_ids_from_hidden(flat, head.weight, teacher_ids.reshape(-1, topk),
                                                 temperature=temperature, bias=bias,
-                                                chunk_rows=topk_chunk_rows(hidden, head.weight.shape[0]))
+                                                chunk_rows=topk_chunk_rows(hidden, head.weight.shape[0], chunk_rows))
     outputs = forward_kl_topk(student.view(rows, kept, topk), batch["teacher_logprobs"][:, :kept].float(),
                               teacher_ids, own.view(rows, kept, topk), log_prob_min_clamp)
     entropy = _pad_to(entropy.view(rows, kept), width) if entropy is not None else None

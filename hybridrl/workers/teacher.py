@@ -33,6 +33,7 @@ class TeacherWorker:
         self.device = device
         self.remove_padding = model_cfg.use_remove_padding  # as the reference
         self.plan = MicroBatchPlan.for_phase(cfg, "ref", micro_batch_size)
+        self.chunk_rows = loss.chunked_topk_chunk_size if loss.use_chunked_topk else None  # None: sized by memory
         self.num_ids = len(student_tokenizer)  # top-k ids among real tokens (a head may be padded past them)
         if self.topk is not None and self.topk > self.num_ids:
             raise ValueError(f"distillation.distillation_loss.topk ({self.topk}) exceeds the vocabulary "
@@ -62,8 +63,8 @@ class TeacherWorker:
     def _score(self, frozen, rows: Batch) -> Batch:
         with frozen.offloader.for_compute(), frozen.parallel.autocast():
             micro_batches = self.plan.split(rows.to(self.device), frozen.parallel.max_over_ranks)
-            outs = [teacher_log_probs(frozen.model, micro, self.topk, self.remove_padding, self.num_ids)
-                    for micro in micro_batches.parts]
+            outs = [teacher_log_probs(frozen.model, micro, self.topk, self.remove_padding, self.num_ids,
+                                      self.chunk_rows) for micro in micro_batches.parts]
         return Batch({key: micro_batches.restore(torch.cat([out[key] for out in outs])).cpu() for key in outs[0].tensors})
 
 

@@ -25,12 +25,18 @@ def with_teacher(batch, topk: int = TOPK, seed: int = 1):
     return batch
 
 
-@pytest.mark.parametrize("remove_padding", [False, True])
-def test_student_topk_forward_equals_a_direct_hf_computation(tiny_model_dir, remove_padding):
+@pytest.mark.parametrize(("remove_padding", "chunks"), [
+    (False, []), (True, []),
+    (True, ["+distillation.distillation_loss.use_chunked_topk=true",  # verl's opt-in chunking: 7-token chunks
+            "+distillation.distillation_loss.chunked_topk_chunk_size=7"]),
+])
+def test_student_topk_forward_equals_a_direct_hf_computation(tiny_model_dir, remove_padding, chunks):
     actor = build_actor(tiny_model_dir, distill_args("distillation.distillation_loss.loss_mode=forward_kl_topk",
                                                      f"distillation.distillation_loss.topk={TOPK}",
                                                      "distillation.distillation_loss.log_prob_min_clamp=-6",
-                                                     f"actor_rollout_ref.model.use_remove_padding={remove_padding}"))
+                                                     f"actor_rollout_ref.model.use_remove_padding={remove_padding}",
+                                                     *chunks))
+    assert actor.distillation.chunk_rows == (7 if chunks else None)
     batch = with_teacher(ragged_batch())
     batch.meta["temperature"] = 0.8
     with torch.no_grad():
