@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from hybridrl.config.schema import HybridRLConfig
 from hybridrl.distributed import WorkerGroup
 from hybridrl.rollout import SamplingParams
 from hybridrl.utils.batch import Batch
@@ -68,7 +69,7 @@ class GroupTeacher(GroupRole):
 
     role = "teacher"
 
-    def __init__(self, group: WorkerGroup, cfg) -> None:
+    def __init__(self, group: WorkerGroup, cfg: HybridRLConfig) -> None:
         from hybridrl.config.distillation_rules import resolve_teachers
 
         super().__init__(group)

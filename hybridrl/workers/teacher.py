@@ -10,6 +10,8 @@ teacher whose key equals the row's `distillation.teacher_key` field (the control
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from hybridrl.algorithms.distillation import get_distillation_loss_settings
@@ -19,13 +21,14 @@ from hybridrl.models.hf import load_causal_lm, load_tokenizer
 from hybridrl.utils.batch import Batch
 from hybridrl.workers.distill_forward import teacher_log_probs
 from hybridrl.workers.micro_batches import MicroBatchPlan
-from hybridrl.workers.trainable import RoleSpec, build_frozen
+from hybridrl.workers.trainable import Frozen, RoleSpec, build_frozen
 
 TEACHER_INDEX_KEY = "teacher_index"  # (B,) which teacher (its position in resolve_teachers) scores each row
 
 
 class TeacherWorker:
-    def __init__(self, cfg: HybridRLConfig, micro_batch_size: int, device: torch.device, student_tokenizer) -> None:
+    def __init__(self, cfg: HybridRLConfig, micro_batch_size: int, device: torch.device, student_tokenizer: Any
+                 ) -> None:
         model_cfg = cfg.actor_rollout_ref.model
         self.specs = resolve_teachers(cfg)
         loss = cfg.distillation.distillation_loss
@@ -60,7 +63,7 @@ class TeacherWorker:
                 parts.append((rows, self._score(frozen, batch.index(rows.tolist()))))
         return _scatter_rows(parts, len(batch))
 
-    def _score(self, frozen, rows: Batch) -> Batch:
+    def _score(self, frozen: Frozen, rows: Batch) -> Batch:
         with frozen.offloader.for_compute(), frozen.parallel.autocast():
             micro_batches = self.plan.split(rows.to(self.device), frozen.parallel.max_over_ranks)
             outs = [teacher_log_probs(frozen.model, micro, self.topk, self.remove_padding, self.num_ids,
@@ -68,7 +71,7 @@ class TeacherWorker:
         return Batch({key: micro_batches.restore(torch.cat([out[key] for out in outs])).cpu() for key in outs[0].tensors})
 
 
-def _build_teacher(cfg: HybridRLConfig, spec: TeacherSpec, device: torch.device):
+def _build_teacher(cfg: HybridRLConfig, spec: TeacherSpec, device: torch.device) -> Frozen:
     key = f"distillation.teacher_models.{spec.name}.model_path"
     model_cfg = cfg.actor_rollout_ref.model
 
@@ -81,7 +84,8 @@ def _build_teacher(cfg: HybridRLConfig, spec: TeacherSpec, device: torch.device)
                                  compile_key=reference.compile_key, log_prob_forward=True), device, load)
 
 
-def check_same_vocabulary(spec: TeacherSpec, student_path: str, student_tokenizer, trust_remote_code: bool) -> None:
+def check_same_vocabulary(spec: TeacherSpec, student_path: str, student_tokenizer: Any, trust_remote_code: bool
+                          ) -> None:
     """The teacher's token ids must mean the student's (its log-probs are read at the student's tokens, verl
     requires the same): its tokenizer's vocabulary must equal the student's."""
     key = f"distillation.teacher_models.{spec.name}.model_path"
