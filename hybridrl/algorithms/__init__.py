@@ -1,5 +1,6 @@
 """Pure tensor RL math with verl's names and numerics: advantages, policy/value losses, KL, aggregation,
-rollout correction; and the registries of policy losses and advantage estimators.
+rollout correction, on-policy distillation; and the registries of policy losses, advantage estimators and
+distillation losses.
 
 Tensors and scalars in, tensors (and metric dicts) out; no config objects, no torch.distributed, no I/O.
 """
@@ -14,6 +15,16 @@ from hybridrl.algorithms.advantages import (
     compute_rloo_vectorized_outcome_advantage,
 )
 from hybridrl.algorithms.aggregate import LOSS_AGG_MODES, agg_loss
+from hybridrl.algorithms.distillation import (
+    DISTILLATION_LOSSES,
+    DistillationLossParams,
+    DistillationLossSettings,
+    DistillationSettings,
+    distillation_loss,
+    get_distillation_loss_fn,
+    get_distillation_loss_settings,
+    register_distillation_loss,
+)
 from hybridrl.algorithms.estimators import (
     ADVANTAGE_ESTIMATORS,
     AdvantageEstimator,
@@ -71,6 +82,7 @@ from hybridrl.algorithms.value_loss import compute_value_loss
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
+    "DISTILLATION_LOSSES",
     "KL_ESTIMATORS",
     "LOSS_AGG_MODES",
     "POLICY_LOSSES",
@@ -79,6 +91,9 @@ __all__ = [
     "AdvantageEstimator",
     "AdvantageEstimatorSpec",
     "AdvantageSettings",
+    "DistillationLossParams",
+    "DistillationLossSettings",
+    "DistillationSettings",
     "FixedKLController",
     "PolicyLossSettings",
     "PolicyLossSpec",
@@ -108,7 +123,10 @@ __all__ = [
     "compute_rollout_correction",
     "compute_rollout_correction_and_rejection_mask",
     "compute_value_loss",
+    "distillation_loss",
     "get_adv_estimator_fn",
+    "get_distillation_loss_fn",
+    "get_distillation_loss_settings",
     "get_advantage_estimator",
     "get_kl_controller",
     "get_policy_loss_fn",
@@ -121,6 +139,7 @@ __all__ = [
     "masked_var",
     "masked_whiten",
     "register_adv_est",
+    "register_distillation_loss",
     "register_policy_loss",
     "rollout_corr_metrics",
     "sum_pi_squared_from_logits",

@@ -95,7 +95,6 @@ NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
     "actor_rollout_ref.hybrid_engine": ((True,), "only the hybrid engine exists (as in verl): keep hybrid_engine=true"),
     # Keys of verl's August-2026 tree (and its Megatron configs) whose features hybridrl does not have yet.
     "model_engine": (("dp",), _ENGINES),
-    "distillation.enabled": ((False,), f"on-policy distillation (a teacher's log-probs as the KL target) is {_LATER}"),
     "trainer.v1.separate_async.hybrid_rollout.enable_switch": ((False,), f"lending the trainer's devices to the rollout "
                                                                          f"between steps (step switching) is {_LATER}"),
     "trainer.v1.sampler.custom_sampler.path": ((None,), f"custom replay-buffer samplers are {_LATER}; the asynchronous "

@@ -4,6 +4,7 @@ whose effect users should know (GRPO with one response per prompt, keys verl its
 from __future__ import annotations
 
 from hybridrl.config.checkpoint_rules import export_only_notices
+from hybridrl.config.distillation_rules import distillation_notices
 from hybridrl.config.schema import HybridRLConfig
 
 # What verl's estimators compute for a group of one response (verl/trainer/ppo/core_algos.py: a group of
@@ -39,7 +40,7 @@ def config_notices(cfg: HybridRLConfig) -> list[str]:
                        "sequence whole, prompt included: the same log-probs and gradients as verl's PrefixGrouper, "
                        "without its shared-prefix speed-up")
     return (notices + _profiler_notices(cfg) + _sampling_notices(cfg) + _validation_notices(cfg)
-            + export_only_notices(cfg))
+            + export_only_notices(cfg) + distillation_notices(cfg))
 
 
 def _sampling_notices(cfg: HybridRLConfig) -> list[str]:

@@ -268,7 +268,7 @@ RANGES: dict[str, Range] = {
     "distillation.nnodes": COUNT_OR_ZERO,
     "distillation.n_gpus_per_node": COUNT_OR_ZERO,
     **_under("distillation.distillation_loss", {
-        "topk": COUNT, "distillation_loss_coef": non_negative("a loss weight"),
+        "topk": COUNT, "chunked_topk_chunk_size": COUNT, "distillation_loss_coef": non_negative("a loss weight"),
         "loss_max_clamp": positive("the per-token loss cap"), "log_prob_min_clamp": ANY_FLOAT, **_CLIPS}),
     # a number here; a "lower_upper" string is checked by the trainer's parser (trainer/correction.py)
     "algorithm.rollout_correction.rollout_is_threshold": positive("the IS weight cap; inf = no cap", infinite_ok=True),

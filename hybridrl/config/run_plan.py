@@ -14,7 +14,7 @@ from hybridrl.config.roles import critic_enabled, ref_enabled, rollout_backend_n
 from hybridrl.config.schema import HybridRLConfig
 
 # The roles that run on worker ranks, in the order a rank builds them (the RNG then draws as in one process).
-RANK_ROLES = ("actor", "rollout", "reference", "critic")
+RANK_ROLES = ("actor", "rollout", "reference", "critic", "teacher")
 # in_process: one rank, the roles in the controller's process; local: spawned processes on this node; ray.
 LAUNCHERS = ("in_process", "local", "ray")
 
@@ -26,13 +26,15 @@ class RoleNeeds:
     critic: bool
     reference: bool
     greedy_baseline: bool
+    teacher: bool = False  # on-policy distillation: the teachers' log-probs (a forward-only role, like the reference)
 
 
 def role_needs(cfg: HybridRLConfig) -> RoleNeeds:
     """critic: critic.enable, or what the estimator needs; reference: a KL loss or KL in the reward; the
-    greedy baseline: what the estimator needs (ReMax)."""
+    greedy baseline: what the estimator needs (ReMax); the teachers: distillation.enabled."""
     return RoleNeeds(critic=critic_enabled(cfg), reference=ref_enabled(cfg),
-                     greedy_baseline=estimator_needs(cfg.algorithm.adv_estimator).greedy_baseline)
+                     greedy_baseline=estimator_needs(cfg.algorithm.adv_estimator).greedy_baseline,
+                     teacher=cfg.distillation.enabled)
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,7 @@ def build_run_plan(cfg: HybridRLConfig, *, device: str, world_size: int, launche
     needs = role_needs(cfg)
     remote = remote_critic(cfg)
     wanted = ("actor", "rollout") + (("reference",) if needs.reference else ()) + \
-        (("critic",) if needs.critic and not remote else ())
+        (("critic",) if needs.critic and not remote else ()) + (("teacher",) if needs.teacher else ())
     return RunPlan(device=device, world_size=world_size, actor_ranks=actor_ranks(cfg, world_size), launcher=launcher,
                    groups=tuple(plan_groups(cfg, world_size, wanted)),
                    rollout_backend=rollout_backend_name(cfg, device), needs=needs, remote_critic=remote)

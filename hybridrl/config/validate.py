@@ -11,6 +11,7 @@ from hybridrl.config.batch_rules import check_mini_batch, micro_batch_problems, 
 from hybridrl.config.checkpoint_rules import checkpoint_content_problems
 from hybridrl.config.correction_rules import threshold_text_problems
 from hybridrl.config.data_rules import user_class_problems
+from hybridrl.config.distillation_rules import distillation_problems
 from hybridrl.config.dynamic_sampling_rules import filter_groups_problems
 from hybridrl.config.errors import ConfigError
 from hybridrl.config.estimator_needs import estimator_needs
@@ -54,6 +55,7 @@ def validate_config(cfg: HybridRLConfig, world_size: int = 1) -> None:
         + user_class_problems(cfg.data)
         + filter_groups_problems(cfg)
         + threshold_text_problems(cfg.algorithm.rollout_correction)
+        + distillation_problems(cfg)
     )
     # -- value ranges and checkpoint contents (config/ranges.py, config/checkpoint_rules.py)
     problems = merged_range_problems(cfg, problems)

@@ -32,6 +32,7 @@ PHASE_WHAT = {
     "gen_max": "greedy-baseline generation",
     "old_log_prob": "old log-probs (actor forward, no grad)",
     "ref": "reference log-probs (reference forward, no grad)",
+    "teacher": "distillation teachers' log-probs (teacher forwards, no grad; placed and offloaded as the reference)",
     "values": "critic values (critic forward, no grad)",
     "update_critic": "critic update (forward + backward + optimizer step)",
     "update_actor": "actor update (forward + backward + optimizer step)",
@@ -55,6 +56,7 @@ PHASE_KEYS: dict[str, tuple[str, ...]] = {
     "update_weights": (*ENGINE_KEYS, *OFFLOAD_KEYS),
 }
 PHASE_KEYS["gen_max"] = PHASE_KEYS["gen"]
+PHASE_KEYS["teacher"] = PHASE_KEYS["ref"]  # the teachers follow the reference's micro-batches and fsdp_config
 MAX_SUGGESTIONS = 3
 
 
@@ -294,6 +296,7 @@ CANDIDATES: dict[str, tuple[Callable[[Any], Override | None], ...]] = {
     "update_weights": (_lower_gpu_util, OPTIMIZER_OFFLOAD, PARAM_OFFLOAD, FREE_CACHE),
 }
 CANDIDATES["gen_max"] = CANDIDATES["gen"]
+CANDIDATES["teacher"] = CANDIDATES["ref"]
 
 
 def _accepted(override: Override) -> bool:

@@ -137,6 +137,7 @@ def run_facts(cfg: Any, *, needs_critic: bool, needs_reference: bool, device_typ
     kl = (f"KL loss {arr.actor.kl_loss_type} x {arr.actor.kl_loss_coef}" if arr.actor.use_kl_loss else
           "KL in the reward" if cfg.algorithm.use_kl_in_reward else "no KL term")
     roles = [name for name, on in (("critic", needs_critic), ("reference", needs_reference)) if on]
+    roles += [_distillation_text(cfg.distillation)] if cfg.distillation.enabled else []
     start = f", resuming after step {start_step}" if start_step else ""
     return RunFacts(
         title=f"hybridrl {version} | {cfg.algorithm.adv_estimator} | {trainer.project_name}/{trainer.experiment_name}",
@@ -150,6 +151,14 @@ def run_facts(cfg: Any, *, needs_critic: bool, needs_reference: bool, device_typ
         batch=_batch_text(cfg),
         memory=memory_plan(cfg, params, needs_critic, needs_reference, device_type, num_devices),
         output_dir=output_dir, total_steps=total_steps, start_step=start_step)
+
+
+def _distillation_text(dist: Any) -> str:
+    loss = dist.distillation_loss
+    how = " as a policy-gradient reward" if loss.use_policy_gradient else ""
+    task = "" if loss.use_task_rewards else ", no task rewards"
+    teachers = sum(1 for entry in dist.teacher_models.values() if (entry or {}).get("model_path"))
+    return f"{teachers} distillation teacher(s) ({loss.loss_mode}{how}{task})"
 
 
 def format_banner(facts: RunFacts) -> str:

@@ -22,8 +22,8 @@ from hybridrl.logging.file_tracker import read_metrics_jsonl
 DEFAULT_KEYS: tuple[str, ...] = ("critic/score/mean", "response_length/mean", "actor/kl_loss", "actor/ppo_kl",
                                  "actor/entropy", "actor/pg_loss", "critic/vf_loss", "critic/vf_explained_var")
 # The step's phases (trainer/ppo_trainer.py), stacked in the order they run.
-TIMING_PHASES: tuple[str, ...] = ("gen", "gen_max", "reward", "old_log_prob", "ref", "values", "adv", "update_critic",
-                                  "update_actor", "update_weights", "testing", "save_checkpoint")
+TIMING_PHASES: tuple[str, ...] = ("gen", "gen_max", "reward", "old_log_prob", "ref", "teacher", "values", "adv",
+                                  "update_critic", "update_actor", "update_weights", "testing", "save_checkpoint")
 TIMING_PANEL = "timing"  # --keys name of the stacked timing chart
 
 

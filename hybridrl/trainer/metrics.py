@@ -59,7 +59,7 @@ def compute_gradient_variance_metrics(batch: Batch, gradient_norm: float | None)
 
 # Phases whose per-token time is divided by generated tokens; the others by all tokens (verl).
 _PER_RESPONSE_TOKEN = ("gen",)
-_PER_ALL_TOKENS = ("ref", "values", "adv", "update_critic", "update_actor", "old_log_prob", "reward")
+_PER_ALL_TOKENS = ("ref", "teacher", "values", "adv", "update_critic", "update_actor", "old_log_prob", "reward")
 
 
 def compute_timing_metrics(batch: Batch, timings: dict[str, float]) -> dict[str, float]:
@@ -90,3 +90,12 @@ def record_skipped_phase(timings: dict[str, float], phase: str, reason: str, exp
     if phase not in explained:
         explained.add(phase)
         get_logger("hybridrl.trainer").info(f"timing_s/{phase} is 0: {reason}")
+
+
+def compute_step_metrics(batch: Batch, timings: dict[str, float], metrics: dict[str, float], use_critic: bool,
+                         max_response_length: int, num_devices: int) -> dict[str, float]:
+    """A step's data, gradient-variance, timing and throughput metrics (`metrics`: what the step logged so far)."""
+    return {**compute_data_metrics(batch, use_critic, max_response_length),
+            **compute_gradient_variance_metrics(batch, metrics.get("actor/grad_norm")),
+            **compute_timing_metrics(batch, timings),
+            **compute_throughput_metrics(batch, timings["step"], num_devices)}

@@ -1,6 +1,6 @@
 """The single controller: `fit()` loops over steps; `run_step()` is a short list of named, timed phases.
 
-gen → (gen_max) → reward → old_log_prob → (ref) → (values) → adv → (update_critic) → update_actor →
+gen → (gen_max) → reward → old_log_prob → (ref) → (teacher) → (values) → adv → (update_critic) → update_actor →
 update_weights, then testing / save_checkpoint. Which optional phases run is data (`RoleNeeds`), never
 a test of the algorithm's name.
 """
@@ -22,8 +22,7 @@ from hybridrl.trainer import checkpointing
 from hybridrl.trainer.guards import nonfinite, run_signals
 from hybridrl.trainer.correction import bypass_old_log_probs, checked_settings, decoupled_correction, needs_whole_batch
 from hybridrl.trainer.batch_sources.dynamic_sampling import DynamicSampler, RoundHooks, pop_reward_extra
-from hybridrl.trainer.metrics import (OLD_LOG_PROBS_FROM_UPDATE, compute_data_metrics, compute_gradient_variance_metrics,
-                                      compute_throughput_metrics, compute_timing_metrics, record_skipped_phase)
+from hybridrl.trainer.metrics import OLD_LOG_PROBS_FROM_UPDATE, compute_step_metrics, record_skipped_phase
 from hybridrl.trainer.preflight import preflight
 from hybridrl.trainer.setup import build_dataset, build_loader, build_tokenizer, seed_everything, total_training_steps
 from hybridrl.trainer.step_dump import dump_step_rollouts
@@ -203,6 +202,9 @@ class PPOTrainer(checkpointing.CheckpointExtras):
             if self.roles.reference is not None:
                 with self._phase("ref", timings):
                     batch = batch.union(self.roles.reference.compute_ref_log_prob(batch))
+            if self.roles.teacher is not None:  # on-policy distillation: the teachers score the responses
+                with self._phase("teacher", timings):
+                    batch = batch.union(self.roles.teacher.compute_teacher_log_probs(batch))
             if self.roles.critic is not None:
                 with self._phase("values", timings):
                     batch = batch.union(self.roles.critic.compute_values(batch))
@@ -214,10 +216,8 @@ class PPOTrainer(checkpointing.CheckpointExtras):
             self.update(batch, metrics, timings)
         dump_step_rollouts(self.cfg.trainer.rollout_data_dir, self.tokenizer, self.global_step, batch,
                            self._last_reward_extra)
-        metrics.update(compute_data_metrics(batch, self.plan.needs.critic, self.cfg.actor_rollout_ref.rollout.response_length))
-        metrics.update(compute_gradient_variance_metrics(batch, metrics.get("actor/grad_norm")))
-        metrics.update(compute_timing_metrics(batch, timings))
-        metrics.update(compute_throughput_metrics(batch, timings["step"], self.plan.world_size))
+        metrics.update(compute_step_metrics(batch, timings, metrics, self.plan.needs.critic,
+                                            self.cfg.actor_rollout_ref.rollout.response_length, self.plan.world_size))
         metrics.update(self._phase_metrics())
         self.train_loader.update_sampler(batch)  # data.sampler: a curriculum sampler's update(batch), as verl
         return metrics

@@ -17,6 +17,8 @@ from hybridrl.config.schema import HybridRLConfig
 from hybridrl.models.hf import load_causal_lm
 from hybridrl.utils.batch import Batch
 from hybridrl.utils.nsight import nvtx_range
+from hybridrl.workers.actor_distillation import LOSS_KEY as DISTILLATION_LOSS_KEY
+from hybridrl.workers.actor_distillation import ActorDistillation
 from hybridrl.workers.forward import batched_response_stats, response_log_probs
 from hybridrl.workers.loss_scope import MicroBatchWeights
 from hybridrl.workers.micro_batches import MicroBatchPlan
@@ -51,6 +53,7 @@ class ActorWorker(TrainState):
         self.policy_loss_fn = get_policy_loss_fn(self.actor_cfg.policy_loss.loss_mode)
         self.policy_agg_mode = policy_agg_mode(self.actor_cfg.policy_loss.loss_mode, self.actor_cfg.loss_agg_mode)
         self.loss_settings = _loss_settings(self.actor_cfg)
+        self.distillation = ActorDistillation(cfg, self.loss_settings) if cfg.distillation.enabled else None
         self.correction = UpdateCorrection(correction_settings(cfg.algorithm.rollout_correction))
         self.remove_padding = self.actor_cfg.use_remove_padding
         self.log_prob_plan = MicroBatchPlan.for_phase(cfg, "old_log_prob", sizes.log_prob_micro)
@@ -89,7 +92,8 @@ class ActorWorker(TrainState):
         keys = [k for k in UPDATE_KEYS if not (on_policy and k == "old_log_probs")]
         keys += (["ref_log_prob"] if self.actor_cfg.use_kl_loss else []) + (
             ["rollout_log_probs"] if on_policy and "rollout_log_probs" in batch else []) + (
-            ["rollout_is_weights"] if "rollout_is_weights" in batch else [])
+            ["rollout_is_weights"] if "rollout_is_weights" in batch else []) + (
+            list(self.distillation.keys) if self.distillation is not None else [])
         data = batch.select(keys).to(self.device)
         metrics: dict[str, list[torch.Tensor | float]] = defaultdict(list)
         skipped = SkippedSteps("actor")
@@ -102,6 +106,8 @@ class ActorWorker(TrainState):
                     self._update_mini_batch(mini, metrics, skipped, mode)
         skipped.step_scheduler(self.lr_scheduler)
         out = means(metrics) | skipped.metrics()
+        if self.distillation is not None:
+            out |= self.distillation.pop_extremes()  # actor/distillation/*_min, *_max
         out["actor/lr"] = self.optimizer.param_groups[0]["lr"]
         return out
 
@@ -145,6 +151,8 @@ class ActorWorker(TrainState):
         """The mean a weighted metric part follows: the losses their modes, the policy loss's others token means."""
         if key == "actor/pg_loss":
             return self.policy_agg_mode
+        if key == DISTILLATION_LOSS_KEY:
+            return self.distillation.agg_mode if self.distillation is not None else "token-mean"
         return self.actor_cfg.loss_agg_mode if key in ("actor/entropy_loss", "actor/kl_loss") else "token-mean"
 
     def _micro_loss(self, micro: Batch, weights: MicroBatchWeights, trace: NonFiniteTrace, mode: UpdateMode):
@@ -154,8 +162,12 @@ class ActorWorker(TrainState):
         cfg = self.actor_cfg
         need_entropy = cfg.entropy_coeff != 0 or mode.reports_forward  # no pass: actor/entropy comes from here
         with self.parallel.autocast():
-            log_prob, entropy = response_log_probs(self.model, micro, micro.meta["temperature"], need_entropy,
-                                                   self.remove_padding)
+            if self.distillation is not None:  # with the top-k modes, also the log-probs at the teacher's top-k
+                log_prob, entropy, student = self.distillation.forward(self.model, micro, need_entropy,
+                                                                       self.remove_padding)
+            else:
+                log_prob, entropy = response_log_probs(self.model, micro, micro.meta["temperature"], need_entropy,
+                                                       self.remove_padding)
         pg_loss, pg_metrics, mask = self._policy_loss(micro, log_prob, mode, weights)
         trace.note("log_prob", log_prob, mask)  # over the tokens the loss uses (rejection sampling may drop some)
         if entropy is not None:
@@ -176,6 +188,10 @@ class ActorWorker(TrainState):
             loss = loss + cfg.kl_loss_coef * kl_loss
             metrics["actor/kl_loss"] = as_metric(kl_loss)
             trace.note("kl_loss", kl_loss)
+        if self.distillation is not None:
+            old_log_prob = log_prob.detach() if mode.on_policy else micro["old_log_probs"]
+            loss = self.distillation.add_loss(loss, micro, student, old_log_prob, mask, weights, metrics)
+            trace.note("distillation_loss", metrics[DISTILLATION_LOSS_KEY])
         trace.note("loss", loss)  # with the coefficients (entropy_coeff, kl_loss_coef) and the micro-batch weight
         return loss, metrics, (log_prob.detach(), entropy.detach() if entropy is not None else None)
 

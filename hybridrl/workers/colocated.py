@@ -40,6 +40,7 @@ from hybridrl.workers.rank_phases import RankPhases
 from hybridrl.workers.reference import build_reference
 from hybridrl.workers.request_pool import FinishedGroup, GroupRequest
 from hybridrl.workers.rollout import RolloutWorker
+from hybridrl.workers.teacher import TeacherWorker
 
 T = TypeVar("T")
 ROW_INDEX_KEY = "_global_row"  # a prompt row's index in the whole (repeated) batch: keys its sampling noise
@@ -66,6 +67,8 @@ class ColocatedWorker:
         self.reference = build_reference(cfg, self.actor, sizes.ref_log_prob_micro, device) \
             if "reference" in roles else None
         self.critic = CriticWorker(cfg, sizes, device, total_steps) if "critic" in roles else None
+        self.teacher = TeacherWorker(cfg, sizes.ref_log_prob_micro, device, self.tokenizer) \
+            if "teacher" in roles else None
         self.pop_phase_metrics()  # start-up (loading, the first weight sync) is not a step's
 
     def pop_phase_metrics(self) -> dict[str, float]:
@@ -122,6 +125,10 @@ class ColocatedWorker:
     def compute_ref_log_prob(self, batch: Batch) -> Batch:
         with self.phases.phase("ref"):
             return self._present(self.reference, "reference").compute_ref_log_prob(batch)
+
+    def compute_teacher_log_probs(self, batch: Batch) -> Batch:
+        with self.phases.phase("teacher"):
+            return self._present(self.teacher, "teacher").compute_teacher_log_probs(batch)
 
     def compute_values(self, batch: Batch) -> Batch:
         with self.phases.phase("values"):

@@ -21,8 +21,8 @@ from hybridrl.logging.log import get_logger
 from hybridrl.rollout.agent.trainer_rows import AgentLoopRouting
 from hybridrl.utils.memory import max_merge
 from hybridrl.workers.colocated import ColocatedWorker
-from hybridrl.workers.protocols import ActorRole, CriticRole, ReferenceRole, RewardRole, RolloutRole
-from hybridrl.workers.role_groups import GroupActor, GroupCritic, GroupReference, pop_phase_metrics
+from hybridrl.workers.protocols import ActorRole, CriticRole, ReferenceRole, RewardRole, RolloutRole, TeacherRole
+from hybridrl.workers.role_groups import GroupActor, GroupCritic, GroupReference, GroupTeacher, pop_phase_metrics
 from hybridrl.workers.rollout import rollout_weights_dtype
 from hybridrl.workers.rollout_group import GroupRollout
 
@@ -144,6 +144,7 @@ class Roles:
     handoff: WeightHandoff  # the actor's weights to rollout replicas in other processes
     reference: ReferenceRole | None = None
     critic: CriticRole | None = None
+    teacher: TeacherRole | None = None  # on-policy distillation (distillation.enabled)
 
     def phase_metrics(self) -> dict[str, float]:
         """Every rank's peaks and phase times since the last call: the run's groups and borrowed replicas."""
@@ -174,7 +175,8 @@ def build_roles(cfg: HybridRLConfig, plan: RunPlan, tokenizer: Any, total_steps:
         reward = RewardWorker(cfg, tokenizer, torch.device(plan.device))
         return Roles(actor=GroupActor(on["actor"]), rollout=rollout, reward=reward, groups=groups, handoff=handoff,
                      reference=GroupReference(on["reference"]) if plan.needs.reference else None,
-                     critic=_critic(cfg, plan, on) if plan.needs.critic else None)
+                     critic=_critic(cfg, plan, on) if plan.needs.critic else None,
+                     teacher=GroupTeacher(on["teacher"], cfg) if plan.needs.teacher else None)
     except BaseException:
         groups.shutdown()
         raise

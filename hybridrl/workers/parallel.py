@@ -293,6 +293,7 @@ def _fsdp2_layout(shard_ranks: int, world: int, offload: bool) -> str:
 def _apply_fsdp2(model: nn.Module, fsdp_cfg: Any, precision: Precision, log_prob_forward: bool,
                  cpu_offload: bool) -> None:
     from hybridrl.distributed.fsdp import apply_fsdp2
+    from hybridrl.workers.distill_forward import enable_fsdp_distill_forward
     from hybridrl.workers.forward import enable_fsdp_log_prob_forward
 
     # HF heads return views (e.g. logits); FSDP2 warns in case they are modified in place, which no
@@ -303,3 +304,4 @@ def _apply_fsdp2(model: nn.Module, fsdp_cfg: Any, precision: Precision, log_prob
                 cpu_offload=cpu_offload)
     if log_prob_forward:
         enable_fsdp_log_prob_forward(model)
+        enable_fsdp_distill_forward(model)  # on-policy distillation's top-k passes (student and teacher)

@@ -45,6 +45,13 @@ class ReferenceRole(Protocol):
         ...
 
 
+class TeacherRole(Protocol):
+    def compute_teacher_log_probs(self, batch: Batch) -> Batch:
+        """teacher_logprobs (B, R) or (B, R, k) and, for top-k, teacher_ids (B, R, k): each row scored by its
+        teacher (on-policy distillation; sharded)."""
+        ...
+
+
 class CriticRole(Protocol):
     def compute_values(self, batch: Batch) -> Batch:
         """values (B, R) (sharded)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from hybridrl.config.schema import HybridRLConfig
 from hybridrl.distributed import WorkerGroup
 from hybridrl.rollout import SamplingParams
 from hybridrl.utils.batch import Batch
@@ -60,6 +61,32 @@ class GroupReference(GroupRole):
 
     def compute_ref_log_prob(self, batch: Batch) -> Batch:
         return self.group.call_sharded("compute_ref_log_prob", for_ranks(batch, FORWARD_KEYS))
+
+
+class GroupTeacher(GroupRole):
+    """The distillation teachers, hosted beside the actor; each row goes to the teacher its
+    `distillation.teacher_key` field names (routed here, where the rows' fields are)."""
+
+    role = "teacher"
+
+    def __init__(self, group: WorkerGroup, cfg: HybridRLConfig) -> None:
+        from hybridrl.config.distillation_rules import resolve_teachers
+
+        super().__init__(group)
+        self.specs, self.teacher_key = resolve_teachers(cfg), cfg.distillation.teacher_key
+
+    def compute_teacher_log_probs(self, batch: Batch) -> Batch:
+        import torch
+
+        from hybridrl.config.distillation_rules import route_rows
+        from hybridrl.workers.teacher import TEACHER_INDEX_KEY
+
+        values = list(batch[self.teacher_key]) if self.teacher_key in batch else None
+        if values is None and len(self.specs) == 1:
+            values = [None] * len(batch)
+        rows = for_ranks(batch, FORWARD_KEYS)
+        rows[TEACHER_INDEX_KEY] = torch.tensor(route_rows(self.specs, self.teacher_key, values, [*batch.tensors, *batch.non_tensors]))
+        return self.group.call_sharded("compute_teacher_log_probs", rows)
 
 
 class GroupCritic(GroupRole):

@@ -105,7 +105,6 @@ def test_megatron_only_keys_load_with_a_notice(caplog):
 
 
 @pytest.mark.parametrize(("override", "phrase"), [
-    ("distillation.enabled=true", "on-policy distillation"),
     ("trainer.v1.separate_async.hybrid_rollout.enable_switch=true", "step switching"),
     ("trainer.v1.sampler.custom_sampler.path=my_sampler.py", "custom replay-buffer samplers"),
     ("skip.rollout.enable=true", "reusing cached generations (skip.rollout)"),
