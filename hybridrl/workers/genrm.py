@@ -1,0 +1,124 @@
+"""verl's generative reward model (config/genrm.py): the reward model as a causal LM served by hybridrl's engine on
+loopback, for the custom reward function to query with the `reward_router_address` and `reward_model_tokenizer`
+it is given.
+
+Placement, in the hybrid engine's spirit: the GenRM engine runs in the controller's process on
+`reward_model.device_ids[0]` (null: the controller's device, shared with training and the rollout engine). On a
+GPU it is the `hybrid` engine, whose KV cache takes `reward_model.rollout.gpu_memory_utilization` of the device
+less its weights, and with `free_cache_engine` (verl's default) is freed after each step's scoring, so training
+gets the memory back; on a CPU it is the `hf` backend (one request at a time).
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import torch
+
+from hybridrl.config.genrm import GenRMSettings, genrm_settings
+from hybridrl.config.schema import HybridRLConfig
+from hybridrl.logging.log import get_logger
+from hybridrl.serving.generate_server import GenerateApp, GenerateServer
+from hybridrl.serving.limits import ServeLimits
+
+log = get_logger("rewards")
+MAX_HANDLER_THREADS = 256  # requests generating at once (each waits on one front thread); more queue
+MAX_CONNECTIONS = 1024  # above rewards.async_rows.MAX_CONCURRENT_ROWS: the trainer's own scoring is never refused
+
+
+def genrm_device(cfg: HybridRLConfig, device: torch.device) -> torch.device:
+    """reward_model.device_ids[0] on CUDA when set (one engine replica), else the controller's device."""
+    if device.type != "cuda":
+        return device
+    ids = cfg.reward_model.device_ids
+    return torch.device("cuda", ids[0] if ids else (device.index or 0))
+
+
+class GenRMService:
+    """The served GenRM: `offered_kwargs` for the reward function, `scoring()` around each step's scoring
+    (wakes the engine's KV cache, frees it after with free_cache_engine, times it), `take_metrics()`, `close()`."""
+
+    def __init__(self, cfg: HybridRLConfig, device: torch.device) -> None:
+        from hybridrl.models.hf import import_external_lib, load_tokenizer
+
+        rm = cfg.reward_model
+        self.settings = genrm_settings(rm.rollout)
+        self.device = genrm_device(cfg, device)
+        import_external_lib(rm.model.external_lib, "reward_model.model.external_lib")
+        self.tokenizer = load_tokenizer(rm.model.path, key="reward_model.model.path",
+                                        trust_remote_code=rm.model.trust_remote_code)
+        self.backend, max_model_len, vocab_size = self._build_backend(cfg)
+        self.settings_note = f"{type(self.backend).__name__} on {self.device}, max_model_len={max_model_len}"
+        app = GenerateApp(self.backend.request_engine(), self.tokenizer, rm.model.path, max_model_len, vocab_size)
+        limits = ServeLimits(workers=min(self.settings.max_num_seqs, MAX_HANDLER_THREADS),
+                             max_connections=MAX_CONNECTIONS, request_timeout_s=60.0)
+        self.server = GenerateServer(app, limits).start()
+        self.address = self.server.address
+        self.scoring_s = 0.0
+        if self.settings.free_cache_engine:
+            self.backend.sleep()  # until the first step's scoring (verl's RewardModelManager sleeps it too)
+
+    def _build_backend(self, cfg: HybridRLConfig) -> tuple[Any, int, int]:
+        from hybridrl.models.hf import load_causal_lm, resolve_dtype
+        from hybridrl.rollout import build_rollout_backend
+
+        rm, settings = cfg.reward_model, self.settings
+        dtype = resolve_dtype(settings.dtype) if self.device.type == "cuda" else torch.float32
+        model = load_causal_lm(rm.model.path, dtype=dtype, override_config=dict(rm.model.override_config or {}),
+                               trust_remote_code=rm.model.trust_remote_code, key="reward_model.model.path",
+                               use_shm=rm.model.use_shm)
+        model.requires_grad_(False).eval()
+        positions = getattr(model.config, "max_position_embeddings", None)
+        max_model_len = settings.max_model_len or positions or settings.prompt_length + settings.response_length
+        eos = model.generation_config.eos_token_id if model.generation_config is not None else None
+        eos_ids = [eos] if isinstance(eos, int) else list(eos or [self.tokenizer.eos_token_id])
+        engine_cfg = _EngineSettings(settings, max_model_len)
+        vocab_size = model.config.vocab_size
+        # the hybrid engine (CUDA) copies the weights from the CPU model onto its device; hf generates with the module
+        source = model if self.device.type == "cuda" else model.to(self.device)
+        backend = build_rollout_backend("auto", source, pad_token_id=self.tokenizer.pad_token_id, eos_token_ids=eos_ids,
+                                        rollout_cfg=engine_cfg, device_type=self.device.type, device=self.device)
+        return backend, max_model_len, vocab_size
+
+    @property
+    def offered_kwargs(self) -> dict[str, Any]:
+        """What verl passes a custom reward function when a reward model is served."""
+        return {"reward_router_address": self.address, "reward_model_tokenizer": self.tokenizer}
+
+    def describe(self) -> str:
+        return f"generative reward model served at http://{self.address} ({self.settings_note})"
+
+    @contextmanager
+    def scoring(self) -> Iterator[None]:
+        """Around one step's scoring: the KV cache allocated before, requests left over aborted and the cache freed
+        after (free_cache_engine), the time taken counted in reward_model/genrm/scoring_s."""
+        started = time.monotonic()
+        if self.settings.free_cache_engine:
+            self.backend.wake_up()
+        try:
+            yield
+        finally:
+            self.server.app.abort_all()  # a reward call that timed out may have left its request generating
+            if self.settings.free_cache_engine:
+                self.backend.sleep()
+            self.scoring_s += time.monotonic() - started
+
+    def take_metrics(self) -> dict[str, float]:
+        metrics = self.server.app.stats.take()
+        metrics["reward_model/genrm/scoring_s"], self.scoring_s = self.scoring_s, 0.0
+        return metrics
+
+    def close(self) -> None:
+        """Stop the server, its threads and the engine's (safe to call twice)."""
+        self.server.close()
+
+
+class _EngineSettings:
+    """GenRMSettings as the `rollout_cfg` that `build_rollout_backend` reads (actor_rollout_ref.rollout's names)."""
+
+    def __init__(self, settings: GenRMSettings, max_model_len: int) -> None:
+        self.__dict__.update(vars(settings))
+        self.max_model_len = max_model_len
+        self.seed = settings.seed if settings.seed is not None else 0
