@@ -5,6 +5,8 @@ OpenAI's `POST /v1/chat/completions` and `POST /v1/completions` (the subsets ver
              "top_k", "stop_token_ids", "n": 1, "ignore_eos", "skip_special_tokens"}, "return_logprob": bool, "rid"}
           -> {"text", "output_ids", "meta_info": {"id", "finish_reason": {"type": "stop"|"length"|"abort", ...},
              "prompt_tokens", "completion_tokens", "cached_tokens", "e2e_latency", ["output_token_logprobs"]}}
+             (a batch: "input_ids" a list of id lists or "text" a list, "sampling_params" one or one per prompt
+             -> a list of those answers)
 `/v1/chat/completions`  {"messages": [{"role", "content"}, ...], "max_tokens" | "max_completion_tokens",
              "temperature", "top_p", "top_k", "n": 1, "seed", "model" (any: one model is served)}
           -> {"id", "object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant",
@@ -128,25 +130,47 @@ def sampling_params(body: dict, max_key: str, seed: Any = None) -> SamplingParam
                           ignore_eos=_flag(body, "ignore_eos", False), stop_token_ids=tuple(stop_ids), seed=seed)
 
 
-def parse_generate(body: Any, vocab_size: int) -> GenerationRequest:
-    """SGLang's native /generate request; raises RequestError naming the field."""
+def parse_generate(body: Any, vocab_size: int) -> tuple[list[GenerationRequest], bool]:
+    """SGLang's native /generate request: one prompt, or a batch (`input_ids` a list of id lists, `text` a list of
+    strings; `sampling_params` one object for all or a list, one per prompt). Returns the requests and whether it
+    was a batch (answered with a list). Raises RequestError naming the field."""
     if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object with 'input_ids' or 'text'")
     _check_fields(body, SGLANG_FIELDS, "/generate")
-    sampling = body.get("sampling_params", {})
-    if not isinstance(sampling, dict):
-        raise RequestError("'sampling_params' must be a JSON object")
-    _check_fields(sampling, SGLANG_SAMPLING, "/generate sampling_params")
     if ("input_ids" in body) == ("text" in body):
         raise RequestError("send exactly one of 'input_ids' (token ids) and 'text' (a prompt string)")
-    text = body.get("text")
-    if "text" in body and (not isinstance(text, str) or not text):
-        raise RequestError("'text' must be a non-empty string (batches of prompts: one request each)")
-    ids = check_ids(body["input_ids"], "input_ids", vocab_size) if "input_ids" in body else None
+    key = "input_ids" if "input_ids" in body else "text"
+    value = body[key]
+    batched = isinstance(value, list) and bool(value) and (
+        all(isinstance(row, list) for row in value) if key == "input_ids" else True)
+    prompts = value if batched else [value]
+    samplings = body.get("sampling_params", {})
+    samplings = samplings if isinstance(samplings, list) else [samplings] * len(prompts)
+    if len(samplings) != len(prompts):
+        raise RequestError(f"'sampling_params' is a list of {len(samplings)} for {len(prompts)} prompts; send one "
+                           "object for all, or one per prompt")
     rid = body.get("rid") or f"gen-{uuid.uuid4().hex}"
+    logprob = _flag(body, "return_logprob", False)
+    requests = []
+    for index, (prompt, sampling) in enumerate(zip(prompts, samplings)):
+        where = f"{key}[{index}]" if batched else key
+        requests.append(_generate_request(prompt, sampling, key, where, vocab_size, logprob,
+                                          f"{rid}-{index}" if batched else str(rid)))
+    return requests, batched
+
+
+def _generate_request(prompt: Any, sampling: Any, key: str, where: str, vocab_size: int, return_logprob: bool,
+                      request_id: str) -> GenerationRequest:
+    if not isinstance(sampling, dict):
+        raise RequestError("'sampling_params' must be a JSON object (or a list of them, one per prompt)")
+    _check_fields(sampling, SGLANG_SAMPLING, "/generate sampling_params")
+    if key == "text" and (not isinstance(prompt, str) or not prompt):
+        raise RequestError(f"'{where}' must be a non-empty string")
+    ids = check_ids(prompt, where, vocab_size) if key == "input_ids" else None
     return GenerationRequest("generate", sampling_params(sampling, "max_new_tokens", sampling.get("seed")),
-                             prompt_ids=ids, text=text, skip_special_tokens=_flag(sampling, "skip_special_tokens", True),
-                             return_logprob=_flag(body, "return_logprob", False), request_id=str(rid))
+                             prompt_ids=ids, text=None if ids is not None else prompt,
+                             skip_special_tokens=_flag(sampling, "skip_special_tokens", True),
+                             return_logprob=return_logprob, request_id=request_id)
 
 
 def parse_openai(body: Any, route: str, vocab_size: int) -> GenerationRequest:

@@ -102,26 +102,41 @@ class GenerateApp:
         self._loop_thread = threading.Thread(target=self.loop.run_forever, name="hybridrl-genrm-loop", daemon=True)
         self._loop_thread.start()
 
-    def answer(self, route: str, body: Any) -> dict:
-        """The JSON answer to one request (on a handler thread); RequestError for a bad one."""
-        request = (parse_generate(body, self.vocab_size) if route == "generate"
-                   else parse_openai(body, route, self.vocab_size))
-        prompt_ids = self.prompt_ids(request)
-        self.fit_budget(request, len(prompt_ids))
+    def answer(self, route: str, body: Any) -> dict | list[dict]:
+        """The JSON answer to one request (on a handler thread); RequestError for a bad one. A batched /generate
+        gets a list, one answer per prompt."""
+        if route == "generate":
+            requests, batched = parse_generate(body, self.vocab_size)
+        else:
+            requests, batched = [parse_openai(body, route, self.vocab_size)], False
+        prompts = [self.prompt_ids(request) for request in requests]
+        for request, prompt in zip(requests, prompts):
+            self.fit_budget(request, len(prompt))
         started = time.monotonic()
+        try:
+            outputs = self.run(self._generate_all(requests, prompts))
+        except ValueError as error:  # the engine's own request checks (e.g. a stop token outside the vocabulary)
+            raise RequestError(str(error)) from error
+        with self._tokenizer_lock:
+            texts = [self.tokenizer.decode(output.token_ids, skip_special_tokens=request.skip_special_tokens)
+                     for request, output in zip(requests, outputs)]
+        answers = [generate_response(request, output, text, len(prompt), started) if route == "generate" else
+                   openai_response(request, output, text, len(prompt), self.model_name)
+                   for request, output, text, prompt in zip(requests, outputs, texts, prompts)]
+        return answers if batched else answers[0]
+
+    async def _generate_all(self, requests: list[GenerationRequest], prompts: list[list[int]]) -> list[TokenOutput]:
+        return list(await asyncio.gather(*(self._generate(request, prompt)
+                                           for request, prompt in zip(requests, prompts))))
+
+    async def _generate(self, request: GenerationRequest, prompt_ids: list[int]) -> TokenOutput:
         self.stats.started()
         output = None
         try:
-            output = self.run(self.engine.generate(f"genrm-{uuid.uuid4().hex}", prompt_ids, request.params))
-        except ValueError as error:  # the engine's own request checks (e.g. a stop token outside the vocabulary)
-            raise RequestError(str(error)) from error
+            output = await self.engine.generate(f"genrm-{uuid.uuid4().hex}", prompt_ids, request.params)
+            return output
         finally:
             self.stats.finished(len(prompt_ids), output)
-        with self._tokenizer_lock:
-            text = self.tokenizer.decode(output.token_ids, skip_special_tokens=request.skip_special_tokens)
-        if route == "generate":
-            return generate_response(request, output, text, len(prompt_ids), started)
-        return openai_response(request, output, text, len(prompt_ids), self.model_name)
 
     def prompt_ids(self, request: GenerationRequest) -> list[int]:
         if request.prompt_ids is not None:

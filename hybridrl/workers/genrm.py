@@ -47,11 +47,14 @@ class GenRMService:
         self.settings = genrm_settings(rm.rollout)
         self.device = genrm_device(cfg, device)
         import_external_lib(rm.model.external_lib, "reward_model.model.external_lib")
-        self.tokenizer = load_tokenizer(rm.model.path, key="reward_model.model.path",
-                                        trust_remote_code=rm.model.trust_remote_code)
+        # two instances: the function's and the server's (an HF fast tokenizer used from two threads at once can
+        # fail with "Already borrowed")
+        self.tokenizer, server_tokenizer = (load_tokenizer(rm.model.path, key="reward_model.model.path",
+                                                           trust_remote_code=rm.model.trust_remote_code)
+                                            for _ in range(2))
         self.backend, max_model_len, vocab_size = self._build_backend(cfg)
         self.settings_note = f"{type(self.backend).__name__} on {self.device}, max_model_len={max_model_len}"
-        app = GenerateApp(self.backend.request_engine(), self.tokenizer, rm.model.path, max_model_len, vocab_size)
+        app = GenerateApp(self.backend.request_engine(), server_tokenizer, rm.model.path, max_model_len, vocab_size)
         limits = ServeLimits(workers=min(self.settings.max_num_seqs, MAX_HANDLER_THREADS),
                              max_connections=MAX_CONNECTIONS, request_timeout_s=60.0)
         self.server = GenerateServer(app, limits).start()

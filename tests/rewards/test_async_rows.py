@@ -123,6 +123,16 @@ def test_worker_processes_run_an_async_function(async_file):
         manager.close()
 
 
+def test_worker_processes_get_the_genrm_kwargs_too(async_file):
+    manager = build_reward_manager(config(f"custom_reward_function.path={async_file}",
+                                          "custom_reward_function.name=genrm", "reward_model.num_workers=2"),
+                                   None, offered_kwargs=OFFERED)
+    try:
+        assert manager(None, rows(["a", "b"], ["a", "a"])).extra["address"] == ["127.0.0.1:1234"] * 2
+    finally:
+        manager.close()
+
+
 def test_genrm_kwargs_go_to_a_function_that_declares_them(async_file):
     scored = score(load_custom_reward_fn(async_file, "genrm", offered_kwargs=OFFERED), ["a"], ["a"])
     assert scored.extra == {"address": ["127.0.0.1:1234"], "tokenizer": ["the-tokenizer"]}

@@ -83,6 +83,20 @@ def test_generate_with_text_tokenizes_it(server, parts):
     assert body["output_ids"] == greedy_ids(parts, tokenizer("7+8=")["input_ids"])
 
 
+def test_a_batched_generate_answers_each_prompt_in_order(server, parts):
+    tokenizer = parts[1]
+    prompts = [tokenizer("1+1=")["input_ids"], tokenizer("22+3=")["input_ids"]]
+    status, body = call(server.address, "POST", "/generate",
+                        {"input_ids": prompts, "sampling_params": [{**GREEDY, "ignore_eos": True},
+                                                                   {**GREEDY, "max_new_tokens": 2, "ignore_eos": True}]})
+    assert status == 200, body
+    assert [answer["output_ids"] for answer in body] == [greedy_ids(parts, prompts[0]), greedy_ids(parts, prompts[1], 2)]
+    status, body = call(server.address, "POST", "/generate", {"text": ["1+1=", "2+2="], "sampling_params": GREEDY})
+    assert status == 200 and len(body) == 2 and body[0]["meta_info"]["prompt_tokens"] == 4
+    status, body = call(server.address, "POST", "/generate", {"text": ["1+1=", "2+2="], "sampling_params": [GREEDY]})
+    assert status == 400 and "a list of 1 for 2 prompts" in body["error"]["message"]
+
+
 def test_chat_completions_renders_the_chat_template(server, parts):
     tokenizer = parts[1]
     messages = [{"role": "user", "content": "Rate 3+4=7 from 1 to 10"}]
