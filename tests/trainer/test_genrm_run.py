@@ -12,9 +12,11 @@ import threading
 import pytest
 
 from hybridrl.config import load_config
+from hybridrl.rewards.manager import RewardFunctionError
 from hybridrl.trainer.ppo_trainer import PPOTrainer
 from tests.trainer.helpers import tiny_run_overrides
 
+SERVER_THREADS = ("hybridrl-genrm", "hybridrl-serve")  # the GenRM server's loop, front and handler threads
 GENRM_FUNCTION = '''
 import aiohttp
 
@@ -64,8 +66,34 @@ def test_two_steps_score_through_the_served_genrm(tmp_path, arith_model_dir, ari
         assert metrics["reward_model/genrm/generated_tokens"] == 96.0
         assert metrics["reward_model/genrm/prompt_tokens"] > 32 and metrics["reward_model/genrm/errors"] == 0
         assert 0 < metrics["reward_model/genrm/serving_s"] <= metrics["reward_model/genrm/scoring_s"]
-    left = [t.name for t in threading.enumerate() if t.ident not in before and t.name.startswith("hybridrl-genrm")]
+    left = [t.name for t in threading.enumerate() if t.ident not in before and t.name.startswith(SERVER_THREADS)]
     assert left == []
     host, port = address.split(":")
     with pytest.raises(ConnectionRefusedError):
         http.client.HTTPConnection(host, int(port), timeout=5).connect()
+
+
+def test_a_failing_reward_function_stops_the_run_and_the_server(tmp_path, arith_model_dir, arithmetic_files):
+    reward_file = tmp_path / "reward_fn_reasoning.py"
+    reward_file.write_text(GENRM_FUNCTION.replace("return {", "raise RuntimeError('judge offline')\n    return {"))
+    keys = FAPO_KEYS + [f"reward_model.model.path={arith_model_dir}", f"custom_reward_function.path={reward_file}"]
+    before = {thread.ident for thread in threading.enumerate()}
+    trainer = PPOTrainer(load_config(tiny_run_overrides(arith_model_dir, arithmetic_files, str(tmp_path / "run"),
+                                                        extra=keys)))
+    with pytest.raises(RewardFunctionError, match="raised RuntimeError: judge offline"):
+        trainer.fit()
+    assert [t.name for t in threading.enumerate() if t.ident not in before and t.name.startswith(SERVER_THREADS)] == []
+
+
+def test_a_reward_function_that_does_not_load_leaves_no_server(tmp_path, arith_model_dir):
+    from hybridrl.workers.reward import RewardWorker
+
+    reward_file = tmp_path / "reward_fn_reasoning.py"
+    reward_file.write_text(GENRM_FUNCTION)
+    before = {thread.ident for thread in threading.enumerate()}
+    cfg = load_config(FAPO_KEYS[:-1] + [f"reward_model.model.path={arith_model_dir}",
+                                        f"custom_reward_function.path={reward_file}",
+                                        "custom_reward_function.name=compute_score_missing", "trainer.device=cpu"])
+    with pytest.raises(AttributeError, match="defines no function 'compute_score_missing'"):
+        RewardWorker(cfg, tokenizer=None)
+    assert [t.name for t in threading.enumerate() if t.ident not in before and t.name.startswith(SERVER_THREADS)] == []
