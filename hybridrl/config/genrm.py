@@ -31,16 +31,13 @@ class GenRMSettings:
     max_num_batched_tokens: int = 8192
     max_model_len: int | None = None  # null: the model's max_position_embeddings (as vLLM/SGLang)
     enable_prefix_caching: bool = True
-    prompt_length: int = 2048
-    response_length: int = 2048
     block_size: int = 16
     keep_decode_graphs: bool = True
     seed: int | None = 0
 
 
 MAPPED = tuple(f.name for f in fields(GenRMSettings))
-POSITIVE_INTS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "prompt_length", "response_length",
-                 "block_size")
+POSITIVE_INTS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size")
 MUST_BE_ONE = ("tensor_model_parallel_size", "data_parallel_size", "expert_parallel_size",
                "pipeline_model_parallel_size")
 IGNORED = ("name", "mode", "_target_")  # read elsewhere, or verl's own plumbing
@@ -80,8 +77,8 @@ def check_genrm_rollout(rollout: dict[str, Any]) -> tuple[list[str], list[str]]:
                "custom reward function gets reward_router_address and reward_model_tokenizer. Mapped: "
                f"{', '.join(key for key in MAPPED if key in rollout) or 'none set'}"]
     if no_effect:
-        notices.append(f"{KEY}: {', '.join(no_effect)} configure {name} itself and have no effect on hybridrl's "
-                       "engine")
+        notices.append(f"{KEY}: {', '.join(no_effect)} have no effect on hybridrl's engine (they configure {name} "
+                       "itself; its context is max_model_len, null: the model's max_position_embeddings, as in verl)")
     return problems, notices
 
 

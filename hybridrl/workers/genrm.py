@@ -17,6 +17,7 @@ from typing import Any, Iterator
 
 import torch
 
+from hybridrl.config.errors import ConfigError
 from hybridrl.config.genrm import GenRMSettings, genrm_settings
 from hybridrl.config.schema import HybridRLConfig
 from hybridrl.logging.log import get_logger
@@ -25,6 +26,7 @@ from hybridrl.serving.limits import ServeLimits
 
 log = get_logger("rewards")
 MAX_HANDLER_THREADS = 256  # requests generating at once (each waits on one front thread); more queue
+FALLBACK_CONTEXT = 4096  # verl's reward-loop prompt_length + response_length
 MAX_CONNECTIONS = 1024  # above rewards.async_rows.MAX_CONCURRENT_ROWS: the trainer's own scoring is never refused
 
 
@@ -34,6 +36,15 @@ def genrm_device(cfg: HybridRLConfig, device: torch.device) -> torch.device:
         return device
     ids = cfg.reward_model.device_ids
     return torch.device("cuda", ids[0] if ids else (device.index or 0))
+
+
+def context_length(max_model_len: int | None, positions: int | None) -> int:
+    """Prompt + output tokens of one request, as verl's vLLM/SGLang servers size it: `max_model_len`, null = the
+    model's max_position_embeddings (FALLBACK_CONTEXT when the config has none); more than the positions is refused."""
+    if max_model_len is not None and positions is not None and max_model_len > positions:
+        raise ConfigError(f"reward_model.rollout.max_model_len={max_model_len} is more than the reward model's "
+                          f"{positions} positions (max_position_embeddings); leave it null or lower it")
+    return max_model_len or positions or FALLBACK_CONTEXT
 
 
 class GenRMService:
@@ -73,8 +84,7 @@ class GenRMService:
                                trust_remote_code=rm.model.trust_remote_code, key="reward_model.model.path",
                                use_shm=rm.model.use_shm)
         model.requires_grad_(False).eval()
-        positions = getattr(model.config, "max_position_embeddings", None)
-        max_model_len = settings.max_model_len or positions or settings.prompt_length + settings.response_length
+        max_model_len = context_length(settings.max_model_len, getattr(model.config, "max_position_embeddings", None))
         eos = model.generation_config.eos_token_id if model.generation_config is not None else None
         eos_ids = [eos] if isinstance(eos, int) else list(eos or [self.tokenizer.eos_token_id])
         engine_cfg = _EngineSettings(settings, max_model_len)

@@ -83,8 +83,9 @@ def test_engine_options_without_a_counterpart_are_named_once(caplog):
         load_config(FAPO + ["+reward_model.rollout.load_format=dummy", "+reward_model.rollout.enable_chunked_prefill=True",
                             "+reward_model.rollout.max_model_len=4096"])
     lines = [line for line in messages(caplog) if "have no effect on hybridrl's engine" in line]
-    assert lines == ["reward_model.rollout: enable_chunked_prefill, load_format configure sglang itself and have no "
-                     "effect on hybridrl's engine"]
+    assert lines == ["reward_model.rollout: enable_chunked_prefill, load_format have no effect on hybridrl's engine "
+                     "(they configure sglang itself; its context is max_model_len, null: the model's "
+                     "max_position_embeddings, as in verl)"]
 
 
 def test_resource_pool_alone_is_a_notice_not_a_refusal(caplog):
@@ -108,3 +109,16 @@ def test_fapo_32b_validates_apart_from_its_sequence_parallelism(tmp_path, capsys
     args = [re.sub(r"ulysses_sequence_parallel_size=8$", "ulysses_sequence_parallel_size=1", arg) for arg in args]
     code = main_print_config(["--validate", "--device", "cuda", *localize(args, SCRIPTS, *local_assets(tmp_path))])
     assert code == 0, capsys.readouterr().err
+
+
+def test_august_spelling_is_the_same_genrm(caplog):
+    """verl's August tree: reward.reward_model.* and reward.custom_reward_function.* (its own GenRM test's keys)."""
+    with caplog.at_level(logging.INFO, logger="hybridrl"):
+        cfg = load_config(["reward.reward_model.enable=True", "reward.reward_model.model_path=/m/genrm",
+                           "reward.reward_model.rollout.name=vllm", "reward.reward_model.rollout.gpu_memory_utilization=0.9",
+                           "reward.reward_model.rollout.tensor_model_parallel_size=1",
+                           "+reward.reward_model.rollout.prompt_length=2048",
+                           "reward.custom_reward_function.path=/x/reward_fn.py",
+                           "reward.custom_reward_function.name=compute_score_gsm8k"])
+    assert is_genrm(cfg.reward_model, cfg.custom_reward_function.path) and cfg.reward_model.model.path == "/m/genrm"
+    assert genrm_settings(cfg.reward_model.rollout).gpu_memory_utilization == 0.9
