@@ -34,7 +34,8 @@ SGLANG_SAMPLING = ("max_new_tokens", "temperature", "top_p", "top_k", "stop_toke
 SGLANG_FIELDS = ("input_ids", "text", "sampling_params", "return_logprob", "rid", "stream")
 OPENAI_SAMPLING = ("max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "n", "seed",
                    "stop_token_ids", "ignore_eos", "skip_special_tokens")
-OPENAI_FIELDS = ("model", "messages", "prompt", "stream", "user", "logprobs", "add_generation_prompt", *OPENAI_SAMPLING)
+OPENAI_FIELDS = ("model", "messages", "prompt", "stream", "user", "logprobs", "add_generation_prompt",
+                 "chat_template_kwargs", *OPENAI_SAMPLING)
 # fields a client may send only at their neutral value: name -> the neutral values
 NEUTRAL_ONLY = {"frequency_penalty": (0, 0.0), "presence_penalty": (0, 0.0), "repetition_penalty": (1, 1.0),
                 "logit_bias": (None, {}), "stop": (None, [], ""), "min_p": (0, 0.0), "echo": (False,),
@@ -53,6 +54,7 @@ class GenerationRequest:
     text: str | None = None
     messages: list[dict] | None = None
     add_generation_prompt: bool = True
+    chat_template_kwargs: dict | None = None  # vLLM's extension, e.g. {"enable_thinking": false} for Qwen3
     skip_special_tokens: bool = True
     return_logprob: bool = False
     request_id: str = ""
@@ -190,6 +192,10 @@ def parse_openai(body: Any, route: str, vocab_size: int) -> GenerationRequest:
                                 add_generation_prompt=_flag(body, "add_generation_prompt", True),
                                 request_id=f"{'chatcmpl' if route == 'chat' else 'cmpl'}-{uuid.uuid4().hex}")
     value = body[field]
+    template_kwargs = body.get("chat_template_kwargs")
+    if template_kwargs is not None and (route != "chat" or not isinstance(template_kwargs, dict)):
+        raise RequestError("'chat_template_kwargs' must be a JSON object, on /v1/chat/completions")
+    request.chat_template_kwargs = template_kwargs
     if route == "chat":
         request.messages = check_messages(value)
     elif isinstance(value, str) and value:

@@ -145,7 +145,8 @@ class GenerateApp:
             if request.messages is not None:
                 try:
                     ids = self.tokenizer.apply_chat_template(request.messages, tokenize=True, return_dict=False,
-                                                             add_generation_prompt=request.add_generation_prompt)
+                                                             add_generation_prompt=request.add_generation_prompt,
+                                                             **(request.chat_template_kwargs or {}))
                 except Exception as error:  # a template that rejects these messages (roles, content types)
                     raise RequestError(f"the reward model's chat template failed on 'messages': "
                                        f"{type(error).__name__}: {reprlib.repr(str(error))}") from error

@@ -102,7 +102,7 @@ def test_chat_completions_renders_the_chat_template(server, parts):
     messages = [{"role": "user", "content": "Rate 3+4=7 from 1 to 10"}]
     status, body = call(server.address, "POST", "/v1/chat/completions",
                         {"model": "/any/name", "messages": messages, "max_tokens": 5, "temperature": 0,
-                         "ignore_eos": True})
+                         "ignore_eos": True, "chat_template_kwargs": {"enable_thinking": False}})
     assert status == 200, body
     prompt = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=False, add_generation_prompt=True)
     expected = tokenizer.decode(greedy_ids(parts, prompt, 5), skip_special_tokens=True)
@@ -153,6 +153,7 @@ def test_a_budget_past_the_context_stops_at_its_end(parts):
      "'frequency_penalty' = 0.5 is not supported"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "stop": ["\n"]}, "'stop'"),
     ("/v1/completions", {"prompt": []}, "'prompt' must be a non-empty string"),
+    ("/v1/completions", {"prompt": "x", "chat_template_kwargs": {}}, "'chat_template_kwargs' must be a JSON object, on"),
     ("/v1/embeddings", {"input": "x"}, "no route POST /v1/embeddings"),
 ])
 def test_bad_requests_get_a_json_error_naming_the_problem(server, path, payload, phrase):
