@@ -72,7 +72,11 @@ class GenRMService:
         self.address = self.server.address
         self.scoring_s = 0.0
         if self.settings.free_cache_engine:
-            self.backend.sleep()  # until the first step's scoring (verl's RewardModelManager sleeps it too)
+            try:
+                self.backend.sleep()  # until the first step's scoring (verl's RewardModelManager sleeps it too)
+            except BaseException:
+                self.server.close()
+                raise
 
     def _build_backend(self, cfg: HybridRLConfig) -> tuple[Any, int, int]:
         from hybridrl.models.hf import load_causal_lm, resolve_dtype

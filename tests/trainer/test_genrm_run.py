@@ -76,7 +76,8 @@ def test_two_steps_score_through_the_served_genrm(tmp_path, arith_model_dir, ari
 def test_a_failing_reward_function_stops_the_run_and_the_server(tmp_path, arith_model_dir, arithmetic_files):
     reward_file = tmp_path / "reward_fn_reasoning.py"
     reward_file.write_text(GENRM_FUNCTION.replace("return {", "raise RuntimeError('judge offline')\n    return {"))
-    keys = FAPO_KEYS + [f"reward_model.model.path={arith_model_dir}", f"custom_reward_function.path={reward_file}"]
+    keys = [key for key in FAPO_KEYS if "free_cache_engine" not in key]  # verl's default: free it after scoring
+    keys += [f"reward_model.model.path={arith_model_dir}", f"custom_reward_function.path={reward_file}"]
     before = {thread.ident for thread in threading.enumerate()}
     trainer = PPOTrainer(load_config(tiny_run_overrides(arith_model_dir, arithmetic_files, str(tmp_path / "run"),
                                                         extra=keys)))
