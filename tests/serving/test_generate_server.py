@@ -194,3 +194,31 @@ def test_close_stops_every_thread_and_frees_the_port(parts):
     host, port = address.split(":")
     with pytest.raises(ConnectionRefusedError):
         http.client.HTTPConnection(host, int(port), timeout=5).connect()
+
+
+def test_the_hybrid_engine_serves_requests_at_once_across_a_sleep(tiny_model_dir, parts):
+    """The GPU path's engine (LLMEngine and its asyncio front end), here on the CPU: requests sent together are
+    generated together and match the engine's batch call; freeing and re-allocating the KV cache between steps
+    (free_cache_engine) leaves it serving."""
+    from hybridrl.rollout.engine.llm_engine import LLMEngine
+
+    tokenizer = parts[1]
+    engine = LLMEngine(load_causal_lm(tiny_model_dir), device="cpu", num_kv_blocks=64, block_size=4)
+    prompts = [tokenizer(f"{a}*{a}=")["input_ids"] for a in range(5)]
+    params = SamplingParams(do_sample=False, temperature=0.0, max_new_tokens=6, ignore_eos=True)
+    expected = engine.generate(prompts, params).token_ids
+    app = GenerateApp(engine.request_engine(), tokenizer, "tiny-genrm", 64, parts[2])
+    server = GenerateServer(app, ServeLimits(workers=8)).start()
+    try:
+        def ask(prompt):
+            return call(server.address, "POST", "/generate",
+                        {"input_ids": prompt, "sampling_params": {**GREEDY, "ignore_eos": True}})[1]["output_ids"]
+
+        for _ in range(2):
+            with ThreadPoolExecutor(5) as pool:
+                assert list(pool.map(ask, prompts)) == expected
+            app.abort_all()
+            engine.sleep()
+            engine.wake_up()
+    finally:
+        server.close()
