@@ -123,6 +123,17 @@ def test_worker_processes_run_an_async_function(async_file):
         manager.close()
 
 
+@pytest.mark.slow  # the prime manager's process pool takes seconds to start
+def test_the_prime_managers_processes_run_an_async_function(async_file):
+    manager = build_reward_manager(config("reward_manager.name=prime", f"custom_reward_function.path={async_file}",
+                                          "custom_reward_function.name=baseline",
+                                          "+reward_model.reward_kwargs.num_processes=2"), None)
+    try:
+        assert manager(None, rows(["a", "b"], ["a", "a"])).scores == [1.0, -1.0]
+    finally:
+        manager.close()
+
+
 def test_worker_processes_get_the_genrm_kwargs_too(async_file):
     manager = build_reward_manager(config(f"custom_reward_function.path={async_file}",
                                           "custom_reward_function.name=genrm", "reward_model.num_workers=2"),
