@@ -208,12 +208,22 @@ def parse_openai(body: Any, route: str, vocab_size: int) -> GenerationRequest:
 
 
 def check_messages(messages: Any) -> list[dict]:
+    """The chat, with OpenAI's text content parts ([{"type": "text", "text": ...}, ...]) joined into one string."""
     if not isinstance(messages, list) or not messages:
         raise RequestError("'messages' must be a non-empty list of {'role': ..., 'content': ...} objects")
+    checked = []
     for index, message in enumerate(messages):
         if not isinstance(message, dict) or not isinstance(message.get("role"), str) or "content" not in message:
             raise RequestError(f"messages[{index}] must be an object with a string 'role' and a 'content'")
-    return messages
+        content = message["content"]
+        if isinstance(content, list):
+            if not all(isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+                       for part in content):
+                raise RequestError(f"messages[{index}].content: only text parts ({{'type': 'text', 'text': ...}}) "
+                                   "are supported by this server")
+            message = {**message, "content": "".join(part["text"] for part in content)}
+        checked.append(message)
+    return checked
 
 
 def generate_response(request: GenerationRequest, output: TokenOutput, text: str, prompt_tokens: int,

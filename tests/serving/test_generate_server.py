@@ -106,6 +106,11 @@ def test_chat_completions_renders_the_chat_template(server, parts):
     assert status == 200, body
     prompt = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=False, add_generation_prompt=True)
     expected = tokenizer.decode(greedy_ids(parts, prompt, 5), skip_special_tokens=True)
+    parts_message = [{"role": "user", "content": [{"type": "text", "text": "Rate 3+4=7 "},
+                                                  {"type": "text", "text": "from 1 to 10"}]}]
+    status, joined = call(server.address, "POST", "/v1/chat/completions",
+                          {"messages": parts_message, "max_tokens": 5, "temperature": 0, "ignore_eos": True})
+    assert status == 200 and joined["choices"][0]["message"]["content"] == expected  # text parts joined
     assert body["object"] == "chat.completion" and body["model"] == "/any/name"
     choice = body["choices"][0]
     assert choice["message"] == {"role": "assistant", "content": expected} and choice["finish_reason"] == "length"
@@ -152,6 +157,8 @@ def test_a_budget_past_the_context_stops_at_its_end(parts):
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "frequency_penalty": 0.5},
      "'frequency_penalty' = 0.5 is not supported"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "stop": ["\n"]}, "'stop'"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
+     "messages[0].content: only text parts"),
     ("/v1/completions", {"prompt": []}, "'prompt' must be a non-empty string"),
     ("/v1/completions", {"prompt": "x", "chat_template_kwargs": {}}, "'chat_template_kwargs' must be a JSON object, on"),
     ("/v1/embeddings", {"input": "x"}, "no route POST /v1/embeddings"),
