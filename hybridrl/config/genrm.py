@@ -60,8 +60,9 @@ def genrm_settings(rollout: dict[str, Any]) -> GenRMSettings:
 
 def check_genrm_rollout(rollout: dict[str, Any]) -> tuple[list[str], list[str]]:
     """(problems, notices) of `reward_model.rollout` for a served GenRM."""
-    problems = [f"{KEY}.{key}={rollout[key]!r}: the generative reward model runs as one engine replica on one "
-                f"device here (reward_model.device_ids, or the controller's device); set {KEY}.{key}=1"
+    problems = [f"{KEY}.{key}={rollout[key]!r}: each engine replica of the generative reward model runs on one "
+                f"device here (one replica per GPU of reward_model.device_ids, or one on the controller's device); "
+                f"set {KEY}.{key}=1"
                 for key in MUST_BE_ONE if rollout.get(key) not in (None, 1)]
     problems += _value_problems(rollout)
     if rollout.get("skip_tokenizer_init") is True:

@@ -86,14 +86,17 @@ class ServingStats:
 
 
 class GenerateApp:
-    """Turns a parsed request into prompt ids, runs it on the engine's event loop, and builds the answer.
+    """Turns a parsed request into prompt ids, runs it on the engines' event loop, and builds the answer.
 
-    `max_model_len`: prompt + generated tokens of one request; a request's token budget is cut to what is left of
-    it (reported as finish_reason `length`), and a prompt that fills it is refused (400)."""
+    `engines`: one request API per engine replica (one per device); each request goes to the replica with the
+    fewest requests in flight. `max_model_len`: prompt + generated tokens of one request; a request's token budget
+    is cut to what is left of it (reported as finish_reason `length`), and a prompt that fills it is refused (400)."""
 
-    def __init__(self, engine: RequestEngine, tokenizer: Any, model_name: str, max_model_len: int,
-                 vocab_size: int) -> None:
-        self.engine, self.tokenizer, self.model_name = engine, tokenizer, model_name
+    def __init__(self, engines: RequestEngine | list[RequestEngine], tokenizer: Any, model_name: str,
+                 max_model_len: int, vocab_size: int) -> None:
+        self.engines = list(engines) if isinstance(engines, list) else [engines]
+        self.tokenizer, self.model_name = tokenizer, model_name
+        self.in_flight = [0] * len(self.engines)  # per replica; changed on the event loop's thread only
         self.max_model_len, self.vocab_size = max_model_len, vocab_size
         self.stats = ServingStats()
         self.token = None  # loopback only, no bearer token (PoolingHandler's check reads it)
@@ -130,12 +133,15 @@ class GenerateApp:
                                            for request, prompt in zip(requests, prompts))))
 
     async def _generate(self, request: GenerationRequest, prompt_ids: list[int]) -> TokenOutput:
+        replica = min(range(len(self.engines)), key=self.in_flight.__getitem__)
+        self.in_flight[replica] += 1
         self.stats.started()
         output = None
         try:
-            output = await self.engine.generate(f"genrm-{uuid.uuid4().hex}", prompt_ids, request.params)
+            output = await self.engines[replica].generate(f"genrm-{uuid.uuid4().hex}", prompt_ids, request.params)
             return output
         finally:
+            self.in_flight[replica] -= 1
             self.stats.finished(len(prompt_ids), output)
 
     def prompt_ids(self, request: GenerationRequest) -> list[int]:
@@ -171,9 +177,8 @@ class GenerateApp:
 
     def abort_all(self) -> None:
         """Abort every request still generating (their callers get what was generated so far)."""
-        abort_all = getattr(self.engine, "abort_all", None)
-        if abort_all is not None and self.loop.is_running():
-            self.run(abort_all())
+        if self.loop.is_running():
+            self.run(_gather([engine.abort_all() for engine in self.engines if hasattr(engine, "abort_all")]))
 
     def close(self) -> None:
         if not self.loop.is_running():
@@ -181,14 +186,19 @@ class GenerateApp:
         self.abort_all()
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._loop_thread.join(timeout=10)
-        close = getattr(self.engine, "close", None)
-        if close is not None:
-            close()  # the engine's step thread
+        for engine in self.engines:
+            close = getattr(engine, "close", None)
+            if close is not None:
+                close()  # the engine's step thread
         self.loop.close()
 
     def models(self) -> dict:
         return {"object": "list", "data": [{"id": self.model_name, "object": "model", "owned_by": "hybridrl",
                                             "max_model_len": self.max_model_len}]}
+
+
+async def _gather(coroutines: list) -> list:
+    return list(await asyncio.gather(*coroutines))
 
 
 class GenerateHandler(PoolingHandler):

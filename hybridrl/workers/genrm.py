@@ -2,11 +2,12 @@
 loopback, for the custom reward function to query with the `reward_router_address` and `reward_model_tokenizer`
 it is given.
 
-Placement, in the hybrid engine's spirit: the GenRM engine runs in the controller's process on
-`reward_model.device_ids[0]` (null: the controller's device, shared with training and the rollout engine). On a
-GPU it is the `hybrid` engine, whose KV cache takes `reward_model.rollout.gpu_memory_utilization` of the device
-less its weights, and with `free_cache_engine` (verl's default) is freed after each step's scoring, so training
-gets the memory back; on a CPU it is the `hf` backend (one request at a time).
+Placement, in the hybrid engine's spirit: the GenRM runs in the controller's process, one engine replica per GPU
+of `reward_model.device_ids` (null: one on the controller's device, shared with training and the rollout engine);
+each request goes to the replica with the fewest in flight. On a GPU a replica is the `hybrid` engine, whose KV
+cache takes `reward_model.rollout.gpu_memory_utilization` of its device less its weights, and with
+`free_cache_engine` (verl's default) is freed after each step's scoring, so training gets the memory back; on a
+CPU it is the `hf` backend (one request at a time).
 """
 
 from __future__ import annotations
@@ -30,12 +31,12 @@ FALLBACK_CONTEXT = 4096  # verl's reward-loop prompt_length + response_length
 MAX_CONNECTIONS = 1024  # above rewards.async_rows.MAX_CONCURRENT_ROWS: the trainer's own scoring is never refused
 
 
-def genrm_device(cfg: HybridRLConfig, device: torch.device) -> torch.device:
-    """reward_model.device_ids[0] on CUDA when set (one engine replica), else the controller's device."""
+def genrm_devices(cfg: HybridRLConfig, device: torch.device) -> list[torch.device]:
+    """One engine replica per GPU of reward_model.device_ids on CUDA, else one on the controller's device."""
     if device.type != "cuda":
-        return device
+        return [device]
     ids = cfg.reward_model.device_ids
-    return torch.device("cuda", ids[0] if ids else (device.index or 0))
+    return [torch.device("cuda", i) for i in ids] if ids else [torch.device("cuda", device.index or 0)]
 
 
 def context_length(max_model_len: int | None, positions: int | None) -> int:
@@ -56,16 +57,18 @@ class GenRMService:
 
         rm = cfg.reward_model
         self.settings = genrm_settings(rm.rollout)
-        self.device = genrm_device(cfg, device)
+        self.devices = genrm_devices(cfg, device)
         import_external_lib(rm.model.external_lib, "reward_model.model.external_lib")
         # two instances: the function's and the server's (an HF fast tokenizer used from two threads at once can
         # fail with "Already borrowed")
         self.tokenizer, server_tokenizer = (load_tokenizer(rm.model.path, key="reward_model.model.path",
                                                            trust_remote_code=rm.model.trust_remote_code)
                                             for _ in range(2))
-        self.backend, max_model_len, vocab_size = self._build_backend(cfg)
-        self.settings_note = f"{type(self.backend).__name__} on {self.device}, max_model_len={max_model_len}"
-        app = GenerateApp(self.backend.request_engine(), server_tokenizer, rm.model.path, max_model_len, vocab_size)
+        self.backends, max_model_len, vocab_size = self._build_backends(cfg)
+        self.settings_note = (f"{type(self.backends[0]).__name__} on {', '.join(map(str, self.devices))}, "
+                              f"max_model_len={max_model_len}")
+        app = GenerateApp([backend.request_engine() for backend in self.backends], server_tokenizer, rm.model.path,
+                          max_model_len, vocab_size)
         limits = ServeLimits(workers=min(self.settings.max_num_seqs, MAX_HANDLER_THREADS),
                              max_connections=MAX_CONNECTIONS, request_timeout_s=60.0)
         self.server = GenerateServer(app, limits).start()
@@ -73,18 +76,21 @@ class GenRMService:
         self.scoring_s = 0.0
         if self.settings.free_cache_engine:
             try:
-                self.backend.sleep()  # until the first step's scoring (verl's RewardModelManager sleeps it too)
+                self._each_backend("sleep")  # until the first step's scoring (verl's RewardModelManager sleeps too)
             except BaseException:
                 self.server.close()
                 raise
 
-    def _build_backend(self, cfg: HybridRLConfig) -> tuple[Any, int, int]:
+    def _build_backends(self, cfg: HybridRLConfig) -> tuple[list[Any], int, int]:
+        """One backend per device, from one CPU copy of the model: the hybrid engine (CUDA) copies the weights onto
+        its device; the hf backend (CPU) generates with the module itself."""
         from hybridrl.models.hf import load_causal_lm, resolve_dtype
         from hybridrl.rollout import build_rollout_backend
 
         rm, settings = cfg.reward_model, self.settings
-        dtype = resolve_dtype(settings.dtype) if self.device.type == "cuda" else torch.float32
-        model = load_causal_lm(rm.model.path, dtype=dtype, override_config=dict(rm.model.override_config or {}),
+        on_cuda = self.devices[0].type == "cuda"
+        model = load_causal_lm(rm.model.path, dtype=resolve_dtype(settings.dtype) if on_cuda else torch.float32,
+                               override_config=dict(rm.model.override_config or {}),
                                trust_remote_code=rm.model.trust_remote_code, key="reward_model.model.path",
                                use_shm=rm.model.use_shm)
         model.requires_grad_(False).eval()
@@ -92,12 +98,15 @@ class GenRMService:
         eos = model.generation_config.eos_token_id if model.generation_config is not None else None
         eos_ids = [eos] if isinstance(eos, int) else list(eos or [self.tokenizer.eos_token_id])
         engine_cfg = _EngineSettings(settings, max_model_len)
-        vocab_size = model.config.vocab_size
-        # the hybrid engine (CUDA) copies the weights from the CPU model onto its device; hf generates with the module
-        source = model if self.device.type == "cuda" else model.to(self.device)
-        backend = build_rollout_backend("auto", source, pad_token_id=self.tokenizer.pad_token_id, eos_token_ids=eos_ids,
-                                        rollout_cfg=engine_cfg, device_type=self.device.type, device=self.device)
-        return backend, max_model_len, vocab_size
+        backends = [build_rollout_backend("auto", model if on_cuda else model.to(device),
+                                          pad_token_id=self.tokenizer.pad_token_id, eos_token_ids=eos_ids,
+                                          rollout_cfg=engine_cfg, device_type=device.type, device=device)
+                    for device in self.devices]
+        return backends, max_model_len, model.config.vocab_size
+
+    def _each_backend(self, method: str) -> None:
+        for backend in self.backends:
+            getattr(backend, method)()
 
     @property
     def offered_kwargs(self) -> dict[str, Any]:
@@ -113,13 +122,13 @@ class GenRMService:
         after (free_cache_engine), the time taken counted in reward_model/genrm/scoring_s."""
         started = time.monotonic()
         if self.settings.free_cache_engine:
-            self.backend.wake_up()
+            self._each_backend("wake_up")
         try:
             yield
         finally:
             self.server.app.abort_all()  # a reward call that timed out may have left its request generating
             if self.settings.free_cache_engine:
-                self.backend.sleep()
+                self._each_backend("sleep")
             self.scoring_s += time.monotonic() - started
 
     def take_metrics(self) -> dict[str, float]:

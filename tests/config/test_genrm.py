@@ -62,8 +62,8 @@ def test_verl_reward_loop_defaults_when_nothing_is_set():
 
 @pytest.mark.parametrize(("override", "phrase"), [
     ("reward_model.rollout.tensor_model_parallel_size=2",
-     "reward_model.rollout.tensor_model_parallel_size=2: the generative reward model runs as one engine replica on one "
-     "device here (reward_model.device_ids, or the controller's device); set "
+     "reward_model.rollout.tensor_model_parallel_size=2: each engine replica of the generative reward model runs on "
+     "one device here (one replica per GPU of reward_model.device_ids, or one on the controller's device); set "
      "reward_model.rollout.tensor_model_parallel_size=1"),
     ("+reward_model.rollout.data_parallel_size=4", "set reward_model.rollout.data_parallel_size=1"),
     ("reward_model.rollout.gpu_memory_utilization=1.5", "gpu_memory_utilization=1.5 must be in (0, 1]"),

@@ -229,3 +229,26 @@ def test_the_hybrid_engine_serves_requests_at_once_across_a_sleep(tiny_model_dir
             engine.wake_up()
     finally:
         server.close()
+
+
+def test_requests_spread_over_replicas(tiny_model_dir, parts):
+    """Two engine replicas (one per device on a GPU): requests sent together go to the less busy one, and each
+    answer is its own prompt's."""
+    from hybridrl.rollout.engine.llm_engine import LLMEngine
+
+    tokenizer = parts[1]
+    model = load_causal_lm(tiny_model_dir)
+    engines = [LLMEngine(model, device="cpu", num_kv_blocks=64, block_size=4) for _ in range(2)]
+    prompts = [tokenizer(f"{a}-{a}=")["input_ids"] for a in range(6)]
+    params = SamplingParams(do_sample=False, temperature=0.0, max_new_tokens=6, ignore_eos=True)
+    expected = LLMEngine(model, device="cpu", num_kv_blocks=64, block_size=4).generate(prompts, params).token_ids
+    app = GenerateApp([engine.request_engine() for engine in engines], tokenizer, "tiny-genrm", 64, parts[2])
+    server = GenerateServer(app, ServeLimits(workers=8)).start()
+    try:
+        status, body = call(server.address, "POST", "/generate",
+                            {"input_ids": prompts, "sampling_params": {**GREEDY, "ignore_eos": True}})
+        assert status == 200 and [answer["output_ids"] for answer in body] == expected
+        prefilled = [engine.take_metrics()["rollout/prefill_tokens"] for engine in engines]
+        assert min(prefilled) > 0 and sum(prefilled) == sum(map(len, prompts)), prefilled  # both served, none twice
+    finally:
+        server.close()

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from hybridrl.config import ConfigError, load_config
-from hybridrl.workers.genrm import FALLBACK_CONTEXT, context_length, genrm_device
+from hybridrl.workers.genrm import FALLBACK_CONTEXT, context_length, genrm_devices
 
 
 def test_context_is_max_model_len_else_the_models_positions():
@@ -17,9 +17,9 @@ def test_context_is_max_model_len_else_the_models_positions():
         context_length(65536, 32768)
 
 
-def test_device_is_the_first_listed_gpu_else_the_controllers():
+def test_one_replica_per_listed_gpu_else_one_on_the_controllers_device():
     listed = load_config(["reward_model.enable=True", "reward_model.device_ids=[3,4]"])
     unlisted = load_config(["reward_model.enable=True"])
-    assert genrm_device(listed, torch.device("cuda", 1)) == torch.device("cuda", 3)
-    assert genrm_device(unlisted, torch.device("cuda", 1)) == torch.device("cuda", 1)
-    assert genrm_device(listed, torch.device("cpu")) == torch.device("cpu")
+    assert genrm_devices(listed, torch.device("cuda", 1)) == [torch.device("cuda", 3), torch.device("cuda", 4)]
+    assert genrm_devices(unlisted, torch.device("cuda", 1)) == [torch.device("cuda", 1)]
+    assert genrm_devices(listed, torch.device("cpu")) == [torch.device("cpu")]
