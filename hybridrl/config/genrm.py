@@ -58,6 +58,13 @@ def genrm_settings(rollout: dict[str, Any]) -> GenRMSettings:
     return GenRMSettings(**{key: rollout[key] for key in MAPPED if rollout.get(key) is not None})
 
 
+def genrm_backend(rollout: dict[str, Any]) -> str:
+    """hybridrl's backend for `reward_model.rollout.name`: `hf` or `hybrid` as named, else `auto` (hybrid on GPU,
+    hf on CPU), which verl's engine names mean here."""
+    name = rollout.get("name")
+    return name if name in ("hf", "hybrid") else "auto"
+
+
 def check_genrm_rollout(rollout: dict[str, Any]) -> tuple[list[str], list[str]]:
     """(problems, notices) of `reward_model.rollout` for a served GenRM."""
     problems = [f"{KEY}.{key}={rollout[key]!r}: each engine replica of the generative reward model runs on one "
@@ -73,9 +80,11 @@ def check_genrm_rollout(rollout: dict[str, Any]) -> tuple[list[str], list[str]]:
         problems.append(f"{KEY}.name={name!r} is not an engine name; use one of {ENGINE_NAMES} (each serves the "
                         "generative reward model with hybridrl's engine)")
     no_effect = sorted(key for key in rollout if key not in (*MAPPED, *MUST_BE_ONE, *IGNORED, "skip_tokenizer_init"))
-    notices = [f"{KEY}.name={name}: the generative reward model is served by hybridrl's own engine (hybrid on GPU, "
-               "hf on CPU) at http://127.0.0.1:<free port> (SGLang's /generate, OpenAI's /v1/chat/completions); the "
-               "custom reward function gets reward_router_address and reward_model_tokenizer. Mapped: "
+    engine = "hybridrl's own engine (hybrid on GPU, hf on CPU)" if genrm_backend(rollout) == "auto" else \
+        f"hybridrl's {name} backend"
+    notices = [f"{KEY}.name={name}: the generative reward model is served by {engine} at "
+               "http://127.0.0.1:<free port> (SGLang's /generate, OpenAI's /v1/chat/completions); the custom reward "
+               "function gets reward_router_address and reward_model_tokenizer. Mapped: "
                f"{', '.join(key for key in MAPPED if key in rollout) or 'none set'}"]
     if no_effect:
         notices.append(f"{KEY}: {', '.join(no_effect)} have no effect on hybridrl's engine (they configure {name} "

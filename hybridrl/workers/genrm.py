@@ -12,6 +12,7 @@ CPU it is the `hf` backend (one request at a time).
 
 from __future__ import annotations
 
+import copy
 import time
 from contextlib import contextmanager
 from typing import Any, Iterator
@@ -19,7 +20,7 @@ from typing import Any, Iterator
 import torch
 
 from hybridrl.config.errors import ConfigError
-from hybridrl.config.genrm import GenRMSettings, genrm_settings
+from hybridrl.config.genrm import GenRMSettings, genrm_backend, genrm_settings
 from hybridrl.config.schema import HybridRLConfig
 from hybridrl.logging.log import get_logger
 from hybridrl.serving.generate_server import GenerateApp, GenerateServer
@@ -82,12 +83,14 @@ class GenRMService:
                 raise
 
     def _build_backends(self, cfg: HybridRLConfig) -> tuple[list[Any], int, int]:
-        """One backend per device, from one CPU copy of the model: the hybrid engine (CUDA) copies the weights onto
-        its device; the hf backend (CPU) generates with the module itself."""
+        """One backend per device, from one CPU copy of the model: the hybrid engine copies the weights onto its
+        device; the hf backend generates with the module itself (a copy of it per device)."""
         from hybridrl.models.hf import load_causal_lm, resolve_dtype
-        from hybridrl.rollout import build_rollout_backend
+        from hybridrl.rollout import build_rollout_backend, resolve_backend_name
 
         rm, settings = cfg.reward_model, self.settings
+        backend_name = resolve_backend_name(genrm_backend(rm.rollout), self.devices[0].type)
+        on_engine = backend_name == "hybrid"  # it copies the weights onto its device; hf generates with the module
         on_cuda = self.devices[0].type == "cuda"
         model = load_causal_lm(rm.model.path, dtype=resolve_dtype(settings.dtype) if on_cuda else torch.float32,
                                override_config=dict(rm.model.override_config or {}),
@@ -98,10 +101,11 @@ class GenRMService:
         eos = model.generation_config.eos_token_id if model.generation_config is not None else None
         eos_ids = [eos] if isinstance(eos, int) else list(eos or [self.tokenizer.eos_token_id])
         engine_cfg = _EngineSettings(settings, max_model_len)
-        backends = [build_rollout_backend("auto", model if on_cuda else model.to(device),
+        sources = [model if on_engine or index == 0 else copy.deepcopy(model) for index in range(len(self.devices))]
+        backends = [build_rollout_backend(backend_name, source if on_engine else source.to(device),
                                           pad_token_id=self.tokenizer.pad_token_id, eos_token_ids=eos_ids,
                                           rollout_cfg=engine_cfg, device_type=device.type, device=device)
-                    for device in self.devices]
+                    for source, device in zip(sources, self.devices)]
         return backends, max_model_len, model.config.vocab_size
 
     def _each_backend(self, method: str) -> None:

@@ -48,14 +48,20 @@ FAPO_KEYS = ["reward_model.enable=True", "reward_model.enable_resource_pool=True
              "+reward_model.reward_kwargs.max_resp_len=4", "custom_reward_function.name=compute_score_fapo"]
 
 
-def test_two_steps_score_through_the_served_genrm(tmp_path, arith_model_dir, arithmetic_files):
+@pytest.mark.parametrize("engine_keys", [[], ["reward_model.rollout.name=hybrid",
+                                                 "reward_model.rollout.free_cache_engine=True"]], ids=["fapo", "hybrid"])
+def test_two_steps_score_through_the_served_genrm(tmp_path, arith_model_dir, arithmetic_files, engine_keys):
+    """FAPO's keys as written (sglang: the hf backend on the CPU), and the GPU path's engine (LLMEngine, its KV cache
+    freed after each step's scoring and allocated again before the next) run on the CPU."""
     reward_file = tmp_path / "reward_fn_reasoning.py"
     reward_file.write_text(GENRM_FUNCTION)
     out_dir = str(tmp_path / "run")
-    keys = FAPO_KEYS + [f"reward_model.model.path={arith_model_dir}", f"custom_reward_function.path={reward_file}"]
+    keys = FAPO_KEYS + engine_keys + [f"reward_model.model.path={arith_model_dir}",
+                                      f"custom_reward_function.path={reward_file}"]
     before = {thread.ident for thread in threading.enumerate()}
     trainer = PPOTrainer(load_config(tiny_run_overrides(arith_model_dir, arithmetic_files, out_dir, extra=keys)))
     address = trainer.roles.reward.genrm.address
+    assert type(trainer.roles.reward.genrm.backends[0]).__name__ == ("LLMEngine" if engine_keys else "HFRolloutBackend")
     trainer.fit()
     with open(os.path.join(out_dir, "metrics.jsonl")) as f:
         steps = [json.loads(line) for line in f]
