@@ -60,8 +60,7 @@ class ServingStats:
             if self.in_flight == 0 and self.busy_since is not None:
                 self.busy_s += time.monotonic() - self.busy_since
                 self.busy_since = None
-            if output is None:
-                self.errors += 1
+            if output is None:  # failed: counted once, by the answer it gets (count_refusal)
                 return
             self.requests += 1
             self.prompt_tokens += prompt_tokens
@@ -238,7 +237,7 @@ class GenerateHandler(PoolingHandler):
             self._refuse(err.status, str(err))
         except Exception as err:  # reported as 500 and logged with the traceback
             log.exception("generation request failed")
-            self._error(500, f"generation failed: {type(err).__name__}: {err}")
+            self._refuse(500, f"generation failed: {type(err).__name__}: {err}")
 
     def _refuse(self, status: int, message: str) -> None:
         self.genrm.stats.count_refusal()

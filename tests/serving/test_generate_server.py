@@ -167,6 +167,8 @@ def test_bad_requests_get_a_json_error_naming_the_problem(server, path, payload,
     status, body = call(server.address, "POST", path, payload)
     assert status == (404 if "embeddings" in path else 400)
     assert body["error"]["code"] == status and phrase in body["error"]["message"], body
+    metrics = server.app.stats.take()
+    assert (metrics["reward_model/genrm/errors"], metrics["reward_model/genrm/requests"]) == (1.0, 0.0)
 
 
 def test_requests_at_once_each_get_their_own_answer(server, parts):
