@@ -77,8 +77,6 @@ NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
     "actor_rollout_ref.rollout.prometheus.enable": ((False,), f"Prometheus export is {_LATER}; engine statistics are the "
                                                               "rollout/* metrics of every step"),
     "actor_rollout_ref.rollout.enable_rollout_routing_replay": ((False,), f"MoE routing replay is {_LATER}"),
-    "reward_model.enable_resource_pool": ((False,), "a separate Ray resource pool for the reward model is not built; "
-                                                    "give it its own devices with reward_model.device_ids"),
     "actor_rollout_ref.model.tiled_mlp.enabled": ((False,), f"tiled MLP is {_LATER}; bound activation memory with "
                                                             "enable_gradient_checkpointing and use_dynamic_bsz token budgets"),
     "actor_rollout_ref.rollout.logprobs_mode": (("processed_logprobs",), "the engine returns each sampled token's "

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from hybridrl.config.genrm import is_genrm
+
 SUMMED_METRICS = ("seq_reward", "seq_final_reward")  # computed from the scores; others come from the reward's extra info
 
 
@@ -25,7 +27,8 @@ def filter_groups_problems(cfg: Any) -> list[str]:
                         "implemented: the KL-penalised reward needs old and reference log-probs of every generated "
                         "response before filtering, which hybridrl computes for the kept rows only; filter on "
                         "seq_reward (the score before the penalty) or acc")
-    elif cfg.reward_model.enable and groups.metric not in SUMMED_METRICS:
+    elif (cfg.reward_model.enable and groups.metric not in SUMMED_METRICS
+          and not is_genrm(cfg.reward_model, cfg.custom_reward_function.path)):  # a GenRM's function gives extra info
         problems.append(f"algorithm.filter_groups.metric={groups.metric!r} with reward_model.enable=true: a reward "
                         "model gives one score per response and no other per-row values; filter on seq_reward")
     if groups.max_inflight_gen_batches != 1:

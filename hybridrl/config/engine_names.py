@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from hybridrl.config.genrm import check_genrm_rollout, is_genrm
 from hybridrl.config.index import get_in, set_in
 
 EXTERNAL_ENGINES = ("vllm", "sglang", "trtllm")
@@ -69,17 +70,28 @@ def apply_engine_names(tree: dict[str, Any], explicit: dict[str, str]) -> tuple[
 
 def _reward_model_engine(tree: dict[str, Any]) -> tuple[list[str], list[str]]:
     """verl serves the reward model with an engine (`reward_model.rollout.*`). A discriminative one runs in process
-    here; with a custom reward function it is verl's generative reward model (the function queries the served
-    model), which hybridrl does not have."""
-    engine = (get_in(tree, "reward_model.rollout") or {}).get("name")
-    if not get_in(tree, "reward_model.enable") or engine in (None, "???"):
-        return [], []
-    if get_in(tree, "custom_reward_function.path") is not None:
-        return [f"reward_model.rollout.name={engine!r} with custom_reward_function.path: a generative reward model "
-                "served by the rollout engine (the reward function queries it) is not implemented in hybridrl yet; "
-                "drop reward_model.rollout.* to score with the reward model in process and the function together"], []
-    return [], [f"reward_model.rollout.name={engine}: the reward model runs in process (one forward per response, "
-                "on reward_model.device_ids); the reward_model.rollout.* engine settings have no effect"]
+    here; with a custom reward function it is verl's generative reward model, served by hybridrl's engine on
+    loopback for the function to query (config/genrm.py)."""
+    reward_model = get_in(tree, "reward_model") or {}
+    notices = _resource_pool_notice(reward_model)
+    if not is_genrm(reward_model, get_in(tree, "custom_reward_function.path")):
+        engine = (reward_model.get("rollout") or {}).get("name")
+        if reward_model.get("enable") and engine not in (None, "???"):
+            notices.append(f"reward_model.rollout.name={engine}: the reward model runs in process (one forward per "
+                           "response, on reward_model.device_ids); the reward_model.rollout.* engine settings have "
+                           "no effect")
+        return [], notices
+    problems, genrm_notices = check_genrm_rollout(reward_model.get("rollout") or {})
+    return problems, notices + genrm_notices
+
+
+def _resource_pool_notice(reward_model: dict[str, Any]) -> list[str]:
+    if not _is_true(reward_model.get("enable_resource_pool")):
+        return []
+    return ["reward_model.enable_resource_pool=True: no separate Ray resource pool is built; the reward model runs "
+            "in the controller's process on reward_model.device_ids (null: the controller's device, shared with "
+            "training), so reward_model.n_gpus_per_node and reward_model.nnodes have no effect; list the GPUs it "
+            "should have to itself in reward_model.device_ids"]
 
 
 def _rollout_engine(tree: dict[str, Any], explicit: dict[str, str], name: str) -> tuple[list[str], list[str]]:

@@ -17,9 +17,9 @@ from hybridrl.config.schema_model import (
 from hybridrl.config.schema_profiler import RoleProfilerConfig
 
 REWARD_ROLLOUT_DOC = ("The engine verl serves the reward model with (name, gpu_memory_utilization, "
-                      "tensor_model_parallel_size, prompt_length, ...; open dict): hybridrl runs a discriminative reward "
-                      "model in process (one forward per response), so these have no effect; a generative one (with "
-                      "custom_reward_function.path) is refused.")
+                      "free_cache_engine, max_model_len, tensor_model_parallel_size=1, ...; open dict). A discriminative "
+                      "reward model runs in process and these have no effect; with custom_reward_function.path it is a "
+                      "generative reward model served by hybridrl's engine on loopback (docs/custom-reward.md).")
 REMOTE_TYPE_DOC = "hybridrl: null = local model; vllm_api = remote endpoint at model.path=http://host:port."
 
 
@@ -169,7 +169,8 @@ class RewardModelConfig:
     """Model-based reward and the reward function's runtime."""
 
     enable: bool = setting(False, "Score training rollouts with a reward model (validation keeps rule rewards, as verl).")
-    enable_resource_pool: bool = setting(False, "Give the reward model its own devices.")
+    enable_resource_pool: bool = setting(False, "verl: the reward model on its own Ray pool; accepted with a notice (no "
+                                          "pool is built: the reward model runs on reward_model.device_ids).")
     n_gpus_per_node: int = setting(8, "Devices per node of verl's reward pool (enable_resource_pool); no effect: use reward_model.device_ids.")
     nnodes: int = setting(0, "Nodes of verl's reward pool (enable_resource_pool); no effect: use reward_model.device_ids.")
     strategy: str = setting("fsdp", "Engine strategy.", choices=STRATEGIES)

@@ -7,14 +7,16 @@ import inspect
 import logging
 from pathlib import Path
 from types import ModuleType
-from typing import Callable
+from typing import Any, Callable
 from hybridrl.utils.python_files import NotPythonSource, exec_file_as_module
 
 log = logging.getLogger(__name__)
 
 
-def load_custom_reward_fn(path: str, name: str = "compute_score", reward_kwargs: dict | None = None) -> Callable:
-    """`name` from the file at `path`, with `reward_kwargs` bound as keyword arguments.
+def load_custom_reward_fn(path: str, name: str = "compute_score", reward_kwargs: dict | None = None,
+                          offered_kwargs: dict | None = None) -> Callable:
+    """`name` from the file at `path`, with `reward_kwargs` bound as keyword arguments, and those of
+    `offered_kwargs` it takes (`accepted_kwargs`).
 
     The function is called as verl does: fn(data_source, solution_str, ground_truth, extra_info=None, **kwargs)
     and returns a float or a dict with a "score" key (other keys are logged as extra info).
@@ -31,7 +33,27 @@ def load_custom_reward_fn(path: str, name: str = "compute_score", reward_kwargs:
                        and getattr(value, "__module__", None) == module.__name__)
         raise AttributeError(f"custom_reward_function.name={name!r}: {file} defines no function {name!r}; "
                              f"functions found there: {found or 'none'}; set custom_reward_function.name to one")
-    return functools.wraps(fn)(functools.partial(fn, **reward_kwargs)) if reward_kwargs else fn
+    bound = {**accepted_kwargs(fn, offered_kwargs or {}, f"{file}:{name}"), **(reward_kwargs or {})}
+    return functools.wraps(fn)(functools.partial(fn, **bound)) if bound else fn
+
+
+def accepted_kwargs(fn: Callable, offered: dict[str, Any], where: str) -> dict[str, Any]:
+    """The entries of `offered` that `fn` takes: all of them with **kwargs, else those it names. verl's reward
+    loop passes a served GenRM's `reward_router_address` and `reward_model_tokenizer` to every custom function;
+    here a function that cannot take them does not get them (and is told once that it cannot query the GenRM)."""
+    if not offered:
+        return {}
+    parameters = inspect.signature(fn).parameters.values()
+    if any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in parameters):
+        return dict(offered)
+    names = {parameter.name for parameter in parameters
+             if parameter.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
+    taken = {key: value for key, value in offered.items() if key in names}
+    if len(taken) < len(offered):
+        log.warning("the reward function %s does not take %s (nor **kwargs), so it is called without them; a "
+                    "function that queries the served reward model declares them", where,
+                    " or ".join(sorted(set(offered) - set(taken))))
+    return taken
 
 
 # verl's own scorer files that its examples name as custom_reward_function.path -> hybridrl's equivalents

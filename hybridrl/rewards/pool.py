@@ -37,6 +37,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Sequence
 
 from hybridrl.logging.log import get_logger
+from hybridrl.rewards.async_rows import blocking
 from hybridrl.rewards.manager import (RewardFunctionError, RowOutcome, ScoredBatch, check_rows, collect, describe,
                                       score_row, timeout_outcome)
 from hybridrl.rewards.watchdog import PROGRESS_EVERY_S, TICK_S, ScoringClock
@@ -54,6 +55,9 @@ class ScoreFnSpec:
     path: str | None = None  # custom_reward_function.path; None = the built-in table by data_source
     name: str = "compute_score"
     kwargs: dict[str, Any] = field(default_factory=dict)
+    # passed only to a function that declares them or takes **kwargs: a served GenRM's reward_router_address and
+    # reward_model_tokenizer (verl passes them to the custom function)
+    offered: dict[str, Any] = field(default_factory=dict)
 
     def load(self) -> Callable:
         if self.path is None:
@@ -62,7 +66,7 @@ class ScoreFnSpec:
             return default_compute_score
         from hybridrl.rewards.custom import load_custom_reward_fn
 
-        return load_custom_reward_fn(self.path, self.name, self.kwargs)
+        return load_custom_reward_fn(self.path, self.name, self.kwargs, offered_kwargs=self.offered)
 
     def describe(self) -> str:
         return f"{self.path}:{self.name}" if self.path is not None else "hybridrl.rewards:default_compute_score"
@@ -297,7 +301,7 @@ def _worker_main(conn: Connection, spec: ScoreFnSpec, on_error: str) -> None:
     """Load the function, then score the chunks the pool sends, one message per row, until told to stop."""
     os.setpgid(0, 0)  # a group of its own: the terminal's Ctrl-C reaches the trainer only, which stops us
     try:
-        fn = spec.load()
+        fn = blocking(spec.load())  # an async function runs each call to its end here
     except BaseException as error:  # noqa: BLE001 - reported to the trainer, which raises it
         conn.send(("load_error", f"{type(error).__name__}: {error}"))
         return

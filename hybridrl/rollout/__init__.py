@@ -24,9 +24,10 @@ def resolve_backend_name(name: str, device_type: str) -> str:
 
 
 def build_rollout_backend(name: str, model, *, pad_token_id: int, eos_token_ids, rollout_cfg,
-                          device_type: str, tp=None, fp32_residual: bool = True) -> RolloutBackend:
+                          device_type: str, tp=None, fp32_residual: bool = True, device=None) -> RolloutBackend:
     """`tp`: this rank's `TensorParallel` in a tensor-parallel engine replica (None: one device). `fp32_residual`:
-    the engine's residual stream in fp32 (`actor_rollout_ref.model.fp32_residual_stream`)."""
+    the engine's residual stream in fp32 (`actor_rollout_ref.model.fp32_residual_stream`). `device`: the hybrid
+    engine's (None: the current CUDA device); the hf backend generates where `model` is."""
     name = resolve_backend_name(name, device_type)
     if name == "hf" and tp is not None and tp.size > 1:
         raise ValueError("actor_rollout_ref.rollout.tensor_model_parallel_size > 1 needs the hybrid engine; set "
@@ -45,7 +46,8 @@ def build_rollout_backend(name: str, model, *, pad_token_id: int, eos_token_ids,
         max_model_len=rollout_cfg.max_model_len or rollout_cfg.prompt_length + rollout_cfg.response_length,
         enforce_eager=rollout_cfg.enforce_eager, cudagraph_capture_sizes=rollout_cfg.cudagraph_capture_sizes,
         enable_prefix_caching=rollout_cfg.enable_prefix_caching, keep_decode_graphs=rollout_cfg.keep_decode_graphs,
-        seed=rollout_cfg.seed if rollout_cfg.seed is not None else 0, tp=tp or SINGLE, fp32_residual=fp32_residual)
+        seed=rollout_cfg.seed if rollout_cfg.seed is not None else 0, tp=tp or SINGLE, fp32_residual=fp32_residual,
+        device=device)
 
 
 def _engine_dtype(name: str):

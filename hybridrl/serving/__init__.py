@@ -1,4 +1,5 @@
-"""Remote scoring over HTTP: `hybridrl serve` (a vLLM-style pooling server) and its client."""
+"""Models over HTTP: `hybridrl serve` (a vLLM-style pooling server) and its client, and the generative reward
+model's server (generate_server.py: SGLang's /generate and OpenAI's chat and completions routes)."""
 
 from hybridrl.serving.client import PoolingClient, RemoteScoringError, redact_url
 

@@ -165,6 +165,7 @@ def build_roles(cfg: HybridRLConfig, plan: RunPlan, tokenizer: Any, total_steps:
     from hybridrl.workers.reward import RewardWorker
 
     groups = launch_groups(cfg, plan, total_steps=total_steps)
+    reward = None
     try:
         handoff = WeightHandoff(HANDOFF_BY_LAUNCHER[plan.launcher], rollout_weights_dtype(cfg, plan.rollout_backend))
         on = groups.by_role
@@ -178,6 +179,8 @@ def build_roles(cfg: HybridRLConfig, plan: RunPlan, tokenizer: Any, total_steps:
                      critic=_critic(cfg, plan, on) if plan.needs.critic else None,
                      teacher=GroupTeacher(on["teacher"], cfg) if plan.needs.teacher else None)
     except BaseException:
+        if reward is not None:  # its scoring processes and a served GenRM
+            reward.close()
         groups.shutdown()
         raise
 

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import Future, InvalidStateError
+from contextlib import nullcontext
 
 import torch
 
+from hybridrl.config.genrm import is_genrm
 from hybridrl.config.role_devices import is_remote
 from hybridrl.config.schema import HybridRLConfig
 from hybridrl.logging.log import get_logger
@@ -88,6 +90,16 @@ def remote_client_kwargs(remote, key: str) -> dict:
             "config_key": key}
 
 
+def start_genrm(cfg: HybridRLConfig, device: torch.device):
+    """The served generative reward model (a GenRMService) when the config asks for one (config/genrm.py), else
+    None."""
+    if not is_genrm(cfg.reward_model, cfg.custom_reward_function.path):
+        return None
+    from hybridrl.workers.genrm import GenRMService
+
+    return GenRMService(cfg, device)
+
+
 def reward_extra_infos(batch: Batch) -> list[dict | None]:
     """Each row's extra_info (a copy) with verl's additions: `num_turns` (an agent loop's `__num_turns__`, else
     None) and `rollout_reward_scores` (scores an agent loop set, `reward_scores`, else {})."""
@@ -104,9 +116,17 @@ class RewardWorker:
         names GPUs for it."""
         self.tokenizer = tokenizer
         self.reward_fn_key = cfg.data.reward_fn_key
-        # reward_manager.name / source: the function is loaded here, so a bad file fails at start-up
-        self.manager = build_reward_manager(cfg, tokenizer)
-        self.reward_model = build_reward_model(cfg, tokenizer, device) if cfg.reward_model.enable else None
+        # verl's generative reward model: served on loopback for the custom function to query (workers/genrm.py)
+        self.genrm = start_genrm(cfg, device)
+        try:
+            # reward_manager.name / source: the function is loaded here, so a bad file fails at start-up
+            self.manager = build_reward_manager(cfg, tokenizer, self.genrm.offered_kwargs if self.genrm else None)
+        except BaseException:
+            if self.genrm is not None:
+                self.genrm.close()
+            raise
+        in_process = cfg.reward_model.enable and self.genrm is None
+        self.reward_model = build_reward_model(cfg, tokenizer, device) if in_process else None
         self.scores_with_model = self.reward_model is not None  # it needs the device: scoring stays synchronous
         self.timeout_s = cfg.reward_model.reward_fn_timeout_s
         # the built-in scorers compare with reward_model.ground_truth; a custom function or manager may not need it
@@ -119,10 +139,16 @@ class RewardWorker:
         return getattr(self.manager, "pool", None)
 
     def close(self) -> None:
-        """Stop the manager's scoring processes (num_workers > 1, prime); safe to call twice."""
-        self.manager.close()
+        """Stop the manager's scoring processes (num_workers > 1, prime) and a served GenRM; safe to call twice."""
+        try:
+            self.manager.close()
+        finally:
+            if self.genrm is not None:
+                self.genrm.close()
 
     def describe(self) -> str:
+        if self.genrm is not None:
+            return f"custom reward function with a {self.genrm.describe()}"
         return self.reward_model.describe() if self.reward_model is not None else "rule/function rewards"
 
     def compute_scores(self, batch: Batch, validate: bool = False) -> tuple[Batch, dict[str, list], dict[str, float]]:
@@ -142,11 +168,13 @@ class RewardWorker:
         self._warn_missing_truths(len(missing), len(truths))
         rows = RewardRows(decode_responses(self.tokenizer, batch), sources, truths, reward_extra_infos(batch),
                           lengths.tolist())
-        scored = self.manager(batch, rows)
+        with self.genrm.scoring() if self.genrm is not None else nullcontext():
+            scored = self.manager(batch, rows)
         scores = scored.token_level_scores if scored.token_level_scores is not None else place_scores(
             scored.scores, last_trained_lengths(batch, lengths), batch["responses"].shape[1])
         metrics = {"reward/num_errors": float(scored.num_errors), "reward/num_timeouts": float(scored.num_timeouts),
-                   "reward/num_missing_ground_truth": float(len(missing)), **scored.metrics}
+                   "reward/num_missing_ground_truth": float(len(missing)), **scored.metrics,
+                   **(self.genrm.take_metrics() if self.genrm is not None else {})}
         return Batch({"token_level_scores": scores.to(torch.float32)}), scored.extra, metrics
 
     def score_in_background(self, batch: Batch) -> Future:

@@ -91,7 +91,6 @@ def test_v04_sync_mode_and_fsdp_strategy_accepted():
         ("actor_rollout_ref.model.use_liger=true", "Liger kernels are not implemented"),
         ("critic.model.fsdp_config.wrap_policy.min_num_params=1000", "size-based FSDP wrapping is not implemented"),
         ("actor_rollout_ref.actor.fsdp_config.full_determinism=true", "full_determinism) are not implemented"),
-        ("reward_model.enable_resource_pool=true", "give it its own devices with reward_model.device_ids"),
     ],
 )
 def test_not_implemented_values_are_refused(override, phrase):

@@ -77,5 +77,7 @@ def test_reward_model_served_by_an_engine_runs_in_process(caplog):
         cfg = load_config(rm)
     assert cfg.reward_model.enable and cfg.reward_model.rollout["gpu_memory_utilization"] == 0.8
     assert any("reward_model.rollout.name=vllm: the reward model runs in process" in r.getMessage() for r in caplog.records)
-    with pytest.raises(ConfigError, match="a generative reward model served by the rollout engine .* is not implemented"):
-        load_config(rm + ["custom_reward_function.path=/x/genrm.py"])
+    with caplog.at_level(logging.INFO, logger="hybridrl"):
+        load_config(rm + ["custom_reward_function.path=/x/genrm.py"])  # a generative one: tests/config/test_genrm.py
+    assert any("the generative reward model is served by hybridrl's own engine" in r.getMessage()
+               for r in caplog.records)

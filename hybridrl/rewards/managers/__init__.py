@@ -15,9 +15,10 @@ from hybridrl.rewards.managers.context import manager_context
 from hybridrl.rewards.managers.verl_class import build_class_manager
 
 
-def build_reward_manager(cfg: Any, tokenizer: Any) -> RewardManager:
-    """The manager `cfg.reward_manager` names, built with `reward_model.reward_kwargs` as its arguments."""
-    context = manager_context(cfg, tokenizer)
+def build_reward_manager(cfg: Any, tokenizer: Any, offered_kwargs: dict | None = None) -> RewardManager:
+    """The manager `cfg.reward_manager` names, built with `reward_model.reward_kwargs` as its arguments.
+    `offered_kwargs`: what a custom function gets when it takes them (a served GenRM's address and tokenizer)."""
+    context = manager_context(cfg, tokenizer, offered_kwargs)
     source, name = cfg.reward_manager.source, cfg.reward_manager.name
     if context.overlong_buffer is not None and (source, name) != ("register", "dapo"):
         raise ConfigError(f"reward_model.overlong_buffer.enable=true is DAPO's overlong penalty, which only the dapo "

@@ -33,11 +33,13 @@ def sandbox_kwargs(reward_model: Any) -> dict[str, Any]:
     return kwargs
 
 
-def score_fn_spec(cfg: Any) -> ScoreFnSpec:
-    """`custom_reward_function.path/name` with its reward_kwargs when set, else the built-in table."""
+def score_fn_spec(cfg: Any, offered_kwargs: dict | None = None) -> ScoreFnSpec:
+    """`custom_reward_function.path/name` with its reward_kwargs (and `offered_kwargs` where it takes them) when
+    set, else the built-in table."""
     custom = cfg.custom_reward_function
     if custom.path:
-        return ScoreFnSpec(custom.path, custom.name or "compute_score", dict(custom.reward_kwargs or {}))
+        return ScoreFnSpec(custom.path, custom.name or "compute_score", dict(custom.reward_kwargs or {}),
+                           offered=dict(offered_kwargs or {}))
     return BuiltinScoreFnSpec(kwargs=sandbox_kwargs(cfg.reward_model))
 
 
@@ -45,8 +47,8 @@ def _plain(value: Any) -> Any:
     return asdict(value) if is_dataclass(value) else dict(value) if value else None
 
 
-def manager_context(cfg: Any, tokenizer: Any) -> ManagerContext:
-    spec = score_fn_spec(cfg)
+def manager_context(cfg: Any, tokenizer: Any, offered_kwargs: dict | None = None) -> ManagerContext:
+    spec = score_fn_spec(cfg, offered_kwargs)
     reward_model = cfg.reward_model
     buffer = _plain(getattr(reward_model, "overlong_buffer", None))
     return ManagerContext(

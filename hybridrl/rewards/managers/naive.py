@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 from hybridrl.config.errors import ConfigError
+from hybridrl.rewards.async_rows import is_async_function, score_batch_async
 from hybridrl.rewards.manager import ScoredBatch, score_batch
 from hybridrl.rewards.managers.base import ManagerContext, RewardRows, check_kwargs, register
 from hybridrl.rewards.pool import ScoringPool
@@ -30,6 +31,9 @@ class RowScorer:
         columns = (texts or rows.responses_text, rows.data_sources, rows.ground_truths, rows.extra_infos)
         if self.pool is not None:
             return self.pool.score(*columns)
+        if is_async_function(self.context.compute_score):  # every row in flight at once (a served GenRM batches them)
+            return score_batch_async(*columns, self.context.compute_score, on_error=self.context.on_error,
+                                     timeout_s=self.timeout_s, on_timeout=self.on_timeout)
         return score_batch(*columns, self.context.compute_score, on_error=self.context.on_error,
                            timeout_s=self.timeout_s, on_timeout=self.on_timeout)
 

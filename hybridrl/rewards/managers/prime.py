@@ -18,6 +18,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Callable
 
+from hybridrl.rewards.async_rows import blocking
 from hybridrl.rewards.manager import RewardFunctionError, ScoredBatch, describe_error, rows_extra, split_result
 from hybridrl.rewards.managers.base import ManagerContext, RewardRows, check_kwargs, register
 from hybridrl.rewards.pool import ScoreFnSpec
@@ -31,7 +32,7 @@ _score_fn: Callable | None = None  # in a worker process
 
 def _load(spec: ScoreFnSpec) -> None:
     global _score_fn
-    _score_fn = spec.load()
+    _score_fn = blocking(spec.load())  # an async function runs each call to its end in this worker
 
 
 def _ready() -> int:
