@@ -148,3 +148,22 @@ def test_the_asynchronous_trainer_distils_too(tmp_path, arith_model_dir, arithme
     make_trainer(cfg).fit()
     records = read_metrics(out)
     assert len(records) == 2 and all(math.isfinite(r["actor/distillation/loss"]) for r in records)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", [["distillation.distillation_loss.loss_mode=k3"],
+                                  ["distillation.distillation_loss.loss_mode=forward_kl_topk",
+                                   "distillation.distillation_loss.topk=4"]], ids=["k3", "forward_kl_topk"])
+def test_gpu_two_steps_with_the_hybrid_engine_distil(tmp_path, arith_model_dir, arithmetic_files, teacher_dir, mode):
+    """On a GPU (bf16 autocast, the fused Triton log-prob path, the hybrid engine): the teacher phase runs and the
+    logged loss is finite."""
+    from tests.trainer.helpers import gpu_run_overrides
+
+    overrides = gpu_run_overrides(arith_model_dir, arithmetic_files, str(tmp_path), extra=[
+        "trainer.device=cuda", "trainer.n_gpus_per_node=1", "actor_rollout_ref.rollout.name=auto",
+        "actor_rollout_ref.rollout.gpu_memory_utilization=0.05", *distill_overrides(teacher_dir, *mode)])
+    PPOTrainer(load_config(overrides)).fit()
+    records = read_metrics(str(tmp_path))
+    assert [r["step"] for r in records] == [1, 2]
+    for record in records:
+        assert math.isfinite(record["actor/distillation/loss"]) and record["timing_s/teacher"] > 0
