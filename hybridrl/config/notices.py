@@ -32,6 +32,10 @@ def config_notices(cfg: HybridRLConfig) -> list[str]:
         notices.append(f"actor_rollout_ref.rollout.sglang_rollout_mode={cfg.actor_rollout_ref.rollout.sglang_rollout_mode}"
                        " has no effect (verl does not read it either): hybridrl's engine runs in the trainer's processes"
                        ", so actor_rollout_ref.rollout.server.* have no effect too")
+    if cfg.actor_rollout_ref.rollout.multi_turn.interaction_config_path:
+        notices.append("actor_rollout_ref.rollout.multi_turn.interaction_config_path: verl 0.8 removed interactions "
+                       "(simulated users; verl PR #6074); hybridrl keeps them, with verl's January-2026 YAML and "
+                       "BaseInteraction API (docs/agentic.md)")
     return (notices + _profiler_notices(cfg) + _sampling_notices(cfg) + _validation_notices(cfg)
             + export_only_notices(cfg))
 
