@@ -50,10 +50,10 @@ def read_interaction_entries(path: str) -> list[InteractionEntry]:
     read: list[InteractionEntry] = []
     for index, raw in enumerate(entries):
         entry = _entry(raw, f"{path}: interaction[{index}]")
-        clash = next((earlier for earlier in read if earlier.name == entry.name), None)
+        clash = next((earlier for earlier, taken in enumerate(read) if taken.name == entry.name), None)
         if clash is not None:
-            raise ConfigError(f"{entry.where}: interaction name {entry.name!r} is already used by {clash.where}; "
-                              f"each interaction needs its own `name`")
+            raise ConfigError(f"{entry.where}: interaction name {entry.name!r} is already used by "
+                              f"interaction[{clash}]; each interaction needs its own `name`")
         read.append(entry)
     return read
 

@@ -94,7 +94,7 @@ def test_a_user_class_written_against_verl_loads_by_import_path(tmp_path, user_p
     ("interaction:\n  - {name: a, class_name: Gsm8kInteraction}\n", ["interaction[0]", "must be an import path"]),
     ("interaction:\n  - {name: a, class_name: verl.interactions.gsm8k_interaction.Gsm8kInteraction}\n"
      "  - {name: a, class_name: verl.interactions.base.BaseInteraction}\n",
-     ["interaction[1]", "name 'a' is already used by", "interaction[0]"]),
+     ["interaction[1]", "name 'a' is already used by interaction[0]"]),
     ("interaction:\n  - {name: a, class_name: no_such_pkg.users.User}\n",
      ["interaction[0]", "cannot import module 'no_such_pkg.users'", "PYTHONPATH"]),
     ("interaction:\n  - {name: a, class_name: hybridrl.rollout.interactions.gsm8k.NoSuchUser}\n",
