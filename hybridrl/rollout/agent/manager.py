@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import time
 from typing import Any, Sequence
 
@@ -34,6 +35,9 @@ from hybridrl.rollout.tools.registry import load_all_tools
 from hybridrl.rollout.tools.session import TRUNCATE_SIDES, ToolSettings
 from hybridrl.rollout.trace import RolloutTracer, TraceSettings
 from hybridrl.utils.batch import Batch
+
+
+logger = logging.getLogger("hybridrl.rollout.agent")
 
 
 class AgentLoopError(RuntimeError):
@@ -92,6 +96,12 @@ class AgentLoopManager:
             raise ValueError(f"actor_rollout_ref.rollout.agent.default_agent_loop={self.default_agent_loop!r} is not "
                              f"an agent loop; known: {sorted(self.specs)}")
         interactions = load_interactions(multi_turn.interaction_config_path)
+        if interactions and self.default_agent_loop == "single_turn_agent":
+            # verl's interaction rows name no loop (its multi-turn SGLang rollout ran every row with the interaction);
+            # tool_agent is the loop that drives interactions, so rows without agent_name run it.
+            logger.info("multi_turn.interaction_config_path is set: rows without agent_name run tool_agent (the loop "
+                        "that drives interactions) instead of agent.default_agent_loop=single_turn_agent")
+            self.default_agent_loop = "tool_agent"
         self.tracer = RolloutTracer(TraceSettings.from_config(rollout_config), tokenizer)
         self.executors = ToolExecutors(agent.num_workers)
         self.context = AgentLoopContext(

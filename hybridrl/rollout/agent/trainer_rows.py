@@ -50,10 +50,13 @@ class AgentLoopRouting:
         """From `actor_rollout_ref.rollout`."""
         multi_turn, agent = rollout_cfg.multi_turn, rollout_cfg.agent
         # Tracing follows verl, where every trajectory runs an agent loop: single-turn rows run single_turn_agent.
-        configured = bool(multi_turn.enable or agent.default_agent_loop != SINGLE_TURN or agent.agent_loop_config_path
+        # With interactions, rows without agent_name run tool_agent (AgentLoopManager), the loop that drives them.
+        default = agent.default_agent_loop
+        if multi_turn.interaction_config_path and default == SINGLE_TURN:
+            default = "tool_agent"
+        configured = bool(multi_turn.enable or default != SINGLE_TURN or agent.agent_loop_config_path
                           or rollout_cfg.trace.backend)
-        return cls(configured, agent.default_agent_loop,
-                   bool(multi_turn.tool_config_path or multi_turn.function_tool_path))
+        return cls(configured, default, bool(multi_turn.tool_config_path or multi_turn.function_tool_path))
 
     def wanted(self, prompts: Batch) -> bool:
         names = [name for name in prompts.get("agent_name", []) if name]

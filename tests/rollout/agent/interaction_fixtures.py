@@ -34,3 +34,12 @@ class RecordingUser(BaseInteraction):
     async def finalize_interaction(self, instance_id: str | None = None, **kwargs: Any) -> None:
         EVENTS.append(("finalize", str(instance_id)))
         del self.replies[str(instance_id)]
+
+
+def compute_score_with_turn_scores(data_source: str, solution_str: str, ground_truth: str,
+                                   extra_info: dict | None = None, **kwargs: Any) -> float:
+    """A reward reading the simulated user's per-turn scores the way a verl reward function does (extra_info),
+    plus a length term so a random model's trajectories differ (GRPO needs different scores)."""
+    if not extra_info or "turn_scores" not in extra_info:
+        raise KeyError(f"extra_info has no turn_scores: {sorted(extra_info or {})}")
+    return sum(extra_info["turn_scores"]) + (len(solution_str) % 5) / 4
