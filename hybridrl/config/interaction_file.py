@@ -67,7 +67,7 @@ def _load(expanded: str, path: str) -> dict[str, Any]:
         raise ConfigError(f"{KEY}={path!r} is not valid YAML: {type(error).__name__}: {error}") from None
     if not isinstance(content, dict):
         raise ConfigError(f"{KEY}={path!r}: the file must hold {_FORMAT}; got {str(content)[:200]!r}")
-    return content
+    return {str(key): value for key, value in content.items()}
 
 
 def _entry(raw: Any, where: str) -> InteractionEntry:
