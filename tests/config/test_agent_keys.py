@@ -71,3 +71,10 @@ def test_truncate_side_is_checked():
 
     with pytest.raises(ConfigError, match="tool_response_truncate_side='top' is not one of left|right|middle"):
         validate_config(load_config([f"{MT}.tool_response_truncate_side=top"]))
+
+
+def test_trace_backend_mlflow_is_accepted_and_weave_refused_naming_mlflow():
+    assert load_config(["actor_rollout_ref.rollout.trace.backend=mlflow"]).actor_rollout_ref.rollout.trace.backend == "mlflow"
+    with pytest.raises(ConfigError) as err:
+        load_config(["actor_rollout_ref.rollout.trace.backend=weave"])
+    assert "actor_rollout_ref.rollout.trace.backend='weave'" in str(err.value) and "trace.backend=mlflow" in str(err.value)
