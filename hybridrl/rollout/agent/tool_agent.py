@@ -84,9 +84,11 @@ class ToolAgentLoop(AgentLoopBase):
             while status is not AgentState.TERMINATED:
                 status = await handlers[status](state, sampling_params, session)
         finally:  # the per-trajectory lifecycle ends here, also when the trajectory failed
-            tool_reward_scores = await session.close()
-            if state.interaction is not None:
-                await state.interaction.finalize()
+            try:
+                tool_reward_scores = await session.close()
+            finally:
+                if state.interaction is not None:
+                    await state.interaction.finalize()
         self._count_tool_metrics(session)
         extra = {**state.extra_fields, "turn_scores": state.turn_scores, "tool_rewards": state.tool_rewards,
                  "tool_reward_scores": tool_reward_scores}
