@@ -1,7 +1,9 @@
 """The MLflow backend of rollout tracing, through MLflow's tracing API (`mlflow.start_span`): the one
 module that imports mlflow for traces. Traces go where MLflow logs (MLFLOW_TRACKING_URI, else MLflow's
-default store), into the experiment `trace.project_name`; they are exported asynchronously, as verl does
-(`mlflow.config.enable_async_logging`), and flushed when the agent loops close."""
+default store), into the experiment `trace.project_name`. MLflow exports traces asynchronously by default
+(MLFLOW_ENABLE_ASYNC_TRACE_LOGGING); the queue is flushed when the agent loops close. verl also switches on
+`mlflow.config.enable_async_logging()`, which changes how every MLflow run in the process logs metrics (the
+trainer.logger=mlflow tracker's too), so it is left to the user here."""
 
 from __future__ import annotations
 
@@ -25,7 +27,6 @@ def import_mlflow() -> Any:
 class MlflowTraceBackend:
     def __init__(self, experiment: str):
         self.mlflow = import_mlflow()
-        self.mlflow.config.enable_async_logging()
         self.experiment_id = self.mlflow.set_experiment(experiment).experiment_id
 
     @contextlib.contextmanager

@@ -115,6 +115,7 @@ def test_the_run_is_traced_with_the_trainer_step(tmp_path, monkeypatch, chatml_m
     mlflow = pytest.importorskip("mlflow")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", (tmp_path / "mlruns").as_uri())
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    monkeypatch.setenv("MLFLOW_ENABLE_ASYNC_TRACE_LOGGING", "false")  # no export thread left running at pytest's exit
     out = str(tmp_path / "run")
     cfg = load_config(overrides(chatml_model_dir, gsm8k_interaction_task, out) + [
         "trainer.total_training_steps=1", "trainer.project_name=interaction_trace",
