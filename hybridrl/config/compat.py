@@ -60,7 +60,9 @@ NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
     "actor_rollout_ref.rollout.data_parallel_size": ((1,), "engine-internal data parallelism is not used: every device runs a replica"),
     "actor_rollout_ref.rollout.expert_parallel_size": ((1,), f"expert-parallel rollout is {_LATER}; use 1"),
     "actor_rollout_ref.rollout.skip_rollout": ((False,), f"rollout skipping (cached rollouts) is {_LATER}"),
-    "actor_rollout_ref.rollout.trace.backend": ((None,), f"rollout tracing is {_LATER}"),
+    "actor_rollout_ref.rollout.trace.backend": ((None, "mlflow"), "W&B Weave tracing is not implemented (its client "
+                                                "pulls in the whole wandb stack); use trace.backend=mlflow "
+                                                "(`pip install 'hybridrl[mlflow]'`), whose traces hold the same spans"),
     "actor_rollout_ref.actor.router_replay.mode": (("disabled",), f"MoE router replay is {_LATER}"),
     "data.datagen.path": ((None,), f"dynamic data generation (verl's experimental DynamicGenDataset, whose dataset "
                                    "grows after every step; verl's August-2026 tree removed it) is "
@@ -121,12 +123,6 @@ NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
 # Permanent refusals, unlike NOT_IMPLEMENTED: values naming software hybridrl replaces, features verl removed.
 ENGINE_NAMES = ("auto", "hybrid", "hf", "vllm", "sglang", "trtllm")
 REPLACED: dict[str, tuple[tuple[Any, ...], str]] = {
-    "actor_rollout_ref.rollout.multi_turn.interaction_config_path": (
-        (None,),
-        "verl 0.8 removed interactions (simulated users; verl PR #6074), and hybridrl does not have them: write the "
-        "user simulation as an agent loop (actor_rollout_ref.rollout.agent.agent_loop_config_path) that appends "
-        "user messages, and remove interaction_config_path",
-    ),
     "trainer.device": (("auto", "cuda", "cpu"), "hybridrl runs on NVIDIA GPUs (cuda) and CPUs; Ascend NPUs are out of "
                                                 "scope: use trainer.device=cuda (or auto)"),
     "actor_rollout_ref.rollout.name": (

@@ -9,6 +9,8 @@ from typing import Any, Iterator
 
 from hybridrl.config.data_rules import user_class_files
 from hybridrl.config.errors import ConfigError
+from hybridrl.config.interaction_file import KEY as INTERACTION_KEY
+from hybridrl.config.interaction_file import read_interaction_entries
 from hybridrl.config.placement import is_remote
 from hybridrl.config.roles import critic_enabled
 from hybridrl.config.schema import HybridRLConfig
@@ -47,6 +49,7 @@ def _file_paths(cfg: HybridRLConfig) -> Iterator[tuple[str, str]]:
     rollout = cfg.actor_rollout_ref.rollout
     optional = (("custom_reward_function.path", cfg.custom_reward_function.path),
                 ("actor_rollout_ref.rollout.multi_turn.tool_config_path", rollout.multi_turn.tool_config_path),
+                (INTERACTION_KEY, rollout.multi_turn.interaction_config_path),
                 ("actor_rollout_ref.rollout.agent.agent_loop_config_path", rollout.agent.agent_loop_config_path))
     for key, value in optional:
         if value:
@@ -71,8 +74,12 @@ def missing_paths(cfg: HybridRLConfig) -> list[str]:
 
 
 def check_input_paths(cfg: HybridRLConfig) -> None:
-    """Raise one ConfigError naming every missing input path (data, models, reward function, tool configs)."""
+    """Raise one ConfigError naming every missing input path (data, models, reward function, tool and interaction
+    configs); then the interaction YAML is read and checked (its entries' shape, no class imported yet)."""
     problems = missing_paths(cfg)
     if problems:
         raise ConfigError("paths the run reads do not exist:\n" + "\n".join(f"  - {p}" for p in problems)
                           + "\nfix the paths, or write the data first (e.g. `hybridrl preprocess gsm8k`)")
+    interaction_config = cfg.actor_rollout_ref.rollout.multi_turn.interaction_config_path
+    if interaction_config:
+        read_interaction_entries(interaction_config)

@@ -39,6 +39,10 @@ def config_notices(cfg: HybridRLConfig) -> list[str]:
         notices.append("actor_rollout_ref.actor.use_prefix_grouper=true: hybridrl's training forward computes each "
                        "sequence whole, prompt included: the same log-probs and gradients as verl's PrefixGrouper, "
                        "without its shared-prefix speed-up")
+    if cfg.actor_rollout_ref.rollout.multi_turn.interaction_config_path:
+        notices.append("actor_rollout_ref.rollout.multi_turn.interaction_config_path: verl 0.8 removed interactions "
+                       "(simulated users; verl PR #6074); hybridrl keeps them, with verl's January-2026 YAML and "
+                       "BaseInteraction API (docs/agentic.md)")
     return (notices + _profiler_notices(cfg) + _sampling_notices(cfg) + _validation_notices(cfg)
             + export_only_notices(cfg) + distillation_notices(cfg))
 

@@ -33,7 +33,7 @@ class MultiTurnConfig:
                                            "(BaseTool classes; verl's built-in class names map onto hybridrl's).")
     function_tool_path: str | None = setting(None, "Python file (or module) whose @function_tool functions (else all "
                                              "public typed functions) are tools; schema from hints + docstring.")
-    max_user_turns: int | None = setting(None, "Tool (user) turns per trajectory; null = unlimited.")
+    max_user_turns: int | None = setting(None, "Tool and interaction (user) turns per trajectory; null = unlimited.")
     max_parallel_calls: int = setting(1, "Tool calls executed per model turn (the first ones; the rest are "
                                       "counted in agent_loop/num_tool_calls_over_limit).")
     max_tool_response_length: int = setting(256, "Characters (not tokens) kept of each tool response.")
@@ -41,7 +41,9 @@ class MultiTurnConfig:
                                                choices=("left", "right", "middle"))
     tool_call_timeout: float = setting(60.0, "hybridrl: seconds one tool call may take (its instance's creation "
                                        "included) before the model is told it timed out.")
-    interaction_config_path: str | None = setting(None, "Removed in verl 0.8 (interactions); refused when set.")
+    interaction_config_path: str | None = setting(None, "verl's interaction YAML (simulated users; verl 0.8 removed "
+                                                  "them, hybridrl keeps them): `interaction: [{name, class_name, "
+                                                  "config}]`; rows pick one by extra_info.interaction_kwargs.name.")
     use_inference_chat_template: bool = setting(False, "verl's legacy SGLang path only; no effect here "
                                                 "(warned when true).")
     tokenization_sanity_check_mode: str = setting("strict", "verl's legacy SGLang path only; no effect here: the "
@@ -95,14 +97,15 @@ class CheckpointEngineConfig:
 
 @dataclass
 class TraceConfig:
-    """Rollout tracing."""
+    """Rollout tracing: agent-loop trajectories as traces (generate, tool and interaction spans; docs/agentic.md)."""
 
-    backend: str | None = setting(None, "Trace backend (mlflow|weave); null = off.")
-    token2text: bool = setting(False, "Decode tokens in traces.")
-    max_samples_per_step_per_worker: int | None = setting(None, "Trace at most this many samples.")
-    project_name: str | None = setting("verl_examples", "Trace project; follows trainer.project_name.",
+    backend: str | None = setting(None, "Trace backend: mlflow (MLflow tracing; MLFLOW_TRACKING_URI) or null = off.")
+    token2text: bool = setting(False, "Add the decoded text beside the token ids in traces.")
+    max_samples_per_step_per_worker: int | None = setting(None, "Prompts traced per generate call of each rollout "
+                                                          "rank (all n samples of each); null = every prompt.")
+    project_name: str | None = setting("verl_examples", "MLflow experiment of the traces; follows trainer.project_name.",
                                        ref="${oc.select:trainer.project_name,null}")
-    experiment_name: str | None = setting("gsm8k", "Trace experiment; follows trainer.experiment_name.",
+    experiment_name: str | None = setting("gsm8k", "Trace tag experiment_name; follows trainer.experiment_name.",
                                           ref="${oc.select:trainer.experiment_name,null}")
 
 

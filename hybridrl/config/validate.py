@@ -23,6 +23,7 @@ from hybridrl.config.ranges import merged_range_problems, range_problems
 from hybridrl.config.roles import critic_enabled, ref_enabled
 from hybridrl.config.schema import HybridRLConfig
 from hybridrl.config.schema_trainer import LOGGERS, RayKwargsConfig
+from hybridrl.logging.backends import check_trace_backend_available
 from hybridrl.logging.tracker import check_trackers_available
 
 KL_ESTIMATORS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
@@ -83,6 +84,7 @@ def validate_run(cfg: HybridRLConfig, device_type: str, num_devices: int, num_vi
     if problems:
         raise ConfigError("\n".join(problems))
     check_trackers_available(cfg.trainer.logger)
+    check_trace_backend_available(cfg.actor_rollout_ref.rollout.trace.backend)
 
 
 def actor_ranks(cfg: HybridRLConfig, num_devices: int) -> int:

@@ -28,6 +28,14 @@ def install_hint(logger_name: str) -> str:
             f"install it with `pip install 'hybridrl[{extra}]'` or remove {logger_name!r} from trainer.logger")
 
 
+def check_trace_backend_available(backend: str | None) -> None:
+    """`actor_rollout_ref.rollout.trace.backend=mlflow` needs mlflow (or mlflow-skinny) importable."""
+    if backend == "mlflow" and not is_available("mlflow"):
+        raise MissingDependencyError(
+            "actor_rollout_ref.rollout.trace.backend=mlflow but the mlflow package is not installed; install it with "
+            "`pip install 'hybridrl[mlflow]'` (or `pip install mlflow-skinny`), or set the key to null")
+
+
 def is_available(logger_name: str) -> bool:
     """Whether the backend's package can be imported, without importing it (find_spec only)."""
     modules, _ = OPTIONAL_BACKENDS[logger_name]

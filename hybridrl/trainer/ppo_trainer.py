@@ -252,6 +252,7 @@ class PPOTrainer(checkpointing.CheckpointExtras):
     def generate(self, prompts: Batch, metrics: dict[str, float], round_index: int = 0) -> Batch:
         rollout_cfg = self.cfg.actor_rollout_ref.rollout
         params = sampling_params(rollout_cfg, validate=False, seed=self._rollout_seed(round_index))
+        prompts.meta["global_steps"] = self.global_step  # verl's meta key: rollout traces are tagged with it
         batch, gen_metrics = self.roles.rollout.generate_sequences(prompts, params)
         metrics.update(gen_metrics)  # the engine's keys already carry their `rollout/` prefix
         return batch
@@ -357,6 +358,7 @@ class PPOTrainer(checkpointing.CheckpointExtras):
         for chunk_index, prompts in enumerate(self.val_loader):
             prompts["uid"] = _uids(f"val{chunk_index}", len(prompts))
             params = sampling_params(rollout_cfg, validate=True, seed=self.cfg.trainer.seed)
+            prompts.meta.update(global_steps=self.global_step, validate=True)  # verl's meta keys (trace tags)
             batch, _ = self.roles.rollout.generate_sequences(prompts, params)
             scored, chunk_extra, _ = self.roles.reward.compute_scores(batch, validate=True)
             sources += list(batch[self.cfg.data.reward_fn_key])

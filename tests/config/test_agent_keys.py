@@ -32,11 +32,13 @@ def test_data_tool_paths_follow_the_multi_turn_keys():
     assert cfg.data.apply_chat_template_kwargs == {"enable_thinking": False}
 
 
-def test_removed_interaction_config_is_refused_with_what_to_do():
-    with pytest.raises(ConfigError) as err:
-        load_config([f"{MT}.interaction_config_path=/i.yaml"])
-    assert f"{MT}.interaction_config_path='/i.yaml'" in str(err.value)
-    assert "verl 0.8 removed interactions" in str(err.value) and "agent_loop_config_path" in str(err.value)
+def test_interaction_config_is_accepted_with_one_notice_that_verl_removed_it(caplog):
+    with caplog.at_level(logging.INFO, logger="hybridrl.config"):
+        cfg = load_config([f"{MT}.interaction_config_path=/i.yaml"])
+    assert cfg.actor_rollout_ref.rollout.multi_turn.interaction_config_path == "/i.yaml"
+    lines = {record.getMessage() for record in caplog.records if "interaction_config_path" in record.getMessage()}
+    assert len(lines) == 1
+    assert "verl 0.8 removed interactions" in lines.pop()
 
 
 @pytest.mark.parametrize(("override", "phrase"), [
@@ -69,3 +71,10 @@ def test_truncate_side_is_checked():
 
     with pytest.raises(ConfigError, match="tool_response_truncate_side='top' is not one of left|right|middle"):
         validate_config(load_config([f"{MT}.tool_response_truncate_side=top"]))
+
+
+def test_trace_backend_mlflow_is_accepted_and_weave_refused_naming_mlflow():
+    assert load_config(["actor_rollout_ref.rollout.trace.backend=mlflow"]).actor_rollout_ref.rollout.trace.backend == "mlflow"
+    with pytest.raises(ConfigError) as err:
+        load_config(["actor_rollout_ref.rollout.trace.backend=weave"])
+    assert "actor_rollout_ref.rollout.trace.backend='weave'" in str(err.value) and "trace.backend=mlflow" in str(err.value)

@@ -46,3 +46,14 @@ def test_mlflow_tracker_flattens_params_and_sanitizes_keys(monkeypatch, tmp_path
 def test_sanitize_mlflow_key_keeps_allowed_characters():
     assert sanitize_mlflow_key("timing_s/gen") == "timing_s/gen"
     assert sanitize_mlflow_key("a(b)") == "a_b_"
+
+
+def test_trace_backend_mlflow_without_mlflow_names_the_install(monkeypatch):
+    import pytest
+
+    from hybridrl.logging.backends import MissingDependencyError, check_trace_backend_available
+
+    monkeypatch.setitem(sys.modules, "mlflow", None)  # find_spec() answers None: not installed
+    with pytest.raises(MissingDependencyError, match=r"trace.backend=mlflow .*pip install 'hybridrl\[mlflow\]'"):
+        check_trace_backend_available("mlflow")
+    check_trace_backend_available(None)  # tracing off: nothing needed

@@ -17,7 +17,7 @@ import dataclasses
 import logging
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
@@ -25,6 +25,7 @@ import numpy as np
 from hybridrl.rollout.agent.chat_tokens import ChatRenderer
 from hybridrl.rollout.agent.output import AgentLoopMetrics, AgentLoopOutput
 from hybridrl.rollout.base import STOP_REASONS, RequestEngine, SamplingParams, TokenOutput
+from hybridrl.rollout.trace import RolloutTracer, trace_span, tracing
 from hybridrl.rollout.tools.executors import ToolExecutors
 from hybridrl.rollout.tools.session import ToolSettings
 
@@ -35,8 +36,8 @@ _warned_prompt_cut: set[str] = set()  # loop classes whose over-long prompts wer
 @dataclass
 class AgentLoopContext:
     """What every loop of a run shares: the engine, the tokenizer and its renderer, `rollout.*` settings
-    (verl's attribute names: `prompt_length`, `response_length`, `multi_turn.*`), the run's tools, and the
-    executors and settings their calls use."""
+    (verl's attribute names: `prompt_length`, `response_length`, `multi_turn.*`), the run's tools, the
+    executors and settings their calls use, the interactions (simulated users) by name, and the tracer."""
 
     engine: RequestEngine
     tokenizer: Any
@@ -45,6 +46,8 @@ class AgentLoopContext:
     tools: dict[str, Any]
     executors: ToolExecutors
     tool_settings: ToolSettings
+    interactions: dict[str, Any] = field(default_factory=dict)
+    tracer: RolloutTracer | None = None
 
 
 class AgentLoopBase(ABC):
@@ -72,16 +75,29 @@ class AgentLoopBase(ABC):
     async def generate(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> TokenOutput:
         """One engine request, timed and checked; if this trajectory is cancelled the request is aborted."""
         start = time.perf_counter()
-        try:
-            output = await self.engine.generate(request_id, prompt_ids, params)
-        except asyncio.CancelledError:
-            await self.engine.abort(request_id)
-            raise
+        inputs = self._trace_inputs(request_id, prompt_ids, params) if tracing() else None
+        with trace_span("generate", inputs, "LLM") as span:
+            try:
+                output = await self.engine.generate(request_id, prompt_ids, params)
+            except asyncio.CancelledError:
+                await self.engine.abort(request_id)
+                raise
+            if inputs is not None:
+                span.set_outputs({"token_ids": list(output.token_ids), "stop_reason": output.stop_reason,
+                                  **self._trace_text(output.token_ids)})
         self.metrics.generate_sequences += time.perf_counter() - start
         self.metrics.num_preempted += int(output.num_preempted or 0)
         self.metrics.prefix_cache_hit_tokens += int(output.prefix_cache_hit_tokens or 0)
         _check_token_output(output, params, request_id)
         return output
+
+    def _trace_inputs(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> dict[str, Any]:
+        return {"request_id": request_id, "prompt_ids": list(prompt_ids), "max_new_tokens": params.max_new_tokens,
+                "temperature": params.temperature, **self._trace_text(prompt_ids)}
+
+    def _trace_text(self, token_ids: Sequence[int]) -> dict[str, str]:
+        tracer = self.context.tracer
+        return tracer.text(token_ids) if tracer is not None else {}
 
     def turn_params(self, params: SamplingParams, max_new_tokens: int,
                     stop_token_ids: Sequence[int] = ()) -> SamplingParams:

@@ -20,6 +20,7 @@ logger = logging.getLogger("hybridrl.rollout.agent")
 
 _SYNTHETIC_SYSTEM = {"role": "system", "content": "continuous token synthetic system"}
 _SYNTHETIC_USER = {"role": "user", "content": "continuous token synthetic user"}
+_SYNTHETIC_ASSISTANT = {"role": "assistant", "content": "continuous token synthetic assistant"}
 # HF `config.model_type`s whose templates are ChatML with `<|im_end|>\n` after every turn (Qwen2, 2.5, 3).
 CHATML_MODEL_TYPES = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen3_next", "qwen2_5_vl", "qwen2_vl", "qwen3_vl")
 
@@ -90,10 +91,13 @@ class ChatRenderer:
 
     def observation_ids(self, messages: list[dict], tools: list[dict] | None = None) -> tuple[list[int], list[int]]:
         """(the tokens of appended tool/user/system `messages`, the generation prompt after them), each a suffix
-        diff against the fixed synthetic prefix; consecutive tool messages form one group as templates join them."""
+        diff against the fixed synthetic prefix (ending on an assistant turn before user messages, so templates that
+        require alternating roles accept it); consecutive tool messages form one group as templates join them."""
         prefix = list(self.synthetic_head)
         if messages and messages[0].get("role") == "tool":
             prefix = prefix + [_synthetic_tool_caller(messages)]
+        elif messages and messages[0].get("role") == "user":  # a simulated user answers an assistant turn
+            prefix = prefix + [_SYNTHETIC_ASSISTANT]
         body = self.suffix_ids(prefix, messages, tools=tools)
         generation_prompt = self.suffix_ids(prefix + messages, [], add_generation_prompt=True, tools=tools)
         return body, generation_prompt

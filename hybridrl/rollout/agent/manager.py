@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import time
 from typing import Any, Sequence
 
@@ -26,11 +27,17 @@ from hybridrl.rollout.agent.output import AgentLoopOutput
 from hybridrl.rollout.agent.parsers import get_tool_parser
 from hybridrl.rollout.agent.postprocess import outputs_to_batch
 from hybridrl.rollout.agent.registry import AgentLoopSpec, agent_loop_specs
+from hybridrl.rollout.agent.traced_rows import TrajectoryTrace, plan_traces, root_inputs, root_outputs
 from hybridrl.rollout.base import RequestEngine, SamplingParams
+from hybridrl.rollout.interactions.registry import load_interactions
 from hybridrl.rollout.tools.executors import ToolExecutors
 from hybridrl.rollout.tools.registry import load_all_tools
 from hybridrl.rollout.tools.session import TRUNCATE_SIDES, ToolSettings
+from hybridrl.rollout.trace import RolloutTracer, TraceSettings
 from hybridrl.utils.batch import Batch
+
+
+logger = logging.getLogger("hybridrl.rollout.agent")
 
 
 class AgentLoopError(RuntimeError):
@@ -88,6 +95,14 @@ class AgentLoopManager:
         if self.default_agent_loop not in self.specs:
             raise ValueError(f"actor_rollout_ref.rollout.agent.default_agent_loop={self.default_agent_loop!r} is not "
                              f"an agent loop; known: {sorted(self.specs)}")
+        interactions = load_interactions(multi_turn.interaction_config_path)
+        if interactions and self.default_agent_loop == "single_turn_agent":
+            # verl's interaction rows name no loop (its multi-turn SGLang rollout ran every row with the interaction);
+            # tool_agent is the loop that drives interactions, so rows without agent_name run it.
+            logger.info("multi_turn.interaction_config_path is set: rows without agent_name run tool_agent (the loop "
+                        "that drives interactions) instead of agent.default_agent_loop=single_turn_agent")
+            self.default_agent_loop = "tool_agent"
+        self.tracer = RolloutTracer(TraceSettings.from_config(rollout_config), tokenizer)
         self.executors = ToolExecutors(agent.num_workers)
         self.context = AgentLoopContext(
             engine=engine, tokenizer=tokenizer, rollout_config=rollout_config,
@@ -96,7 +111,8 @@ class AgentLoopManager:
             executors=self.executors,
             tool_settings=ToolSettings(max_response_chars=multi_turn.max_tool_response_length,
                                        truncate_side=multi_turn.tool_response_truncate_side,
-                                       timeout_s=multi_turn.tool_call_timeout))
+                                       timeout_s=multi_turn.tool_call_timeout),
+            interactions=interactions, tracer=self.tracer)
         self._event_loop: asyncio.AbstractEventLoop | None = None
 
     @classmethod
@@ -128,7 +144,7 @@ class AgentLoopManager:
         if params is None:
             params = sampling_params_from_config(self.rollout_config, validate=bool(prompts.meta.get("validate")))
         rows = prompts.repeat(params.n, interleave=True) if params.n > 1 else prompts
-        outputs = await self._run_all(rows, params)
+        outputs = await self._run_all(rows, params, prompts.meta)
         batch = self._assemble(rows, outputs)
         metrics = agent_loop_metrics(outputs)
         metrics["timing_s/agent_loop"] = time.perf_counter() - start
@@ -139,16 +155,19 @@ class AgentLoopManager:
 
     def close(self) -> None:
         self.executors.shutdown()
+        self.tracer.close()
         if self._event_loop is not None:
             self._event_loop.close()
             self._event_loop = None
 
     # ------------------------------------------------------------ pieces
-    async def _run_all(self, rows: Batch, params: SamplingParams) -> list[AgentLoopOutput]:
+    async def _run_all(self, rows: Batch, params: SamplingParams, meta: dict[str, Any]) -> list[AgentLoopOutput]:
         fields = {key: rows.non_tensors[key] for key in rows.non_tensors}
-        tasks = [asyncio.ensure_future(self._run_row(i, {key: values[i] for key, values in fields.items()},
-                                                     dataclasses.replace(params, n=1, row_offset=params.row_offset + i)))
-                 for i in range(len(rows))]
+        row_fields = [{key: values[i] for key, values in fields.items()} for i in range(len(rows))]
+        traces = plan_traces(self.tracer, row_fields, params.n, params.row_offset, meta)
+        tasks = [asyncio.ensure_future(self._run_row(i, row, dataclasses.replace(params, n=1, row_offset=params.row_offset + i),
+                                                     traces[i]))
+                 for i, row in enumerate(row_fields)]
         try:
             return list(await asyncio.gather(*tasks))
         except BaseException:  # one failed row fails the step: stop the others (their engine requests are aborted)
@@ -157,21 +176,25 @@ class AgentLoopManager:
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
 
-    async def _run_row(self, index: int, row: dict[str, Any], params: SamplingParams) -> AgentLoopOutput:
+    async def _run_row(self, index: int, row: dict[str, Any], params: SamplingParams,
+                       trace: TrajectoryTrace = TrajectoryTrace()) -> AgentLoopOutput:
         name = row.get("agent_name") or self.default_agent_loop
         spec = self.specs.get(name)
         where = f"agent loop {name!r} on row {index} (data_source={row.get('data_source')!r}, index={row.get('index')!r})"
         if spec is None:
             raise AgentLoopError(f"row {index} has agent_name={name!r}, which is not an agent loop; known: "
                                  f"{sorted(self.specs)} (add it with rollout.agent.agent_loop_config_path)")
-        try:
-            output = await spec.cls(self.context, **spec.options).run(params, **row)
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:
-            raise AgentLoopError(f"{where} failed: {type(error).__name__}: {error}") from error
-        if not isinstance(output, AgentLoopOutput):
-            raise AgentLoopError(f"{where} returned {type(output).__name__}, not an AgentLoopOutput")
+        with self.tracer.trajectory(trace.traced, trace.tags, root_inputs(row) if trace.traced else {}) as root:
+            try:
+                output = await spec.cls(self.context, **spec.options).run(params, **row)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                raise AgentLoopError(f"{where} failed: {type(error).__name__}: {error}") from error
+            if not isinstance(output, AgentLoopOutput):
+                raise AgentLoopError(f"{where} returned {type(output).__name__}, not an AgentLoopOutput")
+            if trace.traced:
+                root.set_outputs(root_outputs(self.tracer, output))
         output.check(self.rollout_config.response_length, where)
         return output
 
@@ -186,10 +209,13 @@ class AgentLoopManager:
 
 def _reward_extra_info(extra_info: Any, output: AgentLoopOutput) -> dict[str, Any]:
     """The row's extra_info plus what a reward function needs from the trajectory (verl passes these too):
-    `num_turns`, `tool_rewards` (each call's step reward) and `tool_reward_scores` (calc_reward by tool)."""
+    `num_turns`, `tool_rewards` (each call's step reward), `tool_reward_scores` (calc_reward by tool) and, with
+    an interaction, `turn_scores` (the simulated user's score of each model turn it answered; verl hands the
+    loop's extra fields to the reward function the same way, and leaves combining them to that function) and
+    `interaction_metrics` (each reply's metrics dict)."""
     info = dict(plain(extra_info)) if isinstance(extra_info, dict) else {}
     info["num_turns"] = output.num_turns
-    for key in ("tool_rewards", "tool_reward_scores"):
+    for key in ("tool_rewards", "tool_reward_scores", "turn_scores", "interaction_metrics"):
         if key in output.extra_fields:
             info[key] = output.extra_fields[key]
     return info

@@ -5,7 +5,9 @@ verl's names: `agent_loop/{generate_sequences,tool_calls,compute_score,num_preem
 bounded the step), `num_turns/{min,max,mean}`, `tool_call_counts/{min,max,mean}` (tool calls per
 trajectory). hybridrl's additions: `agent_loop/num_tool_calls/*` (= tool_call_counts/*),
 `agent_loop/tool_errors/<kind>` and `/total` (calls answered with an error text), truncation and budget
-counts, `rollout/prefix_cache_hit_tokens` (prompt tokens of all turns served from the prefix cache).
+counts, `rollout/prefix_cache_hit_tokens` (prompt tokens of all turns served from the prefix cache);
+with interactions (simulated users), `agent_loop/num_interaction_turns/*` (replies per trajectory),
+`agent_loop/interaction_errors` (interaction calls that raised) and `agent_loop/num_user_turns_dropped`.
 """
 
 from __future__ import annotations
@@ -54,6 +56,18 @@ def trajectory_metrics(per_trajectory: Sequence[AgentLoopMetrics], num_turns: Se
         metrics[f"agent_loop/{name}"] = float(sum(getattr(m, name) for m in per_trajectory))
     metrics["agent_loop/num_prompts_truncated"] = float(sum(m.num_prompt_tokens_cut > 0 for m in per_trajectory))
     metrics["rollout/prefix_cache_hit_tokens"] = float(sum(m.prefix_cache_hit_tokens for m in per_trajectory))
+    metrics.update(_interaction_metrics(per_trajectory))
+    return metrics
+
+
+def _interaction_metrics(per_trajectory: Sequence[AgentLoopMetrics]) -> dict[str, float]:
+    """Over the trajectories that had a simulated user; {} when none had one (a run without interactions)."""
+    with_user = [m for m in per_trajectory if getattr(m, "uses_interaction", False)]
+    if not with_user:
+        return {}
+    metrics = _stats("agent_loop/num_interaction_turns", np.array([m.num_interaction_turns for m in with_user], dtype=float))
+    metrics["agent_loop/interaction_errors"] = float(sum(m.num_interaction_errors for m in with_user))
+    metrics["agent_loop/num_user_turns_dropped"] = float(sum(m.num_user_turns_dropped for m in with_user))
     return metrics
 
 

@@ -42,6 +42,10 @@ class AgentLoopMetrics:
     num_tool_turns_dropped: int = 0
     num_prompt_tokens_cut: int = 0
     tool_errors: dict[str, int] = field(default_factory=dict)
+    uses_interaction: bool = False  # the trajectory had a simulated user (multi_turn.interaction_config_path)
+    num_interaction_turns: int = 0  # the simulated user's replies (the one ending the trajectory included)
+    num_interaction_errors: int = 0  # generate_response / finalize_interaction calls that raised
+    num_user_turns_dropped: int = 0  # replies not appended: no budget left to answer them
 
 
 @dataclass

@@ -1,14 +1,17 @@
 """`tool_agent`: verl's ReAct loop with tool calls, a state machine PENDING -> GENERATING <-> PROCESSING_TOOLS
--> TERMINATED.
+(and <-> INTERACTING with a simulated user) -> TERMINATED.
 
 Turns: the model generates (stopping at the template's end-of-turn token, plus the parser's stop ids) with
 at most the trajectory's remaining budget (`rollout.response_length` covers the whole trajectory); its
 tool calls run (up to `multi_turn.max_parallel_calls`, concurrently); their responses, cut to
 `max_tool_response_length` characters, are appended as observation tokens (mask 0) and the model
-continues. It stops when a turn has no tool call, a turn did not end normally, the budget is used up,
-or `max_assistant_turns` / `max_user_turns` is reached. A tool turn whose tokens would reach the budget
-is dropped, so a trajectory always ends on the model's own tokens. num_turns = user (tool) turns +
-assistant turns + 1, as verl counts.
+continues. A turn without tool calls ends the trajectory, unless an interaction is configured
+(`multi_turn.interaction_config_path`; the row's `extra_info.interaction_kwargs.name` picks it): then the
+simulated user answers (interaction_turns.py) and the model continues until the user ends the sequence.
+It also stops when a turn did not end normally, the budget is used up, or `max_assistant_turns` /
+`max_user_turns` (tool and user turns together, as in verl) is reached. A tool or user turn whose tokens
+would reach the budget is dropped, so a trajectory always ends on the model's own tokens. num_turns =
+user (tool and interaction) turns + assistant turns + 1, as verl counts.
 """
 
 from __future__ import annotations
@@ -21,11 +24,13 @@ from enum import Enum
 from typing import Any
 
 from hybridrl.rollout.agent.base import AgentLoopBase, plain
+from hybridrl.rollout.agent.interaction_turns import InteractionTurns
 from hybridrl.rollout.agent.output import AgentLoopOutput, TokenStream
 from hybridrl.rollout.agent.parsers import get_tool_parser
 from hybridrl.rollout.base import SamplingParams
 from hybridrl.rollout.tools.schema import ToolCall
-from hybridrl.rollout.tools.session import ToolSession
+from hybridrl.rollout.tools.session import ToolResult, ToolSession
+from hybridrl.rollout.trace import trace_span, tracing
 
 
 class AgentState(Enum):
@@ -33,6 +38,7 @@ class AgentState(Enum):
     GENERATING = "generating"
     PROCESSING_TOOLS = "processing_tools"
     TERMINATED = "terminated"
+    INTERACTING = "interacting"
 
 
 @dataclass
@@ -52,6 +58,7 @@ class TrajectoryState:
     tool_rewards: list[float] = field(default_factory=list)
     turn_scores: list[float] = field(default_factory=list)
     extra_fields: dict[str, Any] = field(default_factory=dict)
+    interaction: InteractionTurns | None = None
 
 
 class ToolAgentLoop(AgentLoopBase):
@@ -69,16 +76,24 @@ class ToolAgentLoop(AgentLoopBase):
         session = ToolSession(state.tools, state.tools_kwargs, self.context.executors, self.context.tool_settings,
                               agent_data=state)
         handlers = {AgentState.PENDING: self._pending, AgentState.GENERATING: self._generating,
-                    AgentState.PROCESSING_TOOLS: self._processing_tools}
+                    AgentState.PROCESSING_TOOLS: self._processing_tools, AgentState.INTERACTING: self._interacting}
         status = AgentState.PENDING
         try:
+            if state.interaction is not None:
+                await state.interaction.start()
             while status is not AgentState.TERMINATED:
                 status = await handlers[status](state, sampling_params, session)
         finally:  # the per-trajectory lifecycle ends here, also when the trajectory failed
-            tool_reward_scores = await session.close()
+            try:
+                tool_reward_scores = await session.close()
+            finally:
+                if state.interaction is not None:
+                    await state.interaction.finalize()
         self._count_tool_metrics(session)
         extra = {**state.extra_fields, "turn_scores": state.turn_scores, "tool_rewards": state.tool_rewards,
                  "tool_reward_scores": tool_reward_scores}
+        if state.interaction is not None:
+            extra["interaction_metrics"] = state.interaction.turn_metrics
         return state.stream.to_output(num_turns=state.user_turns + state.assistant_turns + 1, metrics=self.metrics,
                                       extra_fields=extra)
 
@@ -86,9 +101,11 @@ class ToolAgentLoop(AgentLoopBase):
         extra_info = plain(row.get("extra_info") or {})
         tools_kwargs = plain(row.get("tools_kwargs") or extra_info.get("tools_kwargs") or {})
         tools = self._selected_tools(extra_info.get("tool_selection"))
-        return TrajectoryState(request_id=uuid.uuid4().hex, messages=self.row_messages(row), tools=tools,
+        request_id = uuid.uuid4().hex
+        interaction = InteractionTurns.for_row(self.context.interactions, row, extra_info, request_id, self.metrics)
+        return TrajectoryState(request_id=request_id, messages=self.row_messages(row), tools=tools,
                                tool_schemas=[tool.tool_schema.to_dict() for tool in tools.values()],
-                               tools_kwargs=tools_kwargs)
+                               tools_kwargs=tools_kwargs, interaction=interaction)
 
     def _selected_tools(self, selection: list[str] | None) -> dict[str, Any]:
         """The run's tools, or the subset a row names in `extra_info.tool_selection`."""
@@ -121,28 +138,64 @@ class ToolAgentLoop(AgentLoopBase):
             return AgentState.TERMINATED
         content, state.tool_calls = await self._off_loop(self.parser.parse, output.token_ids)
         state.messages.append(self._assistant_message(content, state.tool_calls))
-        return AgentState.PROCESSING_TOOLS if state.tool_calls else AgentState.TERMINATED
+        if state.tool_calls:
+            return AgentState.PROCESSING_TOOLS
+        return AgentState.INTERACTING if state.interaction is not None else AgentState.TERMINATED
 
     async def _processing_tools(self, state: TrajectoryState, params: SamplingParams, session: ToolSession) -> AgentState:
         calls = state.tool_calls[: self.max_parallel_calls]
         self.metrics.num_tool_calls_over_limit += len(state.tool_calls) - len(calls)
         start = time.perf_counter()
-        results = await asyncio.gather(*(session.call(call) for call in calls))
+        results = await asyncio.gather(*(self._call_tool(session, call) for call in calls))
         self.metrics.tool_calls += time.perf_counter() - start
         state.tool_rewards.extend(0.0 if result.reward is None else result.reward for result in results)
         tool_messages = [_tool_message(call, result.text) for call, result in zip(calls, results)]
         state.messages.extend(tool_messages)
-        glue = self.renderer.boundary.glue_after(state.last_sampled)
-        body, generation_prompt = await self._off_loop(self.renderer.observation_ids, tool_messages,
-                                                       state.tool_schemas or None)
-        if len(state.stream) + len(glue) + len(body) + len(generation_prompt) >= self.response_length:
+        if not await self._append_observation(state, tool_messages, "tool"):
             self.metrics.num_tool_turns_dropped += 1  # no room left to answer it: end on the model's own turn
             return AgentState.TERMINATED
-        state.stream.add_inserted(glue, "glue")
-        state.stream.add_inserted(body, "tool")
-        state.stream.add_inserted(generation_prompt, "glue")
         state.user_turns += 1
         return AgentState.GENERATING
+
+    async def _interacting(self, state: TrajectoryState, params: SamplingParams, session: ToolSession) -> AgentState:
+        """The simulated user's reply to a turn without tool calls; its score joins `turn_scores`. A reply that
+        ends the sequence (or fails) is not appended: the trajectory ends on the model's own turn."""
+        assert state.interaction is not None
+        reply = await state.interaction.respond(state.messages)
+        if reply is None:
+            return AgentState.TERMINATED
+        state.user_turns += 1
+        if reply.score is not None:
+            state.turn_scores.append(reply.score)
+        message = {"role": "user", "content": reply.text}
+        state.messages.append(message)
+        if reply.should_terminate:
+            return AgentState.TERMINATED
+        if not await self._append_observation(state, [message], "user"):
+            self.metrics.num_user_turns_dropped += 1
+            return AgentState.TERMINATED
+        return AgentState.GENERATING
+
+    async def _append_observation(self, state: TrajectoryState, messages: list[dict[str, Any]], role: str) -> bool:
+        """Tool / user `messages` as observation tokens (mask 0, log-prob 0) after the model's turn, with the glue
+        closing that turn and the next generation prompt; False (nothing appended) when the budget has no room."""
+        glue = self.renderer.boundary.glue_after(state.last_sampled)
+        body, generation_prompt = await self._off_loop(self.renderer.observation_ids, messages,
+                                                       state.tool_schemas or None)
+        if len(state.stream) + len(glue) + len(body) + len(generation_prompt) >= self.response_length:
+            return False
+        state.stream.add_inserted(glue, "glue")
+        state.stream.add_inserted(body, role)
+        state.stream.add_inserted(generation_prompt, "glue")
+        return True
+
+    async def _call_tool(self, session: ToolSession, call: ToolCall) -> ToolResult:
+        if not tracing():
+            return await session.call(call)
+        with trace_span(f"tool:{call.name}", {"arguments": call.arguments}, "TOOL") as span:
+            result = await session.call(call)
+            span.set_outputs({"text": result.text, "reward": result.reward})
+        return result
 
     # ------------------------------------------------------------ pieces
     def _assistant_message(self, content: str, calls: list[ToolCall]) -> dict[str, Any]:

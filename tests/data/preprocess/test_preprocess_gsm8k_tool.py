@@ -38,3 +38,18 @@ def test_plain_rows_are_unchanged_without_the_flag(tmp_path, gsm8k_dir):
     assert cli_main(["preprocess", "gsm8k", "--local_dataset_path", str(raw), "--local_save_dir", str(tmp_path / "o")]) == 0
     (row,) = read_rows(tmp_path / "o" / "test.parquet")
     assert "agent_name" not in row and len(row["prompt"]) == 1 and "tools_kwargs" not in row["extra_info"]
+
+
+def test_interaction_rows_follow_verls_interaction_format(tmp_path, gsm8k_dir):
+    from hybridrl.data.preprocess.gsm8k import INTERACTION_SYSTEM_PROMPT
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "train.jsonl").write_text("\n".join((gsm8k_dir / "train.jsonl").read_text().splitlines()[:2]) + "\n")
+    assert cli_main(["preprocess", "gsm8k", "--interaction", "--local_dataset_path", str(raw),
+                     "--local_save_dir", str(tmp_path / "out")]) == 0
+    first = read_rows(tmp_path / "out" / "train.parquet")[0]
+    assert "agent_name" not in first  # verl's rows run the default loop (multi_turn.enable: tool_agent)
+    assert first["prompt"][0] == {"role": "system", "content": INTERACTION_SYSTEM_PROMPT}
+    assert first["extra_info"]["interaction_kwargs"] == {"name": "gsm8k", "query": first["prompt"][1]["content"],
+                                                         "ground_truth": "72"}

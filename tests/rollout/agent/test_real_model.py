@@ -62,3 +62,33 @@ def test_single_turn_agent_generates_what_the_batch_path_generates(chatml_tokeni
     length = int(batch["attention_mask"][0, 64:].sum())
     assert batch["responses"][0, :length].tolist() == reference.token_ids[0]
     assert batch["rollout_log_probs"][0, :length].tolist() == pytest.approx(reference.log_probs[0], abs=1e-5)
+
+
+def test_a_simulated_users_reply_is_conditioned_on_and_never_trained_on(chatml_tokenizer, model, tmp_path):
+    """Turn 0 answers wrongly (scripted); verl's GSM8K interaction replies; turn 1 is the model's own. Its
+    log-probs equal a teacher-forced forward over the final row, and the user's tokens are mask 0, log-prob 0."""
+    from hybridrl.rollout.interactions.gsm8k import INCORRECT
+
+    path = tmp_path / "interaction.yaml"
+    path.write_text("interaction:\n  - {name: gsm8k, class_name: verl.interactions.gsm8k_interaction.Gsm8kInteraction}\n")
+    engine = ScriptedFirstTurn(HFRequestEngine(model, chatml_tokenizer.pad_token_id), chatml_tokenizer,
+                               "#### 17<|im_end|>")
+    config = rollout_config(prompt_length=96, response_length=120, default_agent_loop="tool_agent",
+                            interaction_config_path=str(path))
+    manager = AgentLoopManager(engine, chatml_tokenizer, config, model_type="qwen2")
+    rows = Batch(non_tensors={"raw_prompt": [MESSAGES], "extra_info": [{"interaction_kwargs": {
+        "name": "gsm8k", "ground_truth": "391"}}]})
+    batch = manager.generate_sequences(rows, SamplingParams(do_sample=False))
+    manager.close()
+    row = batch["input_ids"][0][batch["attention_mask"][0].bool()].tolist()
+    prompt_len = int(batch["attention_mask"][0, :96].sum())
+    response = row[prompt_len:]
+    mask = batch["response_mask"][0, : len(response)].bool()
+    rollout = batch["rollout_log_probs"][0, : len(response)]
+    user = chatml_tokenizer(f"<|im_start|>user\n{INCORRECT}<|im_end|>\n", add_special_tokens=False)["input_ids"]
+    start = next(i for i in range(len(response)) if response[i:i + len(user)] == user)
+    assert not mask[start:start + len(user)].any() and rollout[start:start + len(user)].eq(0).all()
+    assert int(mask[start + len(user):].sum()) > 0  # turn 1 ran after the reply
+    expected = torch.tensor(teacher_forced_log_probs(model, row[:prompt_len], response))
+    assert torch.allclose(rollout[mask], expected[mask], atol=1e-4)
+    assert rollout[~mask].eq(0).all()
