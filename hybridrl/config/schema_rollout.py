@@ -26,7 +26,7 @@ class ValKwargs:
 class MultiTurnConfig:
     """Multi-turn / tool-calling rollout (the `tool_agent` agent loop; docs/agentic.md)."""
 
-    enable: bool = setting(False, "Run the multi-turn agent loop (rows without agent_name use tool_agent).")
+    enable: bool = setting(False, "Run rollouts through the agent loops (rows without agent_name: agent.default_agent_loop).")
     max_assistant_turns: int | None = setting(None, "Model turns per trajectory; null = until the budget "
                                               "(response_length) or a turn without tool call ends it.")
     tool_config_path: str | None = setting(None, "verl tool YAML: `tools: [{class_name, config, tool_schema}]` "

@@ -250,8 +250,7 @@ class PPOTrainer(checkpointing.CheckpointExtras):
         return batch
 
     def generate(self, prompts: Batch, metrics: dict[str, float], round_index: int = 0) -> Batch:
-        rollout_cfg = self.cfg.actor_rollout_ref.rollout
-        params = sampling_params(rollout_cfg, validate=False, seed=self._rollout_seed(round_index))
+        params = sampling_params(self.cfg.actor_rollout_ref.rollout, validate=False, seed=self._rollout_seed(round_index))
         prompts.meta["global_steps"] = self.global_step  # verl's meta key: rollout traces are tagged with it
         batch, gen_metrics = self.roles.rollout.generate_sequences(prompts, params)
         metrics.update(gen_metrics)  # the engine's keys already carry their `rollout/` prefix
