@@ -104,3 +104,27 @@ def test_a_reward_function_that_does_not_load_leaves_no_server(tmp_path, arith_m
     with pytest.raises(AttributeError, match="defines no function 'compute_score_missing'"):
         RewardWorker(cfg, tokenizer=None)
     assert [t.name for t in threading.enumerate() if t.ident not in before and t.name.startswith(SERVER_THREADS)] == []
+
+
+@pytest.mark.gpu
+def test_gpu_the_served_genrm_scores_two_steps_beside_the_hybrid_engine(tmp_path, arith_model_dir, arithmetic_files):
+    """On a GPU: the GenRM's LLMEngine on the controller's device, its cache a share of the device beside the
+    actor's rollout engine, freed after each step's scoring and allocated again."""
+    from tests.trainer.helpers import gpu_run_overrides
+
+    reward_file = tmp_path / "reward_fn_reasoning.py"
+    reward_file.write_text(GENRM_FUNCTION)
+    out_dir = str(tmp_path / "run")
+    keys = FAPO_KEYS + [f"reward_model.model.path={arith_model_dir}", f"custom_reward_function.path={reward_file}",
+                        "reward_model.rollout.name=hybrid", "reward_model.rollout.gpu_memory_utilization=0.05",
+                        "reward_model.rollout.free_cache_engine=True", "trainer.device=cuda",
+                        "trainer.n_gpus_per_node=1", "actor_rollout_ref.rollout.name=auto",
+                        "actor_rollout_ref.rollout.gpu_memory_utilization=0.05"]
+    trainer = PPOTrainer(load_config(gpu_run_overrides(arith_model_dir, arithmetic_files, out_dir, extra=keys)))
+    backend = trainer.roles.reward.genrm.backends[0]
+    assert type(backend).__name__ == "LLMEngine" and backend.device.type == "cuda"
+    trainer.fit()
+    with open(os.path.join(out_dir, "metrics.jsonl")) as f:
+        steps = [json.loads(line) for line in f]
+    assert [m["critic/score/mean"] for m in steps] == [1.0, 1.0]
+    assert all(m["reward_model/genrm/errors"] == 0 for m in steps)
