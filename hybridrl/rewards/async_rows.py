@@ -19,8 +19,8 @@ import functools
 import inspect
 from typing import Any, Callable, Sequence
 
-from hybridrl.rewards.manager import (RewardFunctionError, RowOutcome, ScoredBatch, check_rows, collect,
-                                      describe, describe_error, function_name, split_result, timeout_outcome)
+from hybridrl.rewards.manager import (RowOutcome, ScoredBatch, check_rows, collect,
+                                      failed_call_outcome, function_name, split_result, timeout_outcome)
 
 MAX_CONCURRENT_ROWS = 256
 ROW_ARGUMENTS = ("data_source", "solution_str", "ground_truth", "extra_info")
@@ -91,12 +91,7 @@ async def score_row_async(fn: Callable, row: int, call: tuple, on_error: str, ti
             return timeout_outcome(function_name(fn), row, data_source, timeout_s, on_timeout or on_error)
         try:
             result = task.result()
-        except SystemExit as exit_:
-            raise RewardFunctionError(describe(fn, data_source, row) + (
-                f" called sys.exit({exit_.code!r}) (SystemExit); a reward function must return a score")) from exit_
-        except Exception as error:
-            if on_error == "raise":
-                raise RewardFunctionError(describe_error(fn, data_source, row, error)) from error
-            return RowOutcome(0.0, {}, errored=True)
+        except (SystemExit, Exception) as error:
+            return failed_call_outcome(error, fn, data_source, row, on_error)
     score, extra = split_result(result, fn, data_source, row)
     return RowOutcome(score, extra)

@@ -102,16 +102,22 @@ def score_row(fn: Callable, row: int, call: tuple, on_error: str, timeout_s: flo
         result = watchdog.call(row, data_source, fn, call) if watchdog is not None else fn(*call)
     except RewardCallTimeout as timeout:
         return timeout_outcome(function_name(fn), row, data_source, timeout_s, on_timeout or on_error, timeout)
-    except SystemExit as exit_:  # a function that ends the process is a bug whatever on_error says
-        raise RewardFunctionError(describe(fn, data_source, row) + (
-            f" called sys.exit({exit_.code!r}) (SystemExit); a reward function must return a score. Remove the "
-            "exit, or return 0.0 where it gives up")) from exit_
-    except Exception as error:
-        if on_error == "raise":
-            raise RewardFunctionError(describe_error(fn, data_source, row, error)) from error
-        return RowOutcome(0.0, {}, errored=True)
+    except (SystemExit, Exception) as error:
+        return failed_call_outcome(error, fn, data_source, row, on_error)
     score, extra = split_result(result, fn, data_source, row)
     return RowOutcome(score, extra)
+
+
+def failed_call_outcome(error: BaseException, fn: Callable, data_source: str, row: int, on_error: str) -> RowOutcome:
+    """A reward call that raised: a zero score counted as an error, or a RewardFunctionError (`on_error=raise`, and
+    always for SystemExit: a function that ends the process is a bug whatever on_error says)."""
+    if isinstance(error, SystemExit):
+        raise RewardFunctionError(describe(fn, data_source, row) + (
+            f" called sys.exit({error.code!r}) (SystemExit); a reward function must return a score. Remove the "
+            "exit, or return 0.0 where it gives up")) from error
+    if on_error == "raise":
+        raise RewardFunctionError(describe_error(fn, data_source, row, error)) from error
+    return RowOutcome(0.0, {}, errored=True)
 
 
 def timeout_outcome(fn_name: str, row: int, data_source: str, timeout_s: float | None, on_error: str,

@@ -6,10 +6,10 @@ unchanged. Each mapping is announced once (logged), never applied silently.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import logging
-import sys
 from typing import Iterator
+
+from hybridrl.utils.module_aliases import verl_installed, verl_module_aliases
 
 logger = logging.getLogger("hybridrl.rollout.tools")
 
@@ -52,38 +52,15 @@ def map_verl_class(class_name: str) -> str:
     return mapped
 
 
-def verl_installed() -> bool:
-    return importlib.util.find_spec("verl") is not None
-
-
 @contextlib.contextmanager
 def verl_tool_modules(source_file: str | None = None) -> Iterator[None]:
     """While loading user tool code (`source_file`, when known, only decides the notice):
-    `verl.tools.{base_tool,schemas,function_tool}` resolve to hybridrl's modules. Only when verl itself is
-    not installed; a real verl is left alone."""
-    if "verl" in sys.modules or verl_installed():
+    `verl.tools.{base_tool,schemas,function_tool}` resolve to hybridrl's modules (utils/module_aliases.py)."""
+    with verl_module_aliases(VERL_TOOL_MODULES):
         yield
-        return
-    import types
-
-    added = {}
-    for name in ("verl", "verl.tools"):
-        package = types.ModuleType(name)
-        package.__path__ = []  # a package, so `import verl.tools.x` finds the submodules registered below
-        added[name] = package
-    for verl_name, ours in VERL_TOOL_MODULES.items():
-        added[verl_name] = importlib.import_module(ours)
-    sys.modules.update(added)
-    try:
-        yield
-    finally:
-        for name, module in added.items():
-            if sys.modules.get(name) is module:
-                del sys.modules[name]
-        if source_file and source_file not in _announced and _mentions_verl(source_file):
-            _announced.add(source_file)
-            logger.info("%s imports verl.tools.*: it gets hybridrl's BaseTool / ToolResponse / function_tool",
-                        source_file)
+    if source_file and source_file not in _announced and not verl_installed() and _mentions_verl(source_file):
+        _announced.add(source_file)
+        logger.info("%s imports verl.tools.*: it gets hybridrl's BaseTool / ToolResponse / function_tool", source_file)
 
 
 def _mentions_verl(path: str) -> bool:
