@@ -3,6 +3,7 @@ workload, in one run on one device; prints one JSON object.
 
     python benchmarks/async_bench.py --out async.json   # H200: 64 GSM8K prompts x n=8, EOS-stopped, <= 2048 tokens
     python benchmarks/async_bench.py --quick             # toy shapes on CPU
+    python benchmarks/async_bench.py --modes sync_split,separate_async   # two GPUs: actor on 0, rollout on 1
 The long tail: random "EOS" ids (rollout_bench's stop-id emulation) give the random-weight model geometric
 response lengths, median ~300 tokens, capped at --max-response-length. The synchronous step waits for its
 longest response; colocate_async cuts the step once a train batch of groups has finished, parks the rest
@@ -31,11 +32,14 @@ from benchmarks.common import GSM8K_64, emit, environment, fill_defaults  # noqa
 from benchmarks.rl_step_bench import prepare  # noqa: E402
 from benchmarks.rollout_bench import stop_ids_for_mean_length  # noqa: E402
 
-MODES = ("sync", "colocate_async")
+MODES = ("sync", "colocate_async", "sync_split", "separate_async")
+DEFAULT_MODES = ("sync", "colocate_async")  # one device; the split pair needs two (device 0 trains, 1 generates)
+SPLIT_MODES = {"sync_split": "sync", "separate_async": "separate_async"}
 PHASES = ("gen", "reward", "old_log_prob", "ref", "adv", "update_actor", "update_weights")
 OFF_POLICY = ("training/off_policy/trajectory_staleness/mean", "training/off_policy/trajectory_staleness_worst/max",
               "training/off_policy/trajectory_spans/mean", "fully_async/partial/partial_ratio",
-              "training/off_policy/evicted_samples", "response_length/mean", "response_length/max")
+              "training/off_policy/evicted_samples", "response_length/mean", "response_length/max",
+              "fully_async/trainer/idle_ratio", "fully_async/rollouter/idle_ratio")
 MEDIAN_OVER_MEAN = 0.69  # geometric lengths: median = ln 2 x mean
 
 
@@ -44,7 +48,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="toy model and sizes (CPU)")
     parser.add_argument("--device", default=None, help="cuda (default when available) or cpu")
     parser.add_argument("--out", default=None, help="also write the JSON here")
-    parser.add_argument("--modes", default=",".join(MODES), help=f"comma list out of {MODES}")
+    parser.add_argument("--modes", default=",".join(DEFAULT_MODES),
+                        help=f"comma list out of {MODES}; the last two place the actor on device 0 and the rollout "
+                             "on device 1 (two GPUs, or two CPU ranks)")
     parser.add_argument("--gsm8k", default=str(GSM8K_64), help="jsonl with GSM8K question/answer rows")
     parser.add_argument("--num-prompts", type=int, default=None, help="train batch, default 64 (quick: 4)")
     parser.add_argument("--n", type=int, default=None, help="responses per prompt, default 8 (quick: 2)")
@@ -94,14 +100,18 @@ def overrides(args, paths: dict[str, Path], mode: str) -> list[str]:
     arr, budget = "actor_rollout_ref", args.token_budget
     base = [o for o in rl_step_hybridrl.overrides(args, paths, "hybrid")
             if not o.startswith((f"{arr}.rollout.ignore_eos", "trainer.total_training_steps", "trainer.default_local_dir",
-                                 f"{arr}.rollout.max_num_seqs"))]
+                                 f"{arr}.rollout.max_num_seqs", "trainer.n_gpus_per_node"))]
+    trainer_mode = SPLIT_MODES.get(mode, mode)
     # the engine may run every sequence admitted: one batch's rows in sync, up to threshold batches' in async
-    in_flight = args.num_prompts * args.n * (1 if mode == "sync" else args.threshold)
-    return base + [
+    in_flight = args.num_prompts * args.n * (1 if trainer_mode == "sync" else args.threshold)
+    placement = (["trainer.n_gpus_per_node=2", f"{arr}.actor.device_ids=[0]", f"{arr}.rollout.device_ids=[1]",
+                  "trainer.v1.separate_async.parameter_sync_step=1"]  # mini batch = train batch: one sync a step
+                 if mode in SPLIT_MODES else ["trainer.n_gpus_per_node=1"])
+    return base + placement + [
         f"{arr}.rollout.max_num_seqs={in_flight}", f"{arr}.rollout.ignore_eos=false", f"trainer.total_training_steps={args.warmup_steps + args.steps}",
         f"trainer.default_local_dir={paths['work'] / mode}", f"{arr}.actor.use_dynamic_bsz=true",
         f"{arr}.actor.ppo_max_token_len_per_gpu={budget}", f"{arr}.rollout.log_prob_max_token_len_per_gpu={budget}",
-        f"{arr}.ref.log_prob_max_token_len_per_gpu={budget}", f"trainer.v1.trainer_mode={mode}",
+        f"{arr}.ref.log_prob_max_token_len_per_gpu={budget}", f"trainer.v1.trainer_mode={trainer_mode}",
         f"trainer.v1.sampler.max_off_policy_threshold={args.threshold}",
     ]
 
@@ -119,7 +129,7 @@ def run(args, paths: dict[str, Path], mode: str) -> dict[str, Any]:
 
     def recorded(prompts):
         metrics = run_step(prompts)
-        steps.append(dict(metrics))
+        steps.append(metrics)  # the dict itself: the step's end adds keys to it (separate_async's idle ratios)
         return metrics
 
     trainer.run_step = recorded
@@ -132,6 +142,16 @@ def run(args, paths: dict[str, Path], mode: str) -> dict[str, Any]:
     del trainer
     rl_step_hybridrl.release_memory()
     return result
+
+
+def comparison(runs: dict[str, Any]) -> dict[str, float]:
+    """Each asynchronous mode over the synchronous trainer on the same devices (goal: 1.3x)."""
+    out: dict[str, float] = {"goal": 1.3}
+    for name, (fast, base) in {"async": ("colocate_async", "sync"), "separate": ("separate_async", "sync_split")}.items():
+        if fast in runs and base in runs:
+            out[f"{name}_over_sync_tokens_per_s"] = runs[fast]["tokens_per_s"] / runs[base]["tokens_per_s"]
+            out[f"{name}_over_sync_tokens_per_s_median"] = runs[fast]["tokens_per_s_median"] / runs[base]["tokens_per_s_median"]
+    return out
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -148,13 +168,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         with contextlib.redirect_stdout(sys.stderr):  # stdout is the JSON only
             for mode in args.modes:
                 results["runs"][mode] = run(args, paths, mode)
-    runs = results["runs"]
-    if set(MODES) <= set(runs):
-        results["comparison"] = {
-            "async_over_sync_tokens_per_s": runs["colocate_async"]["tokens_per_s"] / runs["sync"]["tokens_per_s"],
-            "async_over_sync_tokens_per_s_median": (runs["colocate_async"]["tokens_per_s_median"]
-                                                    / runs["sync"]["tokens_per_s_median"]),
-            "goal": 1.3}
+    results["comparison"] = comparison(results["runs"])
     emit(results, args.out)
     return results
 

@@ -30,3 +30,18 @@ def test_quick_run_compares_colocate_async_with_sync(tmp_path, capsys):
     ratio = report["comparison"]["async_over_sync_tokens_per_s"]
     assert ratio == colocated["tokens_per_s"] / sync["tokens_per_s"]
     json.dumps(report)  # plain JSON throughout
+
+
+def test_quick_split_pair_trains_on_one_rank_and_generates_on_the_other(tmp_path, capsys):
+    """--modes sync_split,separate_async: the actor on CPU rank 0, the rollout on rank 1, for both trainers; the
+    separate_async run reports its staleness and idle ratios, and the comparison divides the two."""
+    report = quick_report(async_bench.main, tmp_path / "split.json", capsys, "--steps", "1", "--max-response-length",
+                          "12", "--modes", "sync_split,separate_async", "--workdir", str(tmp_path))
+    split, separate = report["runs"]["sync_split"], report["runs"]["separate_async"]
+    assert split["tokens_per_s"] > 0 and separate["tokens_per_s"] > 0
+    assert separate["training/off_policy/trajectory_staleness_worst/max"] <= 1.0  # one step off at most
+    assert 0.0 <= separate["fully_async/rollouter/idle_ratio"] <= 1.0
+    assert "fully_async/rollouter/idle_ratio" not in split
+    ratio = report["comparison"]["separate_over_sync_tokens_per_s"]
+    assert ratio == separate["tokens_per_s"] / split["tokens_per_s"]
+    assert "async_over_sync_tokens_per_s" not in report["comparison"]
