@@ -13,6 +13,7 @@ CPU it is the `hf` backend (one request at a time).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import time
 from contextlib import contextmanager
 from typing import Any, Iterator
@@ -21,6 +22,7 @@ import torch
 
 from hybridrl.config.errors import ConfigError
 from hybridrl.config.genrm import GenRMSettings, genrm_backend, genrm_settings
+from hybridrl.config.role_devices import placed_roles
 from hybridrl.config.schema import HybridRLConfig
 from hybridrl.logging.log import get_logger
 from hybridrl.serving.generate_server import GenerateApp, GenerateServer
@@ -40,6 +42,25 @@ def genrm_devices(cfg: HybridRLConfig, device: torch.device) -> list[torch.devic
     return [torch.device("cuda", i) for i in ids] if ids else [torch.device("cuda", device.index or 0)]
 
 
+def cache_follows_the_phase(settings: GenRMSettings, devices: list[torch.device], cfg: HybridRLConfig
+                            ) -> GenRMSettings:
+    """`free_cache_engine=False` keeps the GenRM's KV cache between scorings: right on GPUs of its own (verl's
+    resource pool), but on a GPU the training roles use it would hold that memory through the update. There the
+    cache is freed after each step's scoring anyway, with one warning naming how to keep it."""
+    if settings.free_cache_engine or devices[0].type != "cuda":
+        return settings
+    num_devices = cfg.trainer.n_gpus_per_node or torch.cuda.device_count()  # null: every visible GPU
+    training = {i for role in placed_roles(cfg, num_devices) for i in role.devices}
+    shared = sorted(d.index for d in devices if d.index in training)
+    if not shared:
+        return settings
+    log.warning("reward_model.rollout.free_cache_engine=False: the generative reward model shares GPU(s) %s with "
+                "training, so its KV cache is freed after each step's scoring anyway (kept, it would hold "
+                "reward_model.rollout.gpu_memory_utilization of the device through the update); give it GPUs of "
+                "its own with reward_model.device_ids to keep the cache between steps", shared)
+    return dataclasses.replace(settings, free_cache_engine=True)
+
+
 def context_length(max_model_len: int | None, positions: int | None) -> int:
     """Prompt + output tokens of one request, as verl's vLLM/SGLang servers size it: `max_model_len`, null = the
     model's max_position_embeddings (FALLBACK_CONTEXT when the config has none); more than the positions is refused."""
@@ -57,8 +78,8 @@ class GenRMService:
         from hybridrl.models.hf import import_external_lib, load_tokenizer
 
         rm = cfg.reward_model
-        self.settings = genrm_settings(rm.rollout)
         self.devices = genrm_devices(cfg, device)
+        self.settings = cache_follows_the_phase(genrm_settings(rm.rollout), self.devices, cfg)
         import_external_lib(rm.model.external_lib, "reward_model.model.external_lib")
         # two instances: the function's and the server's (an HF fast tokenizer used from two threads at once can
         # fail with "Already borrowed")
