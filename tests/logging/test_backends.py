@@ -1,4 +1,4 @@
-"""Remote trackers' wiring, checked against stand-in modules that record calls (wandb/mlflow aren't test deps)."""
+"""Remote trackers' wiring, checked against stand-in modules that record their calls (no server or account)."""
 
 from __future__ import annotations
 
