@@ -20,6 +20,7 @@ from hybridrl.utils.batch import Batch
 from hybridrl.workers.micro_batches import MicroBatches
 from hybridrl.workers.padding import (Alignment, Trim, align_sequences, find_alignment, find_trim, pad_responses,
                                       take_columns, trim_sequences)
+from hybridrl.workers.sequence_split import SequenceSlice, ulysses_of
 
 LOGPROB_CHUNK_ROWS = 1024  # CPU / torch path: fp32 logits, a dozen passes over each chunk
 FUSED_CHUNK_LOGIT_BYTES = 1 << 30  # CUDA / Triton path: logits in the GEMM's dtype, ~1 GiB per chunk
@@ -105,17 +106,36 @@ def _response_log_probs(model: torch.nn.Module, input_ids: torch.Tensor, attenti
                         compute_sum_pi_squared: bool = False) -> tuple[torch.Tensor | None, ...]:
     """(log-probs, entropy or None, Σπ² or None), each (B, R): a tuple, whose tensors FSDP's hooks can see."""
     num_rows, response_len = responses.shape
+    head = unwrap_peft(model).get_output_embeddings()
+
+    def stats_of(hidden: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        stats = token_stats_from_hidden(
+            hidden, head.weight, labels, temperature=temperature,
+            chunk_size=log_prob_chunk_rows(hidden, head.weight.shape[0]), compute_entropy=compute_entropy,
+            compute_sum_pi_squared=compute_sum_pi_squared, lm_head_bias=getattr(head, "bias", None))
+        return stats.log_probs, stats.entropy, stats.sum_pi_squared
+
+    sp = ulysses_of(model)
+    if sp is not None:  # this rank's slice of the sequence; the group sums the response positions it holds
+        part = SequenceSlice.of(input_ids, attention_mask, position_ids, sp)
+        positions = part.local_positions(_predicting_columns(num_rows, input_ids.shape[1], response_len,
+                                                             response_columns, input_ids.device))
+        hidden = positions.take(_body_hidden(model, part.model_inputs()))
+        return tuple(positions.combine(list(stats_of(hidden, positions.labels(responses))), sp))
     hidden = _body_hidden(model, {"input_ids": input_ids, "attention_mask": attention_mask,
                                   "position_ids": position_ids})
     hidden = _response_positions(hidden, response_len, response_columns)
-    head = unwrap_peft(model).get_output_embeddings()
-    stats = token_stats_from_hidden(
-        hidden.reshape(num_rows * response_len, -1), head.weight, responses.reshape(-1),
-        temperature=temperature, chunk_size=log_prob_chunk_rows(hidden, head.weight.shape[0]),
-        compute_entropy=compute_entropy, compute_sum_pi_squared=compute_sum_pi_squared,
-        lm_head_bias=getattr(head, "bias", None))
-    return tuple(values.view(num_rows, response_len) if values is not None else None
-                 for values in (stats.log_probs, stats.entropy, stats.sum_pi_squared))
+    stats = stats_of(hidden.reshape(num_rows * response_len, -1), responses.reshape(-1))
+    return tuple(values.view(num_rows, response_len) if values is not None else None for values in stats)
+
+
+def _predicting_columns(num_rows: int, width: int, response_len: int, columns: torch.Tensor | None,
+                        device: torch.device) -> torch.Tensor:
+    """(B, R) the column whose output predicts each response token: the aligned rows' own, else verl's shift."""
+    if columns is not None:
+        return columns.to(device)
+    first = width - response_len - 1
+    return (first + torch.arange(response_len, device=device)).expand(num_rows, -1)
 
 
 def _response_positions(outputs: torch.Tensor, response_len: int, columns: torch.Tensor | None) -> torch.Tensor:
@@ -145,11 +165,19 @@ def response_values(critic: torch.nn.Module, batch: Batch, remove_padding: bool 
     layout = None
     if remove_padding:
         tensors, layout = drop_padding(tensors, batch["attention_mask"], response_mask)
-    out = critic(**tensors, use_cache=False)
-    values = out.logits.squeeze(-1).float()
     response_len = layout.response_width if layout is not None else response_mask.shape[1]
     columns = layout.response_columns() if layout is not None else None
-    values = _response_positions(values, response_len, columns)
+    sp = ulysses_of(critic)
+    if sp is not None:  # as for log-probs: this rank's slice, the response positions summed over the group
+        part = SequenceSlice.of(tensors["input_ids"], tensors["attention_mask"], tensors["position_ids"], sp)
+        input_ids = tensors["input_ids"]
+        positions = part.local_positions(_predicting_columns(input_ids.shape[0], input_ids.shape[1], response_len,
+                                                             columns, input_ids.device))
+        local = critic(**part.model_inputs(), use_cache=False).logits.squeeze(-1).float()
+        values = positions.combine([positions.take(local)], sp)[0]
+    else:
+        values = critic(**tensors, use_cache=False).logits.squeeze(-1).float()
+        values = _response_positions(values, response_len, columns)
     if layout is not None:
         values = pad_responses(values, layout)
     return values * response_mask

@@ -1,0 +1,51 @@
+"""Ulysses sequence parallelism: a group of ranks, each forwarding a slice of every sequence, computes the
+log-probs, entropies, Σπ², values and (averaged) gradients one process computes on whole sequences."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hybridrl.distributed.local_launcher import LocalWorkerGroup
+from tests.workers.helpers import ragged_batch
+from tests.workers.ulysses_ranks import UlyssesRank, critic_model, outputs_and_gradients
+
+# 4 query heads, 2 key/value heads: 4 ranks repeat each kv head twice
+CONFIG = dict(num_heads=4, num_kv_heads=2, vocab_size=64)
+
+
+def _expected(batch, remove_padding: bool, critic: bool) -> dict:
+    from hybridrl.models.tiny import build_tiny_model
+
+    model = critic_model(0, **CONFIG) if critic else build_tiny_model(seed=0, **CONFIG)
+    return outputs_and_gradients(model, batch, remove_padding, critic)
+
+
+def _assert_same(got: dict, want: dict, mask: torch.Tensor) -> None:
+    """Outputs where response_mask is 1 (at padding each path attends as it likes: nothing reads them)."""
+    for key, value in want["outputs"].items():
+        torch.testing.assert_close(got["outputs"][key] * mask, value * mask, atol=2e-5, rtol=1e-4, msg=key)
+    for name, grad in want["grads"].items():
+        torch.testing.assert_close(got["grads"][name], grad, atol=2e-5, rtol=1e-4, msg=name)
+
+
+@pytest.mark.slow  # spawns ranks that import transformers
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_a_group_matches_one_process_for_log_probs_and_gradients(ranks):
+    # 17 + 9 = 26 columns: not a multiple of 4, so the sequence is padded; both layouts of remove_padding
+    batch = ragged_batch(num_rows=5, prompt_width=17, response_width=9, seed=1, token_range=(5, 60))
+    with LocalWorkerGroup(UlyssesRank, {"sp": ranks, **CONFIG}, world_size=ranks, role="actor") as group:
+        for remove_padding in (False, True):
+            want = _expected(batch, remove_padding, critic=False)
+            for got in group.call_all("run", batch, remove_padding):
+                _assert_same(got, want, batch["response_mask"])
+
+
+@pytest.mark.slow
+def test_a_critic_group_matches_one_process_for_values_and_gradients():
+    batch = ragged_batch(num_rows=4, prompt_width=11, response_width=8, seed=2, token_range=(5, 60))
+    with LocalWorkerGroup(UlyssesRank, {"sp": 2, "critic": True, **CONFIG}, world_size=2, role="critic") as group:
+        for remove_padding in (False, True):
+            want = _expected(batch, remove_padding, critic=True)
+            for got in group.call_all("run", batch, remove_padding):
+                _assert_same(got, want, batch["response_mask"])
