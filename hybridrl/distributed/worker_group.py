@@ -27,7 +27,9 @@ class WorkerGroup(Protocol):
       it does not divide), each rank runs `method(shard, **kwargs)` and returns a `Batch` with as many rows
       as its shard; the outputs are concatenated in rank order and the padding rows are dropped.
     - `call_sharded_metrics`: as `call_sharded`, but each rank returns a `{name: value or [values]}` dict,
-      reduced across ranks verl's way (name contains "max" → max, "min" → min, else mean).
+      reduced across ranks verl's way (name contains "max" → max, "min" → min, else mean). With `replica_size`
+      > 1 every rank of a replica of that many consecutive ranks runs the replica's shard (a role's Ulysses
+      sequence-parallel group) and every rank's metrics are pooled.
     - `call_per_replica`: as `call_sharded` over replicas of `replica_size` consecutive ranks (tensor-
       parallel rollout): every rank of a replica runs the replica's shard; the replica's first rank answers,
       with `rows_per_row` consecutive output rows per input row (a prompt's samples).
@@ -42,7 +44,8 @@ class WorkerGroup(Protocol):
 
     def call_sharded(self, method: str, batch: Batch, **kwargs: Any) -> Batch: ...
 
-    def call_sharded_metrics(self, method: str, batch: Batch, **kwargs: Any) -> dict[str, float]: ...
+    def call_sharded_metrics(self, method: str, batch: Batch, replica_size: int = 1,
+                             **kwargs: Any) -> dict[str, float]: ...
 
     def call_per_replica(self, method: str, batch: Batch, replica_size: int, rows_per_row: int = 1,
                          **kwargs: Any) -> Batch: ...
@@ -126,18 +129,23 @@ class RankCalls:
         outputs = self._run(method, [((shard,), kwargs) for shard in shards])
         return gather_shards(outputs, shards, num_padded, self.role, method)
 
-    def call_sharded_metrics(self, method: str, batch: Batch, **kwargs: Any) -> dict[str, float]:
-        shards, _ = shard_batch(batch, self.world_size)
-        return reduce_rank_metrics(self._run(method, [((shard,), kwargs) for shard in shards]), self.role, method)
+    def call_sharded_metrics(self, method: str, batch: Batch, replica_size: int = 1,
+                             **kwargs: Any) -> dict[str, float]:
+        shards, _ = shard_batch(batch, self._replicas(replica_size))
+        calls = [((shards[rank // replica_size],), kwargs) for rank in range(self.world_size)]
+        return reduce_rank_metrics(self._run(method, calls), self.role, method)
 
     def call_per_replica(self, method: str, batch: Batch, replica_size: int, rows_per_row: int = 1,
                          **kwargs: Any) -> Batch:
+        shards, num_padded = shard_batch(batch, self._replicas(replica_size))
+        outputs = self._run(method, [((shards[rank // replica_size],), kwargs) for rank in range(self.world_size)])
+        return gather_shards(outputs[::replica_size], shards, num_padded, self.role, method, rows_per_row)
+
+    def _replicas(self, replica_size: int) -> int:
         if replica_size < 1 or self.world_size % replica_size:
             raise ValueError(f"{self.role}: replicas of {replica_size} ranks do not tile the group's "
                              f"{self.world_size} ranks")
-        shards, num_padded = shard_batch(batch, self.world_size // replica_size)
-        outputs = self._run(method, [((shards[rank // replica_size],), kwargs) for rank in range(self.world_size)])
-        return gather_shards(outputs[::replica_size], shards, num_padded, self.role, method, rows_per_row)
+        return self.world_size // replica_size
 
 
 class InProcessGroup:
@@ -171,15 +179,20 @@ class InProcessGroup:
         out = self._method(method)(batch, **kwargs)
         return gather_shards([out], [batch], 0, self.role, method)
 
-    def call_sharded_metrics(self, method: str, batch: Batch, **kwargs: Any) -> dict[str, float]:
+    def call_sharded_metrics(self, method: str, batch: Batch, replica_size: int = 1,
+                             **kwargs: Any) -> dict[str, float]:
+        self._one_replica(replica_size)
         return reduce_rank_metrics([self._method(method)(batch, **kwargs)], self.role, method)
 
     def call_per_replica(self, method: str, batch: Batch, replica_size: int, rows_per_row: int = 1,
                          **kwargs: Any) -> Batch:
-        if replica_size != 1:
-            raise ValueError(f"{self.role}: a one-process group has no replicas of {replica_size} ranks")
+        self._one_replica(replica_size)
         out = self._method(method)(batch, **kwargs)
         return gather_shards([out], [batch], 0, self.role, method, rows_per_row)
+
+    def _one_replica(self, replica_size: int) -> None:
+        if replica_size != 1:
+            raise ValueError(f"{self.role}: a one-process group has no replicas of {replica_size} ranks")
 
     def shutdown(self) -> None:
         self._closed = True

@@ -121,7 +121,7 @@ class ActorWorker(TrainState):
                            mode: UpdateMode) -> None:
         self.optimizer.zero_grad(set_to_none=True)
         parts = self.update_plan.split(mini, self.parallel.max_over_ranks).parts
-        weights = MicroBatchWeights(self.actor_cfg.loss_agg_scope, mini)
+        weights = MicroBatchWeights(self.actor_cfg.loss_agg_scope, mini, self.sequence_parallel)
         forwards = []  # no old_log_prob pass: (log_prob, entropy) of each micro-batch, detached, for its metrics
         mini_metrics: dict[str, list[torch.Tensor | float]] = defaultdict(list)
         trace = NonFiniteTrace()  # which quantity went non-finite first, should the step be skipped

@@ -70,7 +70,7 @@ class CriticWorker(TrainState):
                            skipped: SkippedSteps) -> None:
         self.optimizer.zero_grad(set_to_none=True)
         parts = self.update_plan.split(mini, self.parallel.max_over_ranks).parts
-        weights = MicroBatchWeights(self.cfg.loss_agg_scope, mini)
+        weights = MicroBatchWeights(self.cfg.loss_agg_scope, mini, self.sequence_parallel)
         mini_metrics = defaultdict(list)  # weighted micro-batch parts: their sum is the mini-batch's value
         trace = NonFiniteTrace()
         for index, micro in enumerate(parts):

@@ -15,6 +15,7 @@ from typing import Any
 
 from hybridrl.config.run_plan import GroupPlan, RunPlan
 from hybridrl.config.schema import HybridRLConfig
+from hybridrl.config.sequence_parallel import sequence_parallel_size
 from hybridrl.distributed import InProcessGroup, WorkerGroup
 from hybridrl.distributed.weight_sync import HANDOFF_BY_LAUNCHER, WeightHandoff
 from hybridrl.logging.log import get_logger
@@ -174,8 +175,10 @@ def build_roles(cfg: HybridRLConfig, plan: RunPlan, tokenizer: Any, total_steps:
                                device_ids=plan.group_of("rollout").device_ids,
                                agent_loops=AgentLoopRouting.from_config(cfg.actor_rollout_ref.rollout))
         reward = RewardWorker(cfg, tokenizer, torch.device(plan.device))
-        return Roles(actor=GroupActor(on["actor"]), rollout=rollout, reward=reward, groups=groups, handoff=handoff,
-                     reference=GroupReference(on["reference"]) if plan.needs.reference else None,
+        return Roles(actor=GroupActor(on["actor"], sequence_parallel_size(cfg, "actor")), rollout=rollout,
+                     reward=reward, groups=groups, handoff=handoff,
+                     reference=GroupReference(on["reference"], sequence_parallel_size(cfg, "ref"))
+                     if plan.needs.reference else None,
                      critic=_critic(cfg, plan, on) if plan.needs.critic else None,
                      teacher=GroupTeacher(on["teacher"], cfg) if plan.needs.teacher else None)
     except BaseException:
@@ -188,7 +191,7 @@ def build_roles(cfg: HybridRLConfig, plan: RunPlan, tokenizer: Any, total_steps:
 def _critic(cfg: HybridRLConfig, plan: RunPlan, on: dict[str, WorkerGroup]) -> CriticRole:
     """The critic's group, or a frozen remote value model (`critic.type=vllm_api`, path = its URL)."""
     if not plan.remote_critic:
-        return GroupCritic(on["critic"])
+        return GroupCritic(on["critic"], sequence_parallel_size(cfg, "critic"))
     return build_remote_critic(cfg)
 
 

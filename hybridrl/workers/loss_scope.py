@@ -22,15 +22,21 @@ from hybridrl.utils.collectives import rank_and_world_size
 
 
 class MicroBatchWeights:
-    def __init__(self, scope: str, mini: Batch) -> None:
+    """`sequence_parallel`: the role's Ulysses group size; the ranks of a group hold the same rows, so each row is
+    counted once (the counts summed over the ranks, divided by it) and the weights scale for the `ranks / sp`
+    distinct shards (`distributed.ulysses` makes up the rest in backward)."""
+
+    def __init__(self, scope: str, mini: Batch, sequence_parallel: int = 1) -> None:
         if scope not in LOSS_AGG_SCOPES:
             raise ValueError(f"loss_agg_scope={scope!r} is not one of {list(LOSS_AGG_SCOPES)}")
-        self.scope, self.mini_rows = scope, len(mini)
+        self.scope, self.mini_rows, self.sequence_parallel = scope, len(mini), sequence_parallel
         if scope == "mini_batch":
-            self.ranks = rank_and_world_size()[1]  # the ranks averaging gradients
+            world = rank_and_world_size()[1]
+            self.ranks = world // sequence_parallel  # the distinct shards whose gradients are averaged
             self.counts = mini_batch_counts(mini["response_mask"])
-            if self.ranks > 1:
+            if world > 1:
                 dist.all_reduce(self.counts)  # queued on the device: no host sync
+                self.counts = self.counts // sequence_parallel
         self.filtered: torch.Tensor | None = None  # counts of the masks the losses used, when filtered in the update
         self._filtered_total: torch.Tensor | None = None  # ... summed over the ranks
 
@@ -49,8 +55,9 @@ class MicroBatchWeights:
             return 1.0
         if self._filtered_total is None:
             self._filtered_total = self.filtered.clone()
-            if self.ranks > 1:
+            if rank_and_world_size()[1] > 1:
                 dist.all_reduce(self._filtered_total)
+                self._filtered_total = self._filtered_total // self.sequence_parallel
         unit = 0 if loss_agg_mode == "token-mean" else 1
         return (self.counts[unit] / torch.clamp(self._filtered_total[unit], min=1)).to(torch.float32)
 

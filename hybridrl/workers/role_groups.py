@@ -32,12 +32,20 @@ def for_ranks(batch: Batch, keys: tuple[str, ...] | None = None) -> Batch:
 
 
 class GroupRole:
-    """A role hosted by `group`'s ranks; checkpoints are collectives of the whole group."""
+    """A role hosted by `group`'s ranks; checkpoints are collectives of the whole group. With Ulysses sequence
+    parallelism (`sequence_parallel` > 1) each group of that many consecutive ranks gets one shard of the rows
+    and answers once (every rank of it computes the same outputs)."""
 
     role: str
 
-    def __init__(self, group: WorkerGroup) -> None:
-        self.group = group
+    def __init__(self, group: WorkerGroup, sequence_parallel: int = 1) -> None:
+        self.group, self.sequence_parallel = group, sequence_parallel
+
+    def sharded(self, method: str, batch: Batch) -> Batch:
+        return self.group.call_per_replica(method, batch, self.sequence_parallel)
+
+    def sharded_metrics(self, method: str, batch: Batch) -> dict[str, float]:
+        return self.group.call_sharded_metrics(method, batch, replica_size=self.sequence_parallel)
 
     def save_checkpoint(self, role_dir: str, contents: list[str]) -> None:
         self.group.call_all("save_checkpoint", self.role, role_dir, contents)
@@ -50,17 +58,17 @@ class GroupActor(GroupRole):
     role = "actor"
 
     def compute_log_prob(self, batch: Batch) -> Batch:
-        return self.group.call_sharded("compute_log_prob", for_ranks(batch, FORWARD_KEYS))
+        return self.sharded("compute_log_prob", for_ranks(batch, FORWARD_KEYS))
 
     def update_actor(self, batch: Batch) -> dict[str, float]:
-        return self.group.call_sharded_metrics("update_actor", for_ranks(batch))
+        return self.sharded_metrics("update_actor", for_ranks(batch))
 
 
 class GroupReference(GroupRole):
     role = "reference"
 
     def compute_ref_log_prob(self, batch: Batch) -> Batch:
-        return self.group.call_sharded("compute_ref_log_prob", for_ranks(batch, FORWARD_KEYS))
+        return self.sharded("compute_ref_log_prob", for_ranks(batch, FORWARD_KEYS))
 
 
 class GroupTeacher(GroupRole):
@@ -93,10 +101,10 @@ class GroupCritic(GroupRole):
     role = "critic"
 
     def compute_values(self, batch: Batch) -> Batch:
-        return self.group.call_sharded("compute_values", for_ranks(batch, FORWARD_KEYS))
+        return self.sharded("compute_values", for_ranks(batch, FORWARD_KEYS))
 
     def update_critic(self, batch: Batch) -> dict[str, float]:
-        return self.group.call_sharded_metrics("update_critic", for_ranks(batch))
+        return self.sharded_metrics("update_critic", for_ranks(batch))
 
 
 # ---------------------------------------------------------------- generation on a group

@@ -219,9 +219,10 @@ class SerializedGroup:
         with self._lock:
             return self._group.call_sharded(method, batch, **kwargs)
 
-    def call_sharded_metrics(self, method: str, batch: Batch, **kwargs: Any) -> dict[str, float]:
+    def call_sharded_metrics(self, method: str, batch: Batch, replica_size: int = 1,
+                             **kwargs: Any) -> dict[str, float]:
         with self._lock:
-            return self._group.call_sharded_metrics(method, batch, **kwargs)
+            return self._group.call_sharded_metrics(method, batch, replica_size, **kwargs)
 
     def call_per_replica(self, method: str, batch: Batch, replica_size: int, rows_per_row: int = 1,
                          **kwargs: Any) -> Batch:

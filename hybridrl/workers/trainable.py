@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from hybridrl.config.schema import HybridRLConfig
+from hybridrl.config.sequence_parallel import SP_KEYS, sequence_parallel_size
 from hybridrl.logging.log import get_logger
 from hybridrl.models.compile import compile_decoder_layers
 from hybridrl.models.hf import enable_activation_checkpointing
@@ -31,6 +32,7 @@ from hybridrl.workers.offload import PhaseOffloader
 from hybridrl.workers.optim import build_lr_scheduler, build_optimizer
 from hybridrl.workers.parallel import ParallelStrategy, parallelize, uses_cpu_offload_policy
 from hybridrl.workers.precision import Precision, log_precision, resolve_precision
+from hybridrl.workers.sequence_split import apply_sequence_parallel, ulysses_of
 
 log = get_logger("workers.trainable")
 CPU = torch.device("cpu")
@@ -53,6 +55,8 @@ class RoleSpec:
     log_prob_forward: bool = False  # it computes log-probs (`forward.response_log_probs`), not values
     lora: bool = False  # a PEFT adapter trains: frozen embeddings must still let checkpointed blocks see grads
     activation_offload: bool = False  # enable_activation_offload: saved activations in host memory in training
+    sequence_parallel: int = 1  # ulysses_sequence_parallel_size: ranks that split each sequence
+    sequence_parallel_key: str = ""  # the key that sets it (messages)
 
     @classmethod
     def actor(cls, cfg: HybridRLConfig) -> RoleSpec:
@@ -61,21 +65,28 @@ class RoleSpec:
         return cls("actor", "actor_rollout_ref.actor.fsdp_config", fsdp, arr.actor.optim,
                    arr.model.enable_gradient_checkpointing, arr.actor.use_torch_compile and fsdp.use_torch_compile,
                    "actor_rollout_ref.actor.use_torch_compile", log_prob_forward=True, lora=arr.model.lora_rank > 0,
-                   activation_offload=arr.model.enable_activation_offload)
+                   activation_offload=arr.model.enable_activation_offload,
+                   **_sequence_parallel(cfg, "actor"))
 
     @classmethod
     def critic(cls, cfg: HybridRLConfig) -> RoleSpec:
         model = cfg.critic.model
         return cls("critic", "critic.model.fsdp_config", model.fsdp_config, cfg.critic.optim,
                    model.enable_gradient_checkpointing, model.fsdp_config.use_torch_compile,
-                   "critic.model.fsdp_config.use_torch_compile", activation_offload=model.enable_activation_offload)
+                   "critic.model.fsdp_config.use_torch_compile", activation_offload=model.enable_activation_offload,
+                   **_sequence_parallel(cfg, "critic"))
 
     @classmethod
     def reference(cls, cfg: HybridRLConfig) -> RoleSpec:
         ref = cfg.actor_rollout_ref.ref
         return cls("reference", "actor_rollout_ref.ref.fsdp_config", ref.fsdp_config,
                    compile=ref.use_torch_compile and ref.fsdp_config.use_torch_compile,
-                   compile_key="actor_rollout_ref.ref.use_torch_compile", log_prob_forward=True)
+                   compile_key="actor_rollout_ref.ref.use_torch_compile", log_prob_forward=True,
+                   **_sequence_parallel(cfg, "ref"))
+
+
+def _sequence_parallel(cfg: HybridRLConfig, role: str) -> dict[str, Any]:
+    return {"sequence_parallel": sequence_parallel_size(cfg, role), "sequence_parallel_key": SP_KEYS[role]}
 
 
 @dataclass
@@ -147,7 +158,11 @@ def _prepare(spec: RoleSpec, device: torch.device, load: LoadModel
         if spec.lora:
             model.enable_input_require_grads()  # frozen embeddings: let checkpointed blocks see grads
     compile_decoder_layers(model, device, spec.role, enabled=spec.compile, off_key=spec.compile_key)
-    return model, precision, parallelize(model, spec.fsdp, precision, spec.role, log_prob_forward=spec.log_prob_forward)
+    parallel = parallelize(model, spec.fsdp, precision, spec.role, log_prob_forward=spec.log_prob_forward)
+    if apply_sequence_parallel(model, spec.sequence_parallel, spec.sequence_parallel_key) and is_rank0():
+        log.info("%s: Ulysses sequence parallelism over groups of %d ranks (%s)", spec.role,
+                 spec.sequence_parallel, spec.sequence_parallel_key)
+    return model, precision, parallel
 
 
 class TrainState:
@@ -161,6 +176,8 @@ class TrainState:
         self.optimizer, self.lr_scheduler = trainable.optimizer, trainable.lr_scheduler
         self.offloader = trainable.offloader
         self.activation_offload = trainable.activation_offload
+        sp = ulysses_of(self.model)
+        self.sequence_parallel = sp.size if sp is not None else 1  # ranks holding the same rows
 
     def saved_activations(self) -> AbstractContextManager:
         """Around a micro-batch's forward and backward: what the forward saves waits in host memory when the

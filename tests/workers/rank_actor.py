@@ -168,3 +168,28 @@ class ParallelProbe:
                               "plain": all(type(p) is torch.nn.Parameter for p in actor.model.parameters()),
                               "agreed": actor.parallel.max_over_ranks(dist.get_rank() + 3)}
         return out
+
+
+class ActorCriticRank:
+    """An actor and a critic on one gloo rank (e.g. with Ulysses sequence parallelism in `extra`)."""
+
+    def __init__(self, model_dir: str, extra: list[str]) -> None:
+        torch.set_num_threads(1)
+        world = dist.get_world_size()
+        self.actor, self.critic = build_actor(model_dir, extra, world_size=world), build_critic(model_dir, extra, world)
+
+    def compute_log_prob(self, batch: Batch) -> Batch:
+        return self.actor.compute_log_prob(batch)
+
+    def compute_values(self, batch: Batch) -> Batch:
+        return self.critic.compute_values(batch)
+
+    def update_actor(self, batch: Batch) -> dict[str, float]:
+        return self.actor.update_actor(batch)
+
+    def update_critic(self, batch: Batch) -> dict[str, float]:
+        return self.critic.update_critic(batch)
+
+    def full_grads(self) -> dict[str, list[torch.Tensor]]:
+        return {role: [p.grad.full_tensor() for p in worker.model.parameters() if p.grad is not None]
+                for role, worker in (("actor", self.actor), ("critic", self.critic))}

@@ -29,8 +29,7 @@ def _assert_same(got: dict, want: dict, mask: torch.Tensor) -> None:
         torch.testing.assert_close(got["grads"][name], grad, atol=2e-5, rtol=1e-4, msg=name)
 
 
-@pytest.mark.slow  # spawns ranks that import transformers
-@pytest.mark.parametrize("ranks", [2, 4])
+@pytest.mark.parametrize("ranks", [2, pytest.param(4, marks=pytest.mark.slow)])  # 4 ranks on 2 cores: slow
 def test_a_group_matches_one_process_for_log_probs_and_gradients(ranks):
     # 17 + 9 = 26 columns: not a multiple of 4, so the sequence is padded; both layouts of remove_padding
     batch = ragged_batch(num_rows=5, prompt_width=17, response_width=9, seed=1, token_range=(5, 60))
@@ -41,7 +40,7 @@ def test_a_group_matches_one_process_for_log_probs_and_gradients(ranks):
                 _assert_same(got, want, batch["response_mask"])
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the roles' test (test_sequence_parallel_roles.py) covers the critic in the default suite
 def test_a_critic_group_matches_one_process_for_values_and_gradients():
     batch = ragged_batch(num_rows=4, prompt_width=11, response_width=8, seed=2, token_range=(5, 60))
     with LocalWorkerGroup(UlyssesRank, {"sp": 2, "critic": True, **CONFIG}, world_size=2, role="critic") as group:
