@@ -73,7 +73,8 @@ def _group_name(roles: list[str]) -> str:
 class RunPlan:
     device: str  # "cuda" or "cpu": the ranks' device type (with Ray the driver itself may have no GPU)
     world_size: int  # ranks in all: trainer.nnodes x trainer.n_gpus_per_node (one in one process)
-    actor_ranks: int  # ranks training the actor: what the batch-size rules divide by
+    actor_ranks: int  # ranks training the actor
+    actor_shards: int  # its data-parallel size: actor_ranks / ulysses_sequence_parallel_size (balance_batch's parts)
     launcher: str  # one of LAUNCHERS
     groups: tuple[GroupPlan, ...]  # the groups of ranks to start (in_process: one, in this process)
     rollout_backend: str  # rollout.name with auto made concrete: "hybrid" (our engine) or "hf"
@@ -98,6 +99,7 @@ class RunPlan:
 def build_run_plan(cfg: HybridRLConfig, *, device: str, world_size: int, launcher: str) -> RunPlan:
     """The plan of a validated config on `world_size` ranks of `device` started by `launcher` (`LAUNCHERS`)."""
     from hybridrl.config.role_devices import remote_critic
+    from hybridrl.config.sequence_parallel import data_parallel_size
     from hybridrl.config.validate import actor_ranks
 
     if launcher not in LAUNCHERS:
@@ -106,6 +108,7 @@ def build_run_plan(cfg: HybridRLConfig, *, device: str, world_size: int, launche
     remote = remote_critic(cfg)
     wanted = ("actor", "rollout") + (("reference",) if needs.reference else ()) + \
         (("critic",) if needs.critic and not remote else ()) + (("teacher",) if needs.teacher else ())
-    return RunPlan(device=device, world_size=world_size, actor_ranks=actor_ranks(cfg, world_size), launcher=launcher,
-                   groups=tuple(plan_groups(cfg, world_size, wanted)),
+    ranks = actor_ranks(cfg, world_size)
+    return RunPlan(device=device, world_size=world_size, actor_ranks=ranks,
+                   actor_shards=data_parallel_size(cfg, "actor", ranks), launcher=launcher, groups=tuple(plan_groups(cfg, world_size, wanted)),
                    rollout_backend=rollout_backend_name(cfg, device), needs=needs, remote_critic=remote)

@@ -223,11 +223,11 @@ class PPOTrainer(checkpointing.CheckpointExtras):
         return metrics
 
     def _balance(self, batch: Batch, metrics: dict[str, float]) -> Batch:
-        """trainer.balance_batch: reorder rows so each actor rank's contiguous share has a similar token count
-        (verl's `global_seqlen/*` metrics); with one rank nothing moves."""
+        """trainer.balance_batch: reorder rows so each actor shard (a rank or a sequence-parallel group) has a
+        similar token count (verl's `global_seqlen/*` metrics); with one shard nothing moves."""
         if not self.cfg.trainer.balance_batch:
             return batch
-        order, balance = balanced_order(batch["attention_mask"], self.plan.actor_ranks)
+        order, balance = balanced_order(batch["attention_mask"], self.plan.actor_shards)
         metrics.update(balance)
         return batch.index(order) if order != sorted(order) else batch
 

@@ -48,3 +48,45 @@ def test_a_critic_group_matches_one_process_for_values_and_gradients():
             want = _expected(batch, remove_padding, critic=True)
             for got in group.call_all("run", batch, remove_padding):
                 _assert_same(got, want, batch["response_mask"])
+
+
+@pytest.mark.gpu
+def test_ulysses_attention_in_compiled_bf16_layers_on_cuda_matches_sdpa():
+    """One CUDA rank (a group of one: the all-to-alls are copies): Ulysses attention runs between the compiled
+    halves of each decoder layer (torch.compiler.disable) and gives SDPA's log-probs and gradients in bf16."""
+    import socket
+
+    import torch.distributed as dist
+
+    from hybridrl.distributed.ulysses import ulysses_group
+    from hybridrl.models.compile import compile_decoder_layers
+    from hybridrl.models.tiny import build_tiny_model
+    from hybridrl.models.ulysses_attention import enable_ulysses
+    from hybridrl.workers.sequence_split import ULYSSES_ATTR
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1,
+                            device_id=torch.device("cuda", 0))
+    try:
+        config = dict(num_heads=8, num_kv_heads=2, hidden_size=256, intermediate_size=512, vocab_size=512,
+                      dtype=torch.bfloat16)
+        batch = ragged_batch(num_rows=6, prompt_width=40, response_width=30, seed=3, token_range=(5, 500)).to("cuda")
+        results = []
+        for ulysses in (False, True):
+            model = build_tiny_model(seed=0, **config).cuda()
+            compile_decoder_layers(model, torch.device("cuda"), "actor", enabled=True, off_key="k")
+            if ulysses:
+                sp = ulysses_group(1)
+                enable_ulysses(model, sp, "k")
+                setattr(model, ULYSSES_ATTR, sp)
+            results.append(outputs_and_gradients(model, batch, remove_padding=True, critic=False))
+        plain, split = results
+        mask = batch["response_mask"].bool()
+        torch.testing.assert_close(split["outputs"]["log_probs"][mask], plain["outputs"]["log_probs"][mask],
+                                   atol=2e-2, rtol=2e-2)
+        for name, grad in plain["grads"].items():
+            assert ((split["grads"][name].float() - grad.float()).norm() / grad.float().norm()) < 2e-2, name
+    finally:
+        dist.destroy_process_group()

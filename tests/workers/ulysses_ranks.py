@@ -21,7 +21,8 @@ def critic_model(seed: int, **config):
 
 def outputs_and_gradients(model: torch.nn.Module, batch: Batch, remove_padding: bool, critic: bool) -> dict:
     """Log-probs, entropies and Σπ² (or values) of `batch`, and the gradients of a loss over all of them."""
-    weights = torch.linspace(-1.0, 2.0, batch["responses"].numel()).view_as(batch["responses"].float())
+    responses = batch["responses"]
+    weights = torch.linspace(-1.0, 2.0, responses.numel(), device=responses.device).view(responses.shape)
     if critic:
         outputs = {"values": response_values(model, batch, remove_padding=remove_padding)}
     else:
