@@ -6,13 +6,17 @@ import math
 
 from hybridrl.config.errors import ConfigError
 from hybridrl.config.index import config_value
+from hybridrl.config.sequence_parallel import DataParallel
 
 
 def resolve_micro_batch_size_per_gpu(
-    global_value: int | None, per_gpu_value: int | None, world_size: int, key_prefix: str
+    global_value: int | None, per_gpu_value: int | None, world_size: int, key_prefix: str,
+    split_over: str | None = None,
 ) -> int | None:
     """The per-device micro batch from verl's two spellings: `{key_prefix}` (deprecated, global rows,
-    divided by world_size) or `{key_prefix}_per_gpu`. None when neither is set; both set is an error."""
+    divided by world_size: the role's data-parallel size, its ranks / its ulysses_sequence_parallel_size) or
+    `{key_prefix}_per_gpu`. None when neither is set; both set is an error. `split_over`: how a message names
+    world_size (default "<world_size> devices"; see sequence_parallel.DataParallel.split_over)."""
     global_key, per_gpu_key = key_prefix, f"{key_prefix}_per_gpu"
     if global_value is not None and per_gpu_value is not None:
         raise ConfigError(
@@ -27,8 +31,8 @@ def resolve_micro_batch_size_per_gpu(
         return None
     if global_value < world_size:
         raise ConfigError(
-            f"{global_key} ({global_value}) is a global row count split over {world_size} devices and must be "
-            f">= {world_size}; set {per_gpu_key} instead"
+            f"{global_key} ({global_value}) is a global row count split over "
+            f"{split_over or f'{world_size} devices'} and must be >= {world_size}; set {per_gpu_key} instead"
         )
     return global_value // world_size
 
@@ -47,9 +51,10 @@ def try_hint(options: list[int]) -> str:
 
 
 def check_mini_batch(
-    train: int, mini: int, n: int, world_size: int, mini_key: str, micro_per_gpu: int | None, micro_key: str | None
+    train: int, mini: int, n: int, dp: DataParallel, mini_key: str, micro_per_gpu: int | None, micro_key: str | None
 ) -> list[str]:
-    """Rules linking train, mini and micro batch sizes for one trained role (actor or critic)."""
+    """Rules linking train, mini and micro batch sizes for one trained role (actor or critic), whose ranks hold
+    `dp.size` row shards."""
     if mini < 1:
         return [f"{mini_key} ({mini}) must be >= 1"]
     if mini > train:
@@ -57,27 +62,35 @@ def check_mini_batch(
     if train % mini:
         return [f"{mini_key} ({mini}) must divide data.train_batch_size ({train}){try_hint(nearby_divisors(train, mini))}"]
     rows = mini * n
-    if rows % world_size:
+    if rows % dp.size:
+        also = f", or {dp.sp_key}" if dp.sp > 1 else ""
         return [
-            f"{mini_key} x rollout.n ({mini} x {n} = {rows} rows) must be divisible by the number of devices "
-            f"({world_size}); change {mini_key} or actor_rollout_ref.rollout.n"
+            f"{mini_key} x rollout.n ({mini} x {n} = {rows} rows) must be divisible by {dp.divisor()}; "
+            f"change {mini_key} or actor_rollout_ref.rollout.n{also}"
         ]
-    per_device = rows // world_size
-    if micro_key is not None and micro_per_gpu is not None and per_device % micro_per_gpu:
-        hint = try_hint(nearby_divisors(per_device, micro_per_gpu))
-        return [
-            f"{micro_key} ({micro_per_gpu}) must divide the per-device mini batch: {mini_key} x rollout.n / devices "
-            f"({mini} x {n} / {world_size} = {per_device} rows){hint}"
-        ]
+    per_rank = rows // dp.size
+    if micro_key is not None and micro_per_gpu is not None and per_rank % micro_per_gpu:
+        return [f"{micro_key} ({micro_per_gpu}) must divide {_per_rank_mini(mini_key, mini, n, dp)}"
+                f"{try_hint(nearby_divisors(per_rank, micro_per_gpu))}"]
     return []
 
 
+def _per_rank_mini(mini_key: str, mini: int, n: int, dp: DataParallel) -> str:
+    """The per-rank mini batch with its arithmetic (without SP as before: per device)."""
+    rows = mini * n // dp.size
+    if dp.sp <= 1:
+        return f"the per-device mini batch: {mini_key} x rollout.n / devices ({mini} x {n} / {dp.size} = {rows} rows)"
+    return (f"the per-rank mini batch: {mini_key} x rollout.n / data-parallel size ({mini} x {n} / {dp.size} = "
+            f"{rows} rows; {dp.derivation()})")
+
+
 def micro_batch_problems(
-    values: tuple[int | None, int | None], world_size: int, key_prefix: str, dynamic_key: str, dynamic: bool
+    values: tuple[int | None, int | None], dp: DataParallel, key_prefix: str, dynamic_key: str, dynamic: bool
 ) -> tuple[int | None, list[str]]:
-    """Resolve one (global, per-device) micro batch pair; neither set without dynamic batching is an error (as verl)."""
+    """Resolve one (global, per-device) micro batch pair over `dp.size` row shards; neither set without dynamic
+    batching is an error (as verl)."""
     try:
-        micro = resolve_micro_batch_size_per_gpu(values[0], values[1], world_size, key_prefix)
+        micro = resolve_micro_batch_size_per_gpu(values[0], values[1], dp.size, key_prefix, dp.split_over())
     except ConfigError as exc:
         return None, [str(exc)]
     if micro is None and not dynamic:

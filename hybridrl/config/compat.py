@@ -38,12 +38,6 @@ NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
        for role in FSDP_ROLES},
     **{f"{role}.fsdp_config.full_determinism": ((False,), f"deterministic kernels (full_determinism) are {_LATER}")
        for role in FSDP_ROLES},
-    "actor_rollout_ref.actor.ulysses_sequence_parallel_size": ((1,), f"Ulysses sequence parallelism is {_LATER}"),
-    "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size": ((1,), f"Ulysses sequence parallelism is {_LATER}"),
-    "actor_rollout_ref.ref.ulysses_sequence_parallel_size": ((1,), f"Ulysses sequence parallelism is {_LATER}"),
-    "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size": ((1,), f"Ulysses sequence parallelism is {_LATER}"),
-    "critic.model.fsdp_config.ulysses_sequence_parallel_size": ((1,), f"Ulysses sequence parallelism is {_LATER}"),
-    "critic.ulysses_sequence_parallel_size": ((1,), f"Ulysses sequence parallelism is {_LATER}"),
     "actor_rollout_ref.model.use_liger": ((False,), f"Liger kernels are {_LATER}"),
     "actor_rollout_ref.actor.strategy": (("fsdp", "fsdp2"), _ENGINES),
     "actor_rollout_ref.ref.strategy": (("fsdp", "fsdp2"), _ENGINES),
@@ -90,7 +84,9 @@ NOT_IMPLEMENTED: dict[str, tuple[tuple[Any, ...], str]] = {
     "reward_model.reward_loop_class_name": ((None,), f"custom reward loops are {_LATER}; use "
                                                      "custom_reward_function.path with verl's compute_score signature, "
                                                      "or a reward-manager class (reward_manager.source=importlib)"),
-    "reward_model.ulysses_sequence_parallel_size": ((1,), f"Ulysses sequence parallelism is {_LATER}"),
+    **{key: ((1,), "sequence parallelism for the reward model is not implemented; the actor, reference and critic "
+                   "support it")
+       for key in ("reward_model.ulysses_sequence_parallel_size", "reward_model.model.fsdp_config.ulysses_sequence_parallel_size")},
     "reward_model.strategy": (("fsdp", "fsdp2"), _ENGINES),
     "actor_rollout_ref.hybrid_engine": ((True,), "only the hybrid engine exists (as in verl): keep hybrid_engine=true"),
     # Keys of verl's August-2026 tree (and its Megatron configs) whose features hybridrl does not have yet.

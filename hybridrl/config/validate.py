@@ -23,6 +23,8 @@ from hybridrl.config.ranges import merged_range_problems, range_problems
 from hybridrl.config.roles import critic_enabled, ref_enabled
 from hybridrl.config.schema import HybridRLConfig
 from hybridrl.config.schema_trainer import LOGGERS, RayKwargsConfig
+from hybridrl.config.sequence_parallel import data_parallel
+from hybridrl.config.sequence_parallel_rules import sequence_parallel_problems
 from hybridrl.logging.backends import check_trace_backend_available
 from hybridrl.logging.tracker import check_trackers_available
 
@@ -57,6 +59,7 @@ def validate_config(cfg: HybridRLConfig, world_size: int = 1) -> None:
         + filter_groups_problems(cfg)
         + threshold_text_problems(cfg.algorithm.rollout_correction)
         + distillation_problems(cfg)
+        + sequence_parallel_problems(cfg, world_size)
     )
     # -- value ranges and checkpoint contents (config/ranges.py, config/checkpoint_rules.py)
     problems = merged_range_problems(cfg, problems)
@@ -119,32 +122,36 @@ def _actor_batch_problems(cfg: HybridRLConfig, world_size: int) -> list[str]:
     if n < 1:
         return [f"actor_rollout_ref.rollout.n ({n}) must be >= 1"]
     problems = []
-    if (train * n) % world_size:
+    dp = data_parallel(cfg, "actor", world_size)
+    if (train * n) % dp.size:
+        also = f" or {dp.sp_key}" if dp.sp > 1 else ""
         problems.append(
             f"data.train_batch_size x actor_rollout_ref.rollout.n ({train} x {n} = {train * n} rows) must be divisible "
-            f"by the number of devices ({world_size}); change data.train_batch_size or the device count"
+            f"by {dp.divisor()}; change data.train_batch_size or the device count{also}"
         )
     prefix = "actor_rollout_ref.actor.ppo_micro_batch_size"
     micro, micro_problems = micro_batch_problems(
-        (actor.ppo_micro_batch_size, actor.ppo_micro_batch_size_per_gpu), world_size, prefix,
+        (actor.ppo_micro_batch_size, actor.ppo_micro_batch_size_per_gpu), dp, prefix,
         "actor_rollout_ref.actor.use_dynamic_bsz", actor.use_dynamic_bsz,
     )  # fmt: skip
     micro_key = None if actor.use_dynamic_bsz else prefix + "_per_gpu"
     problems += micro_problems
     problems += check_mini_batch(
-        train, actor.ppo_mini_batch_size, n, world_size, "actor_rollout_ref.actor.ppo_mini_batch_size", micro, micro_key
+        train, actor.ppo_mini_batch_size, n, dp, "actor_rollout_ref.actor.ppo_mini_batch_size", micro, micro_key
     )
     return problems
 
 
 def _log_prob_problems(cfg: HybridRLConfig, world_size: int) -> list[str]:
+    """The old-log-prob forward is the actor's (its shards), the reference's its own."""
     rollout, ref = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.ref
-    roles: list[tuple[str, Any]] = [("rollout", rollout)] + ([("ref", ref)] if ref_enabled(cfg) else [])
+    roles: list[tuple[str, Any, str]] = [("rollout", rollout, "actor")] + \
+        ([("ref", ref, "ref")] if ref_enabled(cfg) else [])
     problems = []
-    for name, role in roles:
+    for name, role, model in roles:
         _, found = micro_batch_problems(
-            (role.log_prob_micro_batch_size, role.log_prob_micro_batch_size_per_gpu), world_size,
-            f"actor_rollout_ref.{name}.log_prob_micro_batch_size",
+            (role.log_prob_micro_batch_size, role.log_prob_micro_batch_size_per_gpu),
+            data_parallel(cfg, model, world_size), f"actor_rollout_ref.{name}.log_prob_micro_batch_size",
             f"actor_rollout_ref.{name}.log_prob_use_dynamic_bsz", role.log_prob_use_dynamic_bsz,
         )  # fmt: skip
         problems += found
@@ -152,11 +159,13 @@ def _log_prob_problems(cfg: HybridRLConfig, world_size: int) -> list[str]:
 
 
 def _critic_problems(cfg: HybridRLConfig, world_size: int) -> list[str]:
+    """The critic's rules over its own ranks (critic.device_ids, else the actor's `world_size`)."""
     if not critic_enabled(cfg):
         return []
     critic = cfg.critic
+    dp = data_parallel(cfg, "critic", world_size)
     micro, problems = micro_batch_problems(
-        (critic.ppo_micro_batch_size, critic.ppo_micro_batch_size_per_gpu), world_size,
+        (critic.ppo_micro_batch_size, critic.ppo_micro_batch_size_per_gpu), dp,
         "critic.ppo_micro_batch_size", "critic.use_dynamic_bsz", critic.use_dynamic_bsz,
     )  # fmt: skip
     if critic.forward_micro_batch_size is not None and critic.forward_micro_batch_size_per_gpu is not None:
@@ -167,7 +176,7 @@ def _critic_problems(cfg: HybridRLConfig, world_size: int) -> list[str]:
         )
     micro_key = None if critic.use_dynamic_bsz else "critic.ppo_micro_batch_size_per_gpu"
     problems += check_mini_batch(
-        cfg.data.train_batch_size, critic.ppo_mini_batch_size, critic.rollout_n, world_size,
+        cfg.data.train_batch_size, critic.ppo_mini_batch_size, critic.rollout_n, dp,
         "critic.ppo_mini_batch_size", micro, micro_key,
     )  # fmt: skip
     if critic.optim.lr < 0:

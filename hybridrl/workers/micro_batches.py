@@ -18,6 +18,7 @@ import torch
 
 from hybridrl.config.batch_rules import DYNAMIC_BSZ_KEYS, token_budget
 from hybridrl.config.schema import HybridRLConfig
+from hybridrl.config.sequence_parallel import PHASE_ROLES, SP_KEYS, sequence_parallel_size
 from hybridrl.logging.log import get_logger
 from hybridrl.utils.batch import Batch
 
@@ -99,16 +100,24 @@ class MicroBatches:
 
 @dataclass(frozen=True)
 class MicroBatchPlan:
-    """How one phase cuts its batch: `rows` per micro-batch, or a token budget when `max_tokens` is set."""
+    """How one phase cuts its batch: `rows` per micro-batch, or a token budget when `max_tokens` is set. Under
+    Ulysses sequence parallelism (`sp` > 1, the phase role's `sp_key`) `max_tokens` is the configured budget x sp,
+    as verl's `max_token_len * ulysses_sequence_parallel_size`: each of a group's sp ranks holds 1/sp of every
+    sequence, so per rank the budget is what the key says."""
 
     rows: int
     max_tokens: int | None = None
     budget_key: str = ""
+    sp: int = 1
+    sp_key: str = ""
 
     @classmethod
     def for_phase(cls, cfg: HybridRLConfig, phase: str, rows: int) -> "MicroBatchPlan":
         """`phase` is a key of DYNAMIC_BSZ_KEYS (old_log_prob, ref, values, update_critic, update_actor)."""
-        return cls(rows, token_budget(cfg, phase), DYNAMIC_BSZ_KEYS[phase][1])
+        role = PHASE_ROLES[phase]
+        sp = max(sequence_parallel_size(cfg, role), 1)
+        budget = token_budget(cfg, phase)
+        return cls(rows, None if budget is None else budget * sp, DYNAMIC_BSZ_KEYS[phase][1], sp, SP_KEYS[role])
 
     def split(self, batch: Batch, max_over_ranks: Callable[[int], int] = _alone) -> MicroBatches:
         """With a budget, `max_over_ranks` (the role's `ParallelStrategy.max_over_ranks`: a collective under FSDP2,
@@ -126,6 +135,10 @@ class MicroBatchPlan:
         longest = max(lengths, default=0)
         if self.max_tokens is not None and longest > self.max_tokens and self.budget_key not in _warned_keys:
             _warned_keys.add(self.budget_key)
-            log.warning("a row holds %d tokens, over %s=%d: it runs as a micro-batch of its own (memory peaks "
-                        "there); raise %s to at least %d (warned once)", longest, self.budget_key,
-                        self.max_tokens, self.budget_key, longest)
+            budget, needed = f"{self.budget_key}={self.max_tokens}", longest
+            if self.sp > 1:  # the key's value is per rank: a row's tokens are split over the group's sp ranks
+                per_rank = self.max_tokens // self.sp
+                budget = f"{self.max_tokens} tokens ({self.budget_key}={per_rank} x {self.sp_key} {self.sp})"
+                needed = -(-longest // self.sp)
+            log.warning("a row holds %d tokens, over %s: it runs as a micro-batch of its own (memory peaks "
+                        "there); raise %s to at least %d (warned once)", longest, budget, self.budget_key, needed)

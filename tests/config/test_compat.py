@@ -50,14 +50,30 @@ def test_optim_clip_grad_is_the_roles_grad_clip(role):
         load_config([f"{role}.grad_clip=2.0", f"{role}.optim.clip_grad=0.5"])
 
 
-def test_ulysses_spellings_agree():
-    # Both spellings carry the same value; it is refused later only because SP is not implemented yet.
-    with pytest.raises(ConfigError) as err:
-        load_config(["actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"])
-    assert "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=2" in str(err.value)
+@pytest.mark.parametrize(("role", "fsdp"), [("actor_rollout_ref.actor", "actor_rollout_ref.actor.fsdp_config"),
+                                           ("actor_rollout_ref.ref", "actor_rollout_ref.ref.fsdp_config"),
+                                           ("critic", "critic.model.fsdp_config")])
+def test_ulysses_spellings_agree_and_are_accepted(role, fsdp):
+    def value(cfg, path):
+        for part in path.split("."):
+            cfg = getattr(cfg, part)
+        return cfg
+
+    key = "ulysses_sequence_parallel_size"
+    for given in (f"{role}.{key}=2", f"{fsdp}.{key}=2"):
+        cfg = load_config([given])
+        assert (value(cfg, f"{role}.{key}"), value(cfg, f"{fsdp}.{key}")) == (2, 2), given
     with pytest.raises(ConfigError, match="two spellings of one setting"):
-        load_config(["actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
-                     "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=4"])  # fmt: skip
+        load_config([f"{role}.{key}=2", f"{fsdp}.{key}=4"])
+
+
+def test_reference_ulysses_size_follows_the_actors():
+    for given in ("actor_rollout_ref.actor.ulysses_sequence_parallel_size=4",
+                  "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=4"):
+        assert load_config([given]).actor_rollout_ref.ref.ulysses_sequence_parallel_size == 4, given
+    cfg = load_config(["actor_rollout_ref.actor.ulysses_sequence_parallel_size=4",
+                       "actor_rollout_ref.ref.ulysses_sequence_parallel_size=2"])  # fmt: skip
+    assert cfg.actor_rollout_ref.ref.ulysses_sequence_parallel_size == 2
 
 
 def test_reward_manager_spellings():
@@ -80,6 +96,10 @@ def test_v04_sync_mode_and_fsdp_strategy_accepted():
     assert cfg.actor_rollout_ref.rollout.mode == "sync" and cfg.actor_rollout_ref.actor.strategy == "fsdp"
 
 
+REWARD_MODEL_SP = ("sequence parallelism for the reward model is not implemented; the actor, reference and critic "
+                   "support it")
+
+
 @pytest.mark.parametrize(
     ("override", "phrase"),
     [
@@ -91,6 +111,8 @@ def test_v04_sync_mode_and_fsdp_strategy_accepted():
         ("actor_rollout_ref.model.use_liger=true", "Liger kernels are not implemented"),
         ("critic.model.fsdp_config.wrap_policy.min_num_params=1000", "size-based FSDP wrapping is not implemented"),
         ("actor_rollout_ref.actor.fsdp_config.full_determinism=true", "full_determinism) are not implemented"),
+        ("reward_model.ulysses_sequence_parallel_size=2", REWARD_MODEL_SP),
+        ("reward_model.model.fsdp_config.ulysses_sequence_parallel_size=2", REWARD_MODEL_SP),
     ],
 )
 def test_not_implemented_values_are_refused(override, phrase):

@@ -90,6 +90,42 @@ def test_resolve_micro_batch_size_per_gpu():
         resolve_micro_batch_size_per_gpu(4, None, 8, "a.micro")
 
 
+ACTOR_SP = "actor_rollout_ref.actor.ulysses_sequence_parallel_size"
+
+
+def test_batch_rules_divide_by_the_data_parallel_size_with_sequence_parallelism():
+    # 4 ranks, sp 2: data-parallel size 2. 256 x 5 / 2 = 640 rows split fine; per rank 64 x 5 / 2 = 160 rows
+    validate_config(load_config(GRPO + [f"{ACTOR_SP}=2"]), 4)
+    message = problems(["data.train_batch_size=255", "actor_rollout_ref.actor.ppo_mini_batch_size=51", f"{ACTOR_SP}=2"], 4)
+    assert ("(255 x 5 = 1275 rows) must be divisible by the data-parallel size 2 (4 ranks / "
+            f"{ACTOR_SP} 2); change data.train_batch_size or the device count or {ACTOR_SP}") in message
+    assert (f"ppo_mini_batch_size x rollout.n (51 x 5 = 255 rows) must be divisible by the data-parallel size 2 "
+            f"(4 ranks / {ACTOR_SP} 2); change actor_rollout_ref.actor.ppo_mini_batch_size or "
+            f"actor_rollout_ref.rollout.n, or {ACTOR_SP}") in message
+    message = problems(["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=48", f"{ACTOR_SP}=2"], 4)
+    assert ("ppo_micro_batch_size_per_gpu (48) must divide the per-rank mini batch: actor_rollout_ref.actor."
+            "ppo_mini_batch_size x rollout.n / data-parallel size (64 x 5 / 2 = 160 rows; 4 ranks / "
+            f"{ACTOR_SP} 2); try 40 or 80") in message
+
+
+def test_global_micro_batch_is_split_over_the_data_parallel_size():
+    # 8 ranks, sp 4: data-parallel size 2, so a global micro batch of 2 gives 1 row per rank and 1 is too few
+    validate_config(load_config(GRPO + [f"{ACTOR_SP}=4", "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=null",
+                                        "actor_rollout_ref.rollout.log_prob_micro_batch_size=2"]), 8)
+    message = problems([f"{ACTOR_SP}=4", "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=null",
+                        "actor_rollout_ref.rollout.log_prob_micro_batch_size=1"], 8)
+    assert ("actor_rollout_ref.rollout.log_prob_micro_batch_size (1) is a global row count split over the "
+            f"data-parallel size 2 (8 ranks / {ACTOR_SP} 4) and must be >= 2") in message
+
+
+def test_critic_batch_rules_use_the_critics_ranks_and_size():
+    gae = ["algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=8"]
+    validate_config(load_config(GRPO + gae + ["critic.ulysses_sequence_parallel_size=2"]), 8)
+    # the critic's 3 ranks of its own (not the actor's 1): 64 x 5 = 320 rows do not split over 3
+    message = problems(gae + ["actor_rollout_ref.actor.device_ids=[0]", "critic.device_ids=[1,2,3]"], 1)
+    assert "critic.ppo_mini_batch_size x rollout.n (64 x 5 = 320 rows) must be divisible by the number of devices (3)" in message
+
+
 def test_critic_rules_only_when_enabled():
     validate_config(load_config(GRPO), 1)  # grpo: critic auto-disabled, its micro batch is not needed
     message = problems(["critic.enable=true"])

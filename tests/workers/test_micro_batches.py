@@ -72,3 +72,32 @@ def test_outputs_restored_to_row_order():
     assert torch.equal(micro.restore(torch.cat([p["row"] for p in micro.parts])), torch.arange(13))
     fixed = MicroBatchPlan(rows=5).split(batch)
     assert [len(p) for p in fixed.parts] == [5, 5, 3] and fixed.order is None
+
+
+def test_token_budget_is_per_rank_of_a_sequence_parallel_group():
+    from hybridrl.config import load_config
+
+    cfg = load_config(["actor_rollout_ref.actor.use_dynamic_bsz=true", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=100",
+                       "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=50", "critic.ppo_max_token_len_per_gpu=30",
+                       "critic.use_dynamic_bsz=true", "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
+                       "actor_rollout_ref.ref.ulysses_sequence_parallel_size=4", "critic.ulysses_sequence_parallel_size=3"])
+    budgets = {phase: MicroBatchPlan.for_phase(cfg, phase, rows=2).max_tokens
+               for phase in ("update_actor", "old_log_prob", "ref", "values", "update_critic")}
+    # actor 100 x 2; old log-probs follow the actor's budget (100) x 2; ref 50 x 4; critic 30 x 3 (values: 30 too)
+    assert budgets == {"update_actor": 200, "old_log_prob": 200, "ref": 200, "values": 90, "update_critic": 90}
+    plain = load_config(["actor_rollout_ref.actor.use_dynamic_bsz=true", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=100"])
+    assert MicroBatchPlan.for_phase(plain, "update_actor", rows=2).max_tokens == 100
+
+
+def test_oversize_warning_under_sequence_parallelism_names_the_per_rank_value(caplog, monkeypatch):
+    from hybridrl.workers import micro_batches
+
+    monkeypatch.setattr(micro_batches, "_warned_keys", set())
+    key, sp_key = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu", "actor_rollout_ref.actor.ulysses_sequence_parallel_size"
+    plan = MicroBatchPlan(rows=2, max_tokens=40, budget_key=key, sp=2, sp_key=sp_key)
+    mask = torch.zeros(2, 100, dtype=torch.long)
+    mask[0, :5], mask[1, :99] = 1, 1
+    with caplog.at_level(logging.WARNING):
+        plan.split(Batch({"attention_mask": mask}))
+    assert f"a row holds 99 tokens, over 40 tokens ({key}=20 x {sp_key} 2)" in caplog.text
+    assert f"raise {key} to at least 50" in caplog.text  # 99 tokens over 2 ranks: 50 each

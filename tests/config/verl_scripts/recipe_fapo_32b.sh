@@ -1,5 +1,5 @@
-# expect: refused Ulysses sequence parallelism is not implemented
-# verl-recipe fapo/run_fapo_32b.sh as written (a generative reward model served for compute_score_fapo; refused only for its sp_size=8; trainer.logger without wandb, which the test environment lacks)
+# expect: refused actor_rollout_ref.actor.fsdp_config.fsdp_size=32 must be -1
+# verl-recipe fapo/run_fapo_32b.sh as written (a generative reward model served for compute_score_fapo; refused at the default NNODES=2 only for its fsdp_size=32, written for 4 nodes (its sp_size=8 is accepted); trainer.logger without wandb, which the test environment lacks)
 set -xeuo pipefail
 
 project_name='FAPO-Reproduce'
