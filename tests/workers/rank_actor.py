@@ -175,6 +175,7 @@ class ActorCriticRank:
 
     def __init__(self, model_dir: str, extra: list[str]) -> None:
         torch.set_num_threads(1)
+        torch.manual_seed(0)  # LoRA's adapter initialisation, as `_one_process` in the tests
         world = dist.get_world_size()
         self.actor, self.critic = build_actor(model_dir, extra, world_size=world), build_critic(model_dir, extra, world)
 
