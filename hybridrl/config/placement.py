@@ -132,17 +132,18 @@ def _fewer_devices_fix(cfg: HybridRLConfig, used: int, idle: list[int]) -> str:
 
 
 def _fsdp_size_problems(cfg: HybridRLConfig, placed: dict[str, RoleDevices], num_devices: int) -> list[str]:
-    """fsdp_size: -1 (shard over all of the role's ranks) or a divisor of their number (hybrid sharding)."""
+    """fsdp_size: -1 or at least the role's rank count (shard over all of them, verl's create_device_mesh) or a
+    divisor of their number (hybrid sharding)."""
     actor_ranks = len(placed["actor"].devices)
     roles = {"actor_rollout_ref.actor": (cfg.actor_rollout_ref.actor.fsdp_config.fsdp_size, actor_ranks),
              "actor_rollout_ref.ref": (cfg.actor_rollout_ref.ref.fsdp_config.fsdp_size,
                                        len(placed["reference"].devices) if "reference" in placed else actor_ranks),
              "critic.model": (cfg.critic.model.fsdp_config.fsdp_size,
                               len(placed["critic"].devices) if "critic" in placed else num_devices)}
-    return [f"{role}.fsdp_config.fsdp_size={size} must be -1 (shard over all of the role's {ranks} rank(s)) or "
-            f"divide {ranks}: {', '.join(str(d) for d in range(1, ranks + 1) if ranks % d == 0)} (hybrid sharding: "
+    return [f"{role}.fsdp_config.fsdp_size={size} must be -1 or >= {ranks} (shard over all of the role's {ranks} "
+            f"rank(s)) or divide {ranks}: {', '.join(str(d) for d in range(1, ranks + 1) if ranks % d == 0)} (hybrid sharding: "
             "groups of that many ranks, replicated across groups)"
-            for role, (size, ranks) in roles.items() if size != -1 and (size < 1 or ranks % size)]
+            for role, (size, ranks) in roles.items() if size != -1 and (size < 1 or (size < ranks and ranks % size))]
 
 
 def _engine_problems(cfg: HybridRLConfig, device_type: str) -> list[str]:

@@ -48,7 +48,8 @@ def decoder_layer_classes(model: nn.Module) -> tuple[type[nn.Module], ...]:
 def default_mesh(fsdp_size: int = -1) -> DeviceMesh:
     """The mesh over every rank of the default process group, on CUDA when available else CPU.
 
-    `fsdp_size` (verl's `fsdp_config.fsdp_size`): -1 or the world size shards over all ranks (1-D mesh);
+    `fsdp_size` (verl's `fsdp_config.fsdp_size`): -1 or at least the world size shards over all ranks (1-D mesh,
+    verl's create_device_mesh);
     a divisor k of the world size gives hybrid sharding (HSDP), a 2-D (world / k replicas, k shards) mesh:
     parameters are sharded within groups of k ranks and replicated across them, so the parameter
     all-gathers stay inside a group and gradients are also all-reduced across the replicas. (The role
@@ -59,7 +60,7 @@ def default_mesh(fsdp_size: int = -1) -> DeviceMesh:
         raise RuntimeError("apply_fsdp2 needs torch.distributed initialised; run it inside a worker started by a "
                            "launcher (LocalWorkerGroup / RayWorkerGroup) or call dist.init_process_group first")
     world = dist.get_world_size()
-    size = world if fsdp_size == -1 else fsdp_size
+    size = world if fsdp_size == -1 or fsdp_size >= world else fsdp_size
     if size < 1 or world % size:
         raise ValueError(f"fsdp_size={fsdp_size} must be -1 or divide the role's {world} rank(s)")
     return _mesh(world, size)

@@ -262,7 +262,7 @@ def parallelize(model: nn.Module, fsdp_cfg: Any, precision: Precision, role: str
     which calls the body and the LM head directly, so under FSDP2 that path is registered as a forward method.
     """
     world = rank_and_world_size()[1]
-    shard_ranks = world if fsdp_cfg.fsdp_size == -1 else fsdp_cfg.fsdp_size
+    shard_ranks = world if fsdp_cfg.fsdp_size == -1 else min(fsdp_cfg.fsdp_size, world)  # verl: >= world = all
     strategy: ParallelStrategy
     offload = uses_cpu_offload_policy(fsdp_cfg)
     if world == 1 and not offload:
@@ -273,7 +273,9 @@ def parallelize(model: nn.Module, fsdp_cfg: Any, precision: Precision, role: str
     else:
         _apply_fsdp2(model, fsdp_cfg, precision, log_prob_forward, offload)
         strategy = FullyShardedStrategy(model, precision, offloads_to_cpu=offload)
-        layout = _fsdp2_layout(shard_ranks, world, offload)
+        layout = _fsdp2_layout(shard_ranks, world, offload) + (
+            f" (fsdp_config.fsdp_size={fsdp_cfg.fsdp_size} >= its ranks: all of them, as in verl)"
+            if fsdp_cfg.fsdp_size > world else "")
     if is_rank0():
         log.info("%s: %s", role, layout)
     return strategy

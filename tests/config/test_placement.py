@@ -150,13 +150,13 @@ def test_tensor_parallel_rollout_needs_whole_replicas_and_the_engine():
 
 
 def test_fsdp_size_divides_a_roles_ranks():
-    for size in (4, 2, 1):  # all of them, or hybrid sharding over groups of `size`
+    for size in (8, 4, 2, 1):  # all of them (at least their number: verl's create_device_mesh), or groups of `size`
         validate_placement(load_config(["trainer.n_gpus_per_node=4", f"actor_rollout_ref.actor.fsdp_config.fsdp_size={size}"]), 4)
     validate_placement(load_config(GAE + [f"{ACTOR}=[0,1]", f"{ROLLOUT}=[0,1]",
                                           "critic.device_ids=[2,3]", "critic.model.fsdp_config.fsdp_size=2"]), 4)
     message = placement_error(["trainer.n_gpus_per_node=4", "actor_rollout_ref.ref.fsdp_config.fsdp_size=3"], 4)
-    assert ("actor_rollout_ref.ref.fsdp_config.fsdp_size=3 must be -1 (shard over all of the role's 4 rank(s)) or "
-            "divide 4: 1, 2, 4") in message
+    assert ("actor_rollout_ref.ref.fsdp_config.fsdp_size=3 must be -1 or >= 4 (shard over all of the role's 4 "
+            "rank(s)) or divide 4: 1, 2, 4") in message
 
 
 def test_a_reward_model_list_must_be_for_an_in_process_model():

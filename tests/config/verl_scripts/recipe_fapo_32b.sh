@@ -1,5 +1,5 @@
-# expect: refused actor_rollout_ref.actor.fsdp_config.fsdp_size=32 must be -1
-# verl-recipe fapo/run_fapo_32b.sh as written (a generative reward model served for compute_score_fapo; refused at the default NNODES=2 only for its fsdp_size=32, written for 4 nodes (its sp_size=8 is accepted); trainer.logger without wandb, which the test environment lacks)
+# expect: pass
+# verl-recipe fapo/run_fapo_32b.sh as written (a generative reward model served for compute_score_fapo; its fsdp_size=32, written for 4 nodes, shards over all 16 ranks at the default NNODES=2 as verl does; its sp_size=8 runs Ulysses sequence parallelism; trainer.logger without wandb, which the test environment lacks)
 set -xeuo pipefail
 
 project_name='FAPO-Reproduce'
