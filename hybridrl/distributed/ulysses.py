@@ -75,36 +75,27 @@ def _to_heads(x: torch.Tensor, sp: UlyssesGroup) -> torch.Tensor:
     return received.transpose(0, 1).reshape(batch, sp.size * heads, local, dim)
 
 
-class _HeadsToSequence(torch.autograd.Function):
+class _AllToAll(torch.autograd.Function):
+    """One exchange, differentiable: its backward is the inverse exchange."""
+
     @staticmethod
-    def forward(ctx, x: torch.Tensor, sp: UlyssesGroup) -> torch.Tensor:
-        ctx.sp = sp
-        return _to_sequence(x, sp)
+    def forward(ctx, x: torch.Tensor, sp: UlyssesGroup, to_sequence: bool) -> torch.Tensor:
+        ctx.sp, ctx.to_sequence = sp, to_sequence
+        return _to_sequence(x, sp) if to_sequence else _to_heads(x, sp)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        return _to_heads(grad, ctx.sp), None
-
-
-class _SequenceToHeads(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, sp: UlyssesGroup) -> torch.Tensor:
-        ctx.sp = sp
-        return _to_heads(x, sp)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        return _to_sequence(grad, ctx.sp), None
+        return (_to_heads(grad, ctx.sp) if ctx.to_sequence else _to_sequence(grad, ctx.sp)), None, None
 
 
 def heads_to_sequence(x: torch.Tensor, sp: UlyssesGroup) -> torch.Tensor:
     """(B, H, T/sp, D) → (B, H/sp, T, D), differentiable (backward: the inverse all-to-all)."""
-    return _HeadsToSequence.apply(x, sp)
+    return _AllToAll.apply(x, sp, True)
 
 
 def sequence_to_heads(x: torch.Tensor, sp: UlyssesGroup) -> torch.Tensor:
     """(B, H/sp, T, D) → (B, H, T/sp, D), differentiable."""
-    return _SequenceToHeads.apply(x, sp)
+    return _AllToAll.apply(x, sp, False)
 
 
 class _SumOverGroup(torch.autograd.Function):

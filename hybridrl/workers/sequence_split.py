@@ -2,7 +2,7 @@
 
 Every rank of a sequence-parallel group holds the same micro-batch (the dispatcher sends a group one shard).
 `SequenceSlice` pads the (B, T) sequence tensors on the right to a multiple of the group size and keeps this
-rank's columns; the model runs on that slice with `models.ulysses_attention` exchanging heads for sequence
+rank's columns; the model runs on that slice with `distributed.ulysses_attention` exchanging heads for sequence
 inside attention. The outputs predicting response tokens are computed only where their column lies in this
 rank's slice and summed over the group (`distributed.ulysses.sum_over_group`), so the LM head or value head
 runs once per token over the group, and every rank ends with the whole (B, R) result.
@@ -115,7 +115,7 @@ def apply_sequence_parallel(model: torch.nn.Module, size: int, size_key: str) ->
         return None
     from hybridrl.distributed.ulysses import ulysses_group
     from hybridrl.models.hf import unwrap_peft
-    from hybridrl.models.ulysses_attention import enable_ulysses
+    from hybridrl.distributed.ulysses_attention import enable_ulysses
 
     sp = ulysses_group(size)
     enable_ulysses(unwrap_peft(model), sp, size_key)

@@ -61,7 +61,7 @@ def test_ulysses_attention_in_compiled_bf16_layers_on_cuda_matches_sdpa():
     from hybridrl.distributed.ulysses import ulysses_group
     from hybridrl.models.compile import compile_decoder_layers
     from hybridrl.models.tiny import build_tiny_model
-    from hybridrl.models.ulysses_attention import enable_ulysses
+    from hybridrl.distributed.ulysses_attention import enable_ulysses
     from hybridrl.workers.sequence_split import ULYSSES_ATTR
 
     with socket.socket() as sock:
