@@ -112,6 +112,20 @@ def test_two_ranks_give_the_metrics_of_one_process(tmp_path, arith_model_dir, ar
         assert "phase/update_actor" in f.read()
 
 
+def test_two_ranks_splitting_each_sequence_give_the_metrics_of_one_process(tmp_path, arith_model_dir,
+                                                                         arithmetic_files, one_process_run):
+    """Ulysses sequence parallelism over both ranks (one group: the actor, reference and critic each see the whole
+    batch, every sequence split in two) trains as one process does; generation still runs a replica per rank."""
+    _, expected = one_process_run
+    out = str(tmp_path)
+    PPOTrainer(load_config(overrides(arith_model_dir, arithmetic_files, out, ranks=2, steps=2, extra=[
+        "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "critic.ulysses_sequence_parallel_size=2"]))).fit()
+    records = read_metrics(out)
+    assert [r["step"] for r in records] == [1, 2]
+    for got, want in zip(records, expected):
+        assert_same_metrics(got, want)
+
+
 @pytest.mark.slow
 def test_balanced_batches_give_ranks_closer_token_counts(tmp_path, arith_model_dir, arithmetic_files):
     """trainer.balance_batch (verl's default): rows are reordered so each rank's contiguous share carries a
