@@ -29,7 +29,8 @@ def _assert_same(got: dict, want: dict, mask: torch.Tensor) -> None:
         torch.testing.assert_close(got["grads"][name], grad, atol=2e-5, rtol=1e-4, msg=name)
 
 
-@pytest.mark.parametrize("ranks", [2, pytest.param(4, marks=pytest.mark.slow)])  # 4 ranks on 2 cores: slow
+@pytest.mark.slow  # the roles' tests (test_sequence_parallel_roles.py) cover 2 ranks in the default suite
+@pytest.mark.parametrize("ranks", [2, 4])
 def test_a_group_matches_one_process_for_log_probs_and_gradients(ranks):
     # 17 + 9 = 26 columns: not a multiple of 4, so the sequence is padded; both layouts of remove_padding
     batch = ragged_batch(num_rows=5, prompt_width=17, response_width=9, seed=1, token_range=(5, 60))
