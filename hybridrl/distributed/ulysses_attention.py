@@ -8,8 +8,9 @@ no mask (rows aligned left: causal is exact) or a 4D boolean mask over the whole
 transformers hands to the attention function unchanged.
 
 Key/value heads are repeated when there are fewer than `sp` of them (or they do not divide by `sp`), as verl
-does. Sliding-window attention, logit soft-capping and attention sinks are refused: the layers would need the
-window or sinks applied over the gathered sequence, which this function does not do.
+does. A sliding window (Mistral, Qwen2's sliding layers) is applied over the gathered sequence as a band mask when
+the sequence is longer than the window (transformers' rule: a key is visible within `window` positions). Logit
+soft-capping and attention sinks are refused: SDPA has neither.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def ulysses_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     """q (B, H, T/sp, D), k/v (B, KV, T/sp, D) of this rank's slice → (B, T/sp, H, D), as transformers' SDPA
     attention returns it."""
     sp: UlyssesGroup = getattr(module, _GROUP_ATTR)
-    _refuse_unsupported(sliding_window, softcap, kwargs)
+    _refuse_unsupported(softcap, kwargs)
     heads, kv_heads = query.shape[1], key.shape[1]
     repeats = _kv_repeats(heads, kv_heads, sp.size, "ulysses_sequence_parallel_size")
     if repeats > 1:
@@ -76,15 +77,25 @@ def ulysses_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     mask = attention_mask
     if mask is not None and mask.dtype != torch.bool:
         mask = mask >= 0  # an additive float mask: 0 where attended
+    length = query.shape[2]
+    if sliding_window is not None and length > sliding_window:
+        band = _sliding_window_band(length, sliding_window, query.device)
+        mask = band if mask is None else mask & band
     out = F.scaled_dot_product_attention(
         query, key, value, attn_mask=mask, is_causal=mask is None, dropout_p=dropout if module.training else 0.0,
         scale=scaling, enable_gqa=query.shape[1] != key.shape[1])
     return sequence_to_heads(out, sp).transpose(1, 2).contiguous(), None
 
 
-def _refuse_unsupported(sliding_window: int | None, softcap: float | None, kwargs: dict) -> None:
-    unsupported = [name for name, present in (("sliding-window attention", sliding_window is not None),
-                                              ("attention logit soft-capping", softcap is not None),
+def _sliding_window_band(length: int, window: int, device: torch.device) -> torch.Tensor:
+    """(T, T) bool: query i sees key j when i - window < j <= i (causal within the window)."""
+    offsets = torch.arange(length, device=device)
+    distance = offsets[:, None] - offsets[None, :]
+    return (distance >= 0) & (distance < window)
+
+
+def _refuse_unsupported(softcap: float | None, kwargs: dict) -> None:
+    unsupported = [name for name, present in (("attention logit soft-capping", softcap is not None),
                                               ("attention sinks", kwargs.get("s_aux") is not None)) if present]
     if unsupported:
         raise UlyssesModelError(f"Ulysses sequence parallelism does not support {' or '.join(unsupported)}, which "

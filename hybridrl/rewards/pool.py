@@ -28,6 +28,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import threading
 import time
 import traceback
 import weakref
@@ -83,6 +84,7 @@ class _Worker:
     ready: bool = False
     rows: deque = field(default_factory=deque)  # rows sent to it, in order; rows[0] is running
     row_started: float = 0.0
+    killed: bool = False  # taken by one `_kill`: its pipe is closed exactly once
 
 
 @dataclass
@@ -231,7 +233,8 @@ class ScoringPool:
     def _worker_died(self, worker: _Worker, job: _Job) -> None:
         worker.process.join(timeout=5)
         cause = _exit_cause(worker.process.exitcode)
-        self._workers.remove(worker)
+        if worker in self._workers:  # close() on another thread may have taken every worker
+            self._workers.remove(worker)
         if not worker.ready:
             raise RewardFunctionError(
                 f"a reward worker process exited before it could score ({cause}): {MAIN_GUARD_HINT}, or importing the "
@@ -260,7 +263,8 @@ class ScoringPool:
             if worker.rows and now - worker.row_started > self.timeout_s:
                 row = worker.rows.popleft()
                 _kill([worker])
-                self._workers.remove(worker)
+                if worker in self._workers:  # close() on another thread may have taken every worker
+                    self._workers.remove(worker)
                 outcome = timeout_outcome(self.spec.describe(), row, job.calls[row][0], self.timeout_s, self.on_timeout)
                 log.warning("reward function on sample %d (data_source=%r) ran past reward_model.reward_fn_timeout_s="
                             "%g s: its worker was killed and replaced; scored 0", row, job.calls[row][0], self.timeout_s)
@@ -282,18 +286,29 @@ def _exit_cause(exitcode: int | None) -> str:
     return f"exit code {exitcode}"
 
 
+_KILL_LOCK = threading.Lock()
+
+
 def _kill(workers: list[_Worker]) -> None:
-    """Kill every worker and its process group at once (SIGKILL: a stuck one may never finish); forget them."""
-    for worker in workers:
+    """Kill every worker and its process group at once (SIGKILL: a stuck one may never finish); forget them.
+
+    `close()` on another thread (Ctrl-C while `launch_reward_fn_async` scores) and the scoring thread's own
+    clean-up can both get here for the same workers: each worker is taken by one call only, so no pipe is closed
+    twice (a second `os.close` fails, or closes whatever file reused the number)."""
+    with _KILL_LOCK:
+        taken = [worker for worker in workers if not worker.killed]
+        for worker in taken:
+            worker.killed = True
+        workers.clear()
+    for worker in taken:
         if worker.process.is_alive():
             try:
                 os.killpg(worker.process.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):  # not yet the leader of its own group
                 worker.process.kill()
-    for worker in workers:
+    for worker in taken:
         worker.process.join(timeout=5)
         worker.conn.close()
-    workers.clear()
 
 
 # ------------------------------------------------------------------------------ in the worker process

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from hybridrl.distributed.local_launcher import LocalWorkerGroup
+from hybridrl.models.tiny import build_tiny_model
 from tests.workers.helpers import ragged_batch
 from tests.workers.ulysses_ranks import UlyssesRank, critic_model, outputs_and_gradients
 
@@ -15,8 +16,6 @@ CONFIG = dict(num_heads=4, num_kv_heads=2, vocab_size=64)
 
 
 def _expected(batch, remove_padding: bool, critic: bool) -> dict:
-    from hybridrl.models.tiny import build_tiny_model
-
     model = critic_model(0, **CONFIG) if critic else build_tiny_model(seed=0, **CONFIG)
     return outputs_and_gradients(model, batch, remove_padding, critic)
 
@@ -61,7 +60,6 @@ def test_ulysses_attention_in_compiled_bf16_layers_on_cuda_matches_sdpa():
 
     from hybridrl.distributed.ulysses import ulysses_group
     from hybridrl.models.compile import compile_decoder_layers
-    from hybridrl.models.tiny import build_tiny_model
     from hybridrl.distributed.ulysses_attention import enable_ulysses
     from hybridrl.workers.sequence_split import ULYSSES_ATTR
 
@@ -91,3 +89,16 @@ def test_ulysses_attention_in_compiled_bf16_layers_on_cuda_matches_sdpa():
             assert ((split["grads"][name].float() - grad.float()).norm() / grad.float().norm()) < 2e-2, name
     finally:
         dist.destroy_process_group()
+
+
+@pytest.mark.slow  # two ranks per architecture
+@pytest.mark.parametrize("arch, extra", [("qwen3", {}), ("llama", {}), ("phi3", {}),
+                                         ("mistral", {"sliding_window": 8})])  # a window shorter than the rows
+def test_each_architecture_matches_one_process(arch, extra):
+    config = dict(CONFIG, arch=arch, **extra)
+    batch = ragged_batch(num_rows=4, prompt_width=13, response_width=9, seed=4, token_range=(5, 60))
+    with LocalWorkerGroup(UlyssesRank, {"sp": 2, **config}, world_size=2, role="actor") as group:
+        for remove_padding in (False, True):
+            want = outputs_and_gradients(build_tiny_model(seed=0, **config), batch, remove_padding, critic=False)
+            for got in group.call_all("run", batch, remove_padding):
+                _assert_same(got, want, batch["response_mask"])
