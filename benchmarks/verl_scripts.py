@@ -13,8 +13,8 @@ directory, on `--device cuda` by default (verl's scripts are GPU scripts; print-
 Per script: `passed`; `refused_by_name` (a feature hybridrl names as not implemented, with the reason);
 `needs_package` (valid, but a tracker named in trainer.logger is not installed here); `failed` (anything else);
 `not_extracted` (the script stopped before launching); `failed_in_verl_too` counts the failures verl meets
-as well (an argument Hydra's parser rejects, a config folder that does not exist, a key verl does not have, an
-empty node or GPU count, a sequence-parallel size the ranks cannot hold). Refused scripts are grouped by why (`refused_by_group`):
+as well (an argument Hydra's parser rejects, a config folder that does not exist, a key verl does not have, a
+missing reward function file, an empty node or GPU count, a sequence-parallel size the ranks cannot hold). Refused scripts are grouped by why (`refused_by_group`):
 `engine` (Megatron, VeOmni, ... : the N-D parallelism issue), `npu` (out of scope), `parallelism` (sequence,
 expert, pipeline parallel sizes), `being_built` (features other work in progress adds: validation generations,
 policy losses and estimators, agent loops, rollout correction, DAPO sampling), `other`. `goal_rate` counts as
@@ -46,11 +46,11 @@ DATA_KEYS = ("data.train_files", "data.val_files")
 NAMED_REFUSAL = re.compile(r"not implemented|not supported|out of scope|hybridrl ships its own|removed")
 LOCAL_ASSETS = "local_assets"
 # Failures verl meets too: Hydra's parser (the same one) rejects an argument, or a config folder does not exist.
-# Failures verl meets too: Hydra's parser, a missing config folder, a key verl's struct config lacks, a node or GPU
-# count left empty by an unset environment variable (verl multiplies them), a sequence-parallel size its ranks cannot
-# hold (verl's device mesh).
+# Failures verl meets too: Hydra's parser, a missing config folder, a key verl's struct config lacks, a reward
+# function file the tree does not have (verl loads it at start-up), a node or GPU count left empty by an unset
+# environment variable (verl multiplies them), a sequence-parallel size its ranks cannot hold (verl's device mesh).
 VERL_REJECTS_TOO = re.compile(r"^cannot parse the override|^config file '.*' does not exist|"
-                              r"verl's config has no such key either|"
+                              r"verl's config has no such key either|^custom_reward_function\.path='.*': no such file|"
                               r"^trainer\.(nnodes|n_gpus_per_node)='' has the wrong type|"
                               r"ulysses_sequence_parallel_size=\d+ (needs at least \d+ ranks|must divide)")
 # Why a key is refused, for the issue's goal: scripts refused only for Megatron-style engines (the N-D parallelism
