@@ -6,6 +6,7 @@ from __future__ import annotations
 from hybridrl.config.checkpoint_rules import export_only_notices
 from hybridrl.config.distillation_rules import distillation_notices
 from hybridrl.config.schema import HybridRLConfig
+from hybridrl.config.sequence_parallel_rules import sequence_parallel_notices
 
 # What verl's estimators compute for a group of one response (verl/trainer/ppo/core_algos.py: a group of
 # one gets mean 0 and, for GRPO, std 1), which hybridrl's algorithms/advantages.py reproduces.
@@ -44,7 +45,7 @@ def config_notices(cfg: HybridRLConfig) -> list[str]:
                        "(simulated users; verl PR #6074); hybridrl keeps them, with verl's January-2026 YAML and "
                        "BaseInteraction API (docs/agentic.md)")
     return (notices + _profiler_notices(cfg) + _sampling_notices(cfg) + _validation_notices(cfg)
-            + export_only_notices(cfg) + distillation_notices(cfg))
+            + export_only_notices(cfg) + distillation_notices(cfg) + sequence_parallel_notices(cfg))
 
 
 def _sampling_notices(cfg: HybridRLConfig) -> list[str]:

@@ -97,3 +97,19 @@ def _lora_reference_problems(cfg: HybridRLConfig, world_size: int) -> list[str]:
 def _ref_beside_actor(cfg: HybridRLConfig, world_size: int) -> bool:
     ref, actor = cfg.actor_rollout_ref.ref.device_ids, cfg.actor_rollout_ref.actor.device_ids
     return not ref or sorted(ref) == sorted(actor or range(world_size))
+
+
+def sequence_parallel_notices(cfg: HybridRLConfig) -> list[str]:
+    """Warnings for a valid config: a role with sp > 1 keeping the padded layout (verl refuses that outright)."""
+    layouts = {"actor": ("actor_rollout_ref.model.use_remove_padding", cfg.actor_rollout_ref.actor.use_remove_padding),
+               "critic": ("critic.model.use_remove_padding", cfg.critic.model.use_remove_padding)}
+    notices = []
+    for role in _roles_here(cfg):  # the reference takes the actor's layout
+        sp = sequence_parallel_size(cfg, role)
+        if role in layouts and sp > 1 and not layouts[role][1]:
+            key = layouts[role][0]
+            notices.append(f"warning: {SP_KEYS[role]}={sp} with {key}=false: the padded layout gives attention a "
+                           "(rows, 1, T, T) boolean mask over each whole sequence (T^2 bytes a row: 1 GiB at 32k "
+                           f"tokens), where aligned rows need none; verl requires {key}=true with sequence "
+                           "parallelism; set it")
+    return notices

@@ -91,3 +91,19 @@ def test_a_lora_reference_runs_with_the_actors_size():
 def test_validate_config_reports_the_rules():
     with pytest.raises(ConfigError, match=f"{ACTOR_SP}=2 needs at least 2 ranks"):
         validate_config(load_config(GRPO + [f"{ACTOR_SP}=2"]), 1)
+
+
+def test_the_padded_layout_with_sequence_parallelism_is_named_with_its_fix():
+    from hybridrl.config.notices import config_notices
+
+    sp = ["actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "critic.ulysses_sequence_parallel_size=2",
+          "algorithm.adv_estimator=gae"]
+    quiet = config_notices(load_config(sp + ["actor_rollout_ref.model.use_remove_padding=true",
+                                             "critic.model.use_remove_padding=true"]))
+    assert not [n for n in quiet if "ulysses" in n]
+    loud = [n for n in config_notices(load_config(sp + ["actor_rollout_ref.model.use_remove_padding=false",
+                                                         "critic.model.use_remove_padding=false"])) if "ulysses" in n]
+    assert [n.split(":")[1].strip() for n in loud] == [
+        "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2 with actor_rollout_ref.model.use_remove_padding=false",
+        "critic.ulysses_sequence_parallel_size=2 with critic.model.use_remove_padding=false"]
+    assert all("verl requires" in n and "=true" in n for n in loud)
