@@ -20,7 +20,7 @@ from hybridrl.utils.batch import Batch
 from hybridrl.workers.micro_batches import MicroBatches
 from hybridrl.workers.padding import (Alignment, Trim, align_sequences, find_alignment, find_trim, pad_responses,
                                       take_columns, trim_sequences)
-from hybridrl.workers.sequence_split import SequenceSlice, ulysses_of
+from hybridrl.workers.sequence_split import LocalPositions, SequenceSlice, ulysses_of
 
 LOGPROB_CHUNK_ROWS = 1024  # CPU / torch path: fp32 logits, a dozen passes over each chunk
 FUSED_CHUNK_LOGIT_BYTES = 1 << 30  # CUDA / Triton path: logits in the GEMM's dtype, ~1 GiB per chunk
@@ -117,9 +117,7 @@ def _response_log_probs(model: torch.nn.Module, input_ids: torch.Tensor, attenti
 
     sp = ulysses_of(model)
     if sp is not None:  # this rank's slice of the sequence; the group sums the response positions it holds
-        part = SequenceSlice.of(input_ids, attention_mask, position_ids, sp)
-        positions = part.local_positions(_predicting_columns(num_rows, input_ids.shape[1], response_len,
-                                                             response_columns, input_ids.device))
+        part, positions = _split_sequences(input_ids, attention_mask, position_ids, response_len, response_columns, sp)
         hidden = positions.take(_body_hidden(model, part.model_inputs()))
         return tuple(positions.combine(list(stats_of(hidden, positions.labels(responses))), sp))
     hidden = _body_hidden(model, {"input_ids": input_ids, "attention_mask": attention_mask,
@@ -129,13 +127,16 @@ def _response_log_probs(model: torch.nn.Module, input_ids: torch.Tensor, attenti
     return tuple(values.view(num_rows, response_len) if values is not None else None for values in stats)
 
 
-def _predicting_columns(num_rows: int, width: int, response_len: int, columns: torch.Tensor | None,
-                        device: torch.device) -> torch.Tensor:
-    """(B, R) the column whose output predicts each response token: the aligned rows' own, else verl's shift."""
-    if columns is not None:
-        return columns.to(device)
-    first = width - response_len - 1
-    return (first + torch.arange(response_len, device=device)).expand(num_rows, -1)
+def _split_sequences(input_ids: torch.Tensor, attention_mask: torch.Tensor | None, position_ids: torch.Tensor,
+                     response_len: int, columns: torch.Tensor | None, sp) -> tuple[SequenceSlice, LocalPositions]:
+    """This rank's slice of the sequences, and the response positions predicted from its columns (`columns`: the
+    aligned rows' own, else verl's shift: the `response_len` columns before the last)."""
+    num_rows, width = input_ids.shape
+    if columns is None:
+        first = width - response_len - 1
+        columns = (first + torch.arange(response_len, device=input_ids.device)).expand(num_rows, -1)
+    part = SequenceSlice.of(input_ids, attention_mask, position_ids, sp)
+    return part, part.local_positions(columns.to(input_ids.device))
 
 
 def _response_positions(outputs: torch.Tensor, response_len: int, columns: torch.Tensor | None) -> torch.Tensor:
@@ -169,10 +170,8 @@ def response_values(critic: torch.nn.Module, batch: Batch, remove_padding: bool 
     columns = layout.response_columns() if layout is not None else None
     sp = ulysses_of(critic)
     if sp is not None:  # as for log-probs: this rank's slice, the response positions summed over the group
-        part = SequenceSlice.of(tensors["input_ids"], tensors["attention_mask"], tensors["position_ids"], sp)
-        input_ids = tensors["input_ids"]
-        positions = part.local_positions(_predicting_columns(input_ids.shape[0], input_ids.shape[1], response_len,
-                                                             columns, input_ids.device))
+        part, positions = _split_sequences(tensors["input_ids"], tensors["attention_mask"], tensors["position_ids"],
+                                           response_len, columns, sp)
         local = critic(**part.model_inputs(), use_cache=False).logits.squeeze(-1).float()
         values = positions.combine([positions.take(local)], sp)[0]
     else:
