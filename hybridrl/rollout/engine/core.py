@@ -26,6 +26,7 @@ class RunStats:
 
     prefill_s: float = 0.0
     prefill_steps: int = 0
+    prefill_steps_graphed: int = 0  # of them, replayed as a CUDA graph (short steps: follow-up turns)
     decode_s: float = 0.0  # device decoding: from a launch until the device has nothing queued
     decode_steps: int = 0
     bursts: int = 0
@@ -48,7 +49,9 @@ class RunStats:
         return {
             "rollout/prefill_time_s": self.prefill_s,
             "rollout/prefill_tokens": float(self.prefill_tokens),
-            "rollout/prefill_steps": float(self.prefill_steps),  # forwards: each pays the eager launch overhead
+            "rollout/prefill_steps": float(self.prefill_steps),
+            # the prefill steps that replayed a CUDA graph; the others paid the eager forward's launch overhead
+            "rollout/prefill_steps_graphed": float(self.prefill_steps_graphed),
             "rollout/decode_time_s": self.decode_s,
             "rollout/decode_steps": float(self.decode_steps),
             "rollout/decode_bursts": float(self.bursts),
@@ -127,9 +130,11 @@ class EngineCore:
 
     def _prefill(self, seqs: list[Sequence]) -> list[Sequence]:
         self.stats.prefill_tokens += sum(s.num_tokens - min(s.num_cached_tokens, s.num_tokens - 1) for s in seqs)
+        graphed_before = self.runner.prefill_graphs.num_runs
         tokens, logprobs = self.runner.run_prefill(seqs)
         self.stats.prefill_s += time.perf_counter() - self._busy_since
         self.stats.prefill_steps += 1
+        self.stats.prefill_steps_graphed += self.runner.prefill_graphs.num_runs - graphed_before
         return self._released(self.scheduler.postprocess(seqs, tokens, logprobs))
 
     def _continuation(self, burst: DecodeBurst) -> DecodeBurst | None:

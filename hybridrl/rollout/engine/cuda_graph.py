@@ -23,7 +23,15 @@ ENFORCE_EAGER_KEY = "actor_rollout_ref.rollout.enforce_eager"
 
 
 class GraphCaptureError(RuntimeError):
-    """A decode step could not be captured in a CUDA graph; the message names the key that turns graphs off."""
+    """A decode or prefill step could not be captured in a CUDA graph; the message names the key that turns
+    graphs off."""
+
+
+def capture_error(what: str, err: RuntimeError) -> GraphCaptureError:
+    return GraphCaptureError(
+        f"capturing {what} failed: {err}. Set {ENFORCE_EAGER_KEY}=true to run the engine without CUDA graphs "
+        "(several times slower, same tokens); with tensor_model_parallel_size > 1 the all-reduces are captured "
+        "too, which needs NCCL >= 2.9.6")
 
 
 # decode_fn(input_ids (B,), positions (B,), block_tables (B, M), context_lens (B,), slot_mapping (B,))
@@ -239,11 +247,7 @@ class CUDAGraphDecodeRunner:
                 else:
                     self._outputs[:size] = out
         except RuntimeError as err:  # CUDA and NCCL refuse uncapturable work with RuntimeError
-            raise GraphCaptureError(
-                f"capturing the decode CUDA graph for {size} rows failed: {err}. Set "
-                f"{ENFORCE_EAGER_KEY}=true to decode without CUDA graphs (several times slower, same "
-                "tokens); with tensor_model_parallel_size > 1 the all-reduces are captured too, which needs "
-                "NCCL >= 2.9.6") from err
+            raise capture_error(f"the decode CUDA graph for {size} rows", err) from err
 
     def _check_output(self, sample: torch.Tensor) -> None:
         if sample.dim() != 2 or sample.shape[1] != self.output_size:

@@ -66,7 +66,8 @@ class LLMEngine:
         # False: the host reads each burst first, so a row that stops in it never decodes one more as junk.
         self.queue_bursts = queue_bursts
         self.runner = ModelRunner(self.model, self.device, block_size, max_num_seqs, self.max_model_len,
-                                  enforce_eager, cudagraph_capture_sizes, keep_graphs=keep_decode_graphs, tp=tp)
+                                  enforce_eager, cudagraph_capture_sizes, keep_graphs=keep_decode_graphs, tp=tp,
+                                  max_num_batched_tokens=max_num_batched_tokens)
         self.kv_block_budget: int | None = None  # blocks gpu_memory_utilization allows (set by profiling on CUDA)
         self.activation_bytes: int | None = None  # generation's activation peak beside the cache (CUDA profiling)
         self.planned_kv_blocks = num_kv_blocks or self._profile_num_kv_blocks()
@@ -121,7 +122,7 @@ class LLMEngine:
         return int(min(budget, free - MARGIN_BYTES))
 
     def sleep(self) -> None:
-        """Free the KV cache; weights stay (`update_weights` works while asleep). The decode CUDA graphs stay
+        """Free the KV cache; weights stay (`update_weights` works while asleep). The CUDA graphs stay
         too when the cache returns to the same address at wake-up (kv_cache.py) and keep_decode_graphs.
         Requests in flight must be aborted first (their KV would be lost)."""
         self._refuse_with_requests("sleep")
@@ -129,12 +130,11 @@ class LLMEngine:
             self.core.drain()  # a queued burst still writes into the cache
         self.runner.free_kv_cache()
         self.block_manager = None
-        graphs = self.runner.graph_runner
-        if graphs.captured and not self._told_graphs_kept:
+        if self.runner.graphs_held_bytes and not self._told_graphs_kept:
             self._told_graphs_kept = True
-            log.info("decode CUDA graphs are kept while the engine sleeps (its KV cache comes back at the same "
+            log.info("CUDA graphs are kept while the engine sleeps (its KV cache comes back at the same "
                      "address): %.2f GiB held between generations (%s=false frees them)",
-                     graphs.held_bytes / 2**30, KEEP_GRAPHS_KEY)
+                     self.runner.graphs_held_bytes / 2**30, KEEP_GRAPHS_KEY)
 
     def wake_up(self) -> None:
         self._refuse_with_requests("wake_up")
@@ -150,7 +150,7 @@ class LLMEngine:
             return self.planned_kv_blocks
         free, _ = torch.cuda.mem_get_info(self.device)
         # Graphs kept from the last generation already hold their part of the activations (not free now).
-        activation_bytes = max(self.activation_bytes - self.runner.graph_runner.held_bytes, 0)
+        activation_bytes = max(self.activation_bytes - self.runner.graphs_held_bytes, 0)
         if fitting_blocks(free, activation_bytes, self.runner.block_bytes) < self.planned_kv_blocks:
             # Only now hand the allocator's unused cached blocks (the trainer's) back to the driver: each costs
             # a cudaFree, and training allocates them again afterwards.
@@ -202,7 +202,7 @@ class LLMEngine:
         request_stats = core.take_stats()  # the request API's numbers stay apart from this call's
         for seq in seqs:
             core.add(seq)
-        captured_before = self.runner.graph_runner.capture_time_s
+        captured_before = self.runner.graphs_capture_time_s
         try:
             while core.has_work:
                 core.step()
@@ -213,8 +213,8 @@ class LLMEngine:
             stats = core.take_stats()
             core.restore_stats(request_stats)
         metrics = stats.metrics(self.num_kv_blocks)
-        # Decode graphs are captured lazily per batch size; again after a wake-up only when the KV cache moved.
-        metrics["rollout/graph_capture_s"] = self.runner.graph_runner.capture_time_s - captured_before
+        # Graphs are captured lazily (decode: per batch size); again after a wake-up only when the KV cache moved.
+        metrics["rollout/graph_capture_s"] = self.runner.graphs_capture_time_s - captured_before
         return RolloutOutput([s.completion_token_ids for s in seqs], [s.output_logprobs for s in seqs], metrics)
 
     def _awake_core(self, action: str) -> EngineCore:

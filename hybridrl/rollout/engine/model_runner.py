@@ -17,6 +17,7 @@ from hybridrl.rollout.engine.cuda_graph import CUDAGraphDecodeRunner, graph_size
 from hybridrl.rollout.engine.decode_step import DecodeBurst, advance_decode_inputs, copy_to_host, sampler_for
 from hybridrl.rollout.engine.kv_cache import PagedKVCache
 from hybridrl.rollout.engine.parallel import SINGLE, TensorParallel
+from hybridrl.rollout.engine.prefill_graph import CUDAGraphPrefillRunner, token_sizes_for
 from hybridrl.rollout.engine.sampler import gumbel_argmax, sample
 from hybridrl.rollout.engine.sequence import Sequence
 
@@ -58,7 +59,7 @@ class HostBlockTables:
 class ModelRunner:
     def __init__(self, model: torch.nn.Module, device: torch.device, block_size: int, max_num_seqs: int,
                  max_model_len: int, enforce_eager: bool, capture_sizes: list[int] | None = None, *,
-                 keep_graphs: bool = True, tp: TensorParallel = SINGLE) -> None:
+                 keep_graphs: bool = True, tp: TensorParallel = SINGLE, max_num_batched_tokens: int = 2048) -> None:
         self.model = model
         self.device = device
         self.block_size = block_size
@@ -82,11 +83,13 @@ class ModelRunner:
         # boolean gather (a host sync), which fails inside CUDA-graph capture (e.g. head_dim 96, Phi-3).
         # Otherwise the same runner runs eagerly: decode bursts edit its static buffers in place.
         eager_reason = "enforce_eager=True" if enforce_eager else f"the {backend.name} attention backend"
+        graphs_off = device.type == "cuda" and (enforce_eager or backend.name != "triton")
         self.graph_runner = CUDAGraphDecodeRunner(
             self.decode_fn, max_num_seqs, self.max_blocks_per_seq, self.model.config.vocab_size, self.device,
-            graph_sizes(capture_sizes, max_num_seqs),
-            enforce_eager=device.type == "cuda" and (enforce_eager or backend.name != "triton"),
-            eager_reason=eager_reason)
+            graph_sizes(capture_sizes, max_num_seqs), enforce_eager=graphs_off, eager_reason=eager_reason)
+        self.prefill_graphs = CUDAGraphPrefillRunner(
+            self.prefill_hidden, max_num_seqs, self.max_blocks_per_seq, token_sizes_for(max_num_batched_tokens),
+            self.device, enabled=device.type == "cuda" and not graphs_off)
 
     # --- KV cache -------------------------------------------------------------------------------
     @property
@@ -99,16 +102,29 @@ class ModelRunner:
         """(2, L, num_blocks, block_size, Hkv, D) while awake, viewed per layer; None while asleep."""
         return self.kv_store.tensor
 
+    @property
+    def graphs_held_bytes(self) -> int:
+        """Device memory the captured decode and prefill graphs hold."""
+        return self.graph_runner.held_bytes + self.prefill_graphs.held_bytes
+
+    @property
+    def graphs_capture_time_s(self) -> float:
+        return self.graph_runner.capture_time_s + self.prefill_graphs.capture_time_s
+
+    def release_graphs(self) -> None:
+        self.graph_runner.release()
+        self.prefill_graphs.release()
+
     def allocate_kv_cache(self, num_blocks: int) -> None:
         if self.kv_store.allocate(num_blocks):
-            self.graph_runner.release()  # captured against a cache that is gone
+            self.release_graphs()  # captured against a cache that is gone
         for i, layer in enumerate(self.layers):
             layer.k_cache, layer.v_cache = self.kv_cache[0, i], self.kv_cache[1, i]
 
     def free_kv_cache(self) -> None:
         """Free the KV cache; the decode graphs go too unless they can replay against its next allocation."""
         if not (self.keep_graphs and self.kv_store.stable_address):
-            self.graph_runner.release()  # graphs hold the cache's addresses
+            self.release_graphs()  # graphs hold the cache's addresses
         for layer in self.layers:
             layer.k_cache = layer.v_cache = torch.empty(0)
         self.kv_store.free()
@@ -133,15 +149,17 @@ class ModelRunner:
         self.allocate_kv_cache(1)
         largest = self.graph_runner.capture_sizes[-1]
         self.graph_runner.capture([largest])  # no-op when decode runs eagerly; pads every row onto block 0
+        if self.prefill_graphs.use_graphs:
+            self.prefill_graphs.capture()
         input_ids, positions, meta, last = self.prepare_prefill(seqs)
-        self.model.compute_logits(self.model(input_ids, positions, meta)[last])
+        self.model.compute_logits(self.prefill_hidden(input_ids, positions, meta, last))
         logits = torch.zeros(max_num_seqs, self.model.config.vocab_size, device=self.device, dtype=self.dtype)
         keys = torch.zeros(max_num_seqs, dtype=torch.int64, device=self.device)
         sample(logits, 1.0, -1, 0.9, False, keys, keys, self.gumbel_argmax)
         del logits
         self.decode_fn(*self.graph_runner.views(largest))  # the static buffers hold padding rows (block 0)
         self.free_kv_cache()
-        self.graph_runner.release()  # captured against a one-block cache: no generation can use them
+        self.release_graphs()  # captured against a one-block cache: no generation can use them
 
     # --- step inputs ----------------------------------------------------------------------------
     def _tensor(self, data: list, dtype: torch.dtype) -> torch.Tensor:
@@ -192,12 +210,22 @@ class ModelRunner:
         meta = AttentionMetadata(False, slot_mapping, block_tables, context_lens)
         return self.model.compute_logits(self.model(input_ids, positions, meta))
 
+    def prefill_hidden(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
+                       last: torch.Tensor) -> torch.Tensor:
+        """A prefill step's forward -> the final hidden states of the tokens at `last` (S, hidden)."""
+        return self.model(input_ids, positions, meta)[last]
+
     @torch.inference_mode()
     def run_prefill(self, seqs: list[Sequence]) -> tuple[list[list[int]], list[list[float]]]:
         """The prompts of `seqs` (after prefix-cache hits) -> each sequence's first token and its log-prob,
-        sampled by each sequence's own `sampling` spec."""
+        sampled by each sequence's own `sampling` spec. Short steps (follow-up turns) replay a prefill graph."""
         input_ids, positions, meta, last = self.prepare_prefill(seqs)
-        logits = self.model.compute_logits(self.model(input_ids, positions, meta)[last])
+        size = self.prefill_graphs.accepts(meta, input_ids.shape[0])
+        if size is None:
+            hidden = self.prefill_hidden(input_ids, positions, meta, last)
+        else:
+            hidden = self.prefill_graphs.run(size, input_ids, positions, meta, last)
+        logits = self.model.compute_logits(hidden)
         tokens, logprobs = self._sampler(seqs)(logits, self._seeds(seqs), self._positions(seqs))
         return tokens[:, None].tolist(), logprobs[:, None].tolist()
 
