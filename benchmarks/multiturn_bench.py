@@ -9,8 +9,9 @@ engine's request API (its asyncio front end, one coroutine per trajectory), in o
   calls, then a last turn; --response-length tokens per trajectory in all (generated and observation).
 - single-turn: each trajectory's generated-token count as one request from its first prompt (no stops),
   so both sides generate exactly the same number of tokens per trajectory.
-Each side runs once at full size as a warm-up (another seed), then timed on an empty prefix cache; the
-pair is repeated for each decode-burst length of --decode-bursts (a row whose turn ends inside a burst
+Each side runs once at full size as a warm-up (another seed), then --repeats times, alternating with the
+other side, each timed on an empty prefix cache (the run of the median wall is reported, with every wall);
+the pair is repeated for each decode-burst length of --decode-bursts (a row whose turn ends inside a burst
 decodes the rest of it, and the burst queued behind it, as junk before its next turn can join: shorter
 bursts waste less there, longer ones save host round trips). Generated tok/s counts sampled tokens only.
 Goal (issue #29): multi-turn >= 80% of single-turn.
@@ -62,13 +63,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="comma-separated max_decode_burst values, one engine each; a 'u' suffix (16u) runs that "
                              "engine with queue_bursts=False; default 16,8,4 (quick: 16,4)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="timed (multi-turn, single-turn) pairs per engine after the warm-up, default 3 (quick: 1); "
+                             "the median run is reported")
     parser.add_argument("--profile", default=None,
                         help="write a torch.profiler table (top kernels by device time) of one multi-turn side here")
     args = parser.parse_args(argv)
     fill_defaults(args, dict(num_prompts=4, n=2, response_length=48, turn_mean_tokens=6, turn_max_tokens=16,
-                             observation_tokens=3),
+                             observation_tokens=3, repeats=1),
                   dict(num_prompts=64, n=8, response_length=1024, turn_mean_tokens=96, turn_max_tokens=256,
-                       observation_tokens=16))
+                       observation_tokens=16, repeats=3))
     args.decode_bursts = (args.decode_bursts or ("16,4" if args.quick else "16,8,4")).split(",")
     args.dtype = torch.float32 if args.quick and args.device == "cpu" else torch.bfloat16
     return args
@@ -164,6 +168,12 @@ def profile_multi_turn(llm, prompts, stop_ids: tuple[int, ...], args, vocab_size
         f.write(f"== sorted by {device_key}\n{averages.table(sort_by=device_key, row_limit=40)}\n")
 
 
+def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run of the median wall time (the lower middle one of an even count), with every run's wall."""
+    ordered = sorted(runs, key=lambda run: run["wall_s"])
+    return {**ordered[(len(ordered) - 1) // 2], "wall_s_repeats": [run["wall_s"] for run in runs]}
+
+
 def run_name(burst: str) -> str:
     return f"burst_{burst[:-1]}_unqueued" if burst.endswith("u") else f"burst_{burst}"
 
@@ -178,7 +188,8 @@ def one_burst_length(model, prompts, stop_ids, args, vocab_size: int, burst: str
                     gpu_memory_utilization=args.gpu_memory_utilization, seed=args.seed,
                     max_decode_burst=int(burst.rstrip("u")), queue_bursts=not burst.endswith("u"))
     warmup = run_pair(llm, prompts, stop_ids, args.seed + 1, args, vocab_size)
-    result = run_pair(llm, prompts, stop_ids, args.seed, args, vocab_size)
+    pairs = [run_pair(llm, prompts, stop_ids, args.seed, args, vocab_size) for _ in range(args.repeats)]
+    result = {side: median_run([pair[side] for pair in pairs]) for side in ("multi_turn", "single_turn")}
     if args.profile and burst == args.decode_bursts[0]:
         profile_multi_turn(llm, prompts, stop_ids, args, vocab_size)
     llm.sleep()
@@ -210,6 +221,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                      "response_length": args.response_length, "max_tool_rounds": args.max_tool_rounds,
                      "turn_mean_tokens": args.turn_mean_tokens, "turn_max_tokens": args.turn_max_tokens,
                      "observation_tokens": args.observation_tokens, "tool_latency_ms": args.tool_latency_ms,
+                     "repeats": args.repeats,
                      "tool_call_emulation": f"{len(stop_ids)} random stop ids of {config.vocab_size}",
                      "prompt_length": length_stats(list(map(len, prompts)))},
         "runs": runs,

@@ -20,15 +20,21 @@ from hybridrl.rollout.engine.sequence import Sequence
 
 def hash_block(token_ids: list[int], prefix: bytes) -> bytes:
     """Chained hash: a block's identity includes every token before it."""
-    return hashlib.blake2b(prefix + array("q", token_ids).tobytes(), digest_size=16).digest()
+    return _digest(prefix, array("q", token_ids).tobytes())
+
+
+def _digest(prefix: bytes, block: bytes) -> bytes:
+    return hashlib.blake2b(prefix + block, digest_size=16).digest()
 
 
 def prompt_hash_chain(token_ids: list[int], block_size: int) -> list[bytes]:
     """The chained hashes of every full block of `token_ids` (what `Sequence.prompt_block_hashes` caches),
-    computed ahead of scheduling: the request front end does it while a step runs."""
+    computed ahead of scheduling: the request front end does it while a step runs. The ids are packed once
+    (each turn of an agent loop hashes its whole conversation again)."""
+    data, width = array("q", token_ids).tobytes(), 8 * block_size
     chain, prefix = [], b""
-    for start in range(0, len(token_ids) - block_size + 1, block_size):
-        prefix = hash_block(token_ids[start:start + block_size], prefix)
+    for start in range(0, len(data) - width + 1, width):
+        prefix = _digest(prefix, data[start:start + width])
         chain.append(prefix)
     return chain
 

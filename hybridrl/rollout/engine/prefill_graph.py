@@ -26,7 +26,7 @@ from hybridrl.rollout.engine.attention.metadata import AttentionMetadata
 from hybridrl.rollout.engine.cuda_graph import capture_error, capturing
 
 GRAPH_MAX_QUERY = 64  # new tokens per sequence a graphed step takes: one query tile of the prefill kernel
-DEFAULT_TOKEN_SIZES = (64, 128, 256, 512, 1024, 2048)
+DEFAULT_TOKEN_SIZES = (64, 128, 256, 512, 1024, 2048, 4096)
 
 # forward_fn(input_ids (T,), positions (T,), meta, last (S,)) -> hidden states of the `last` tokens (S, hidden)
 PrefillForward = Callable[[torch.Tensor, torch.Tensor, AttentionMetadata, torch.Tensor], torch.Tensor]

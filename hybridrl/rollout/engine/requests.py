@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from hybridrl.rollout.base import SamplingParams, TokenOutput
 from hybridrl.rollout.engine.sequence import SamplingSpec, Sequence
 
@@ -16,8 +18,16 @@ def sampling_spec(params: SamplingParams) -> SamplingSpec:
 def stop_token_set(eos_ids: frozenset[int], params: SamplingParams) -> frozenset[int]:
     """Tokens that end a sequence (kept in its output): EOS (the model's, the tokenizer's and
     params.eos_token_ids) unless ignore_eos, and params.stop_token_ids always."""
-    eos = frozenset() if params.ignore_eos else eos_ids | frozenset(params.eos_token_ids)
-    return eos | frozenset(params.stop_token_ids)
+    eos_token_ids = () if params.ignore_eos else tuple(params.eos_token_ids)
+    return _stop_set(frozenset() if params.ignore_eos else eos_ids, eos_token_ids, tuple(params.stop_token_ids))
+
+
+@functools.lru_cache(maxsize=64)
+def _stop_set(eos_ids: frozenset[int], eos_token_ids: tuple[int, ...], stop_token_ids: tuple[int, ...]
+              ) -> frozenset[int]:
+    """Built once per distinct setting: every turn of an agent loop asks for the same set (a tool parser's stop
+    ids, possibly many), and building it per request cost the event loop time the engine waited for."""
+    return eos_ids | frozenset(eos_token_ids) | frozenset(stop_token_ids)
 
 
 def check_request(params: SamplingParams, prompt_len: int, max_model_len: int, request_id: str) -> None:

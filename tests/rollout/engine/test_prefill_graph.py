@@ -13,7 +13,7 @@ from tests.rollout.engine.helpers import PROMPTS, make_engine, make_model
 
 
 def test_token_sizes_stop_at_the_step_budget():
-    assert token_sizes_for(8192) == [64, 128, 256, 512, 1024, 2048]
+    assert token_sizes_for(8192) == [64, 128, 256, 512, 1024, 2048, 4096]
     assert token_sizes_for(300) == [64, 128, 256]
     assert token_sizes_for(40) == [40]
 
