@@ -66,6 +66,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=None,
                         help="timed (multi-turn, single-turn) pairs per engine after the warm-up, default 3 (quick: 1); "
                              "the median run is reported")
+    parser.add_argument("--host-timeline", action="store_true",
+                        help="time the engine's host-side methods and the engine thread's waits per timed side "
+                             "(benchmarks/host_timeline.py)")
+    parser.add_argument("--switch-interval", type=float, default=None,
+                        help="sys.setswitchinterval for the run (seconds; Python's default is 0.005)")
     parser.add_argument("--profile", default=None,
                         help="write a torch.profiler table (top kernels by device time) of one multi-turn side here")
     args = parser.parse_args(argv)
@@ -111,6 +116,9 @@ async def single_turn(engine, trajectory: int, prompt: list[int], num_tokens: in
     return {"generated": len(out.token_ids), "turns": 1, "tool_calls": 0}
 
 
+TIMELINE = None  # a HostTimeline while --host-timeline is on
+
+
 def timed_side(llm, rows: list, device: str) -> dict[str, Any]:
     """Run the coroutines of one side to the end on an empty prefix cache; wall time and engine metrics."""
     llm.sleep()  # sleep + wake_up empties the prefix cache: the warm-up's turns must not hit
@@ -123,8 +131,11 @@ def timed_side(llm, rows: list, device: str) -> dict[str, Any]:
 
     times: dict[str, float] = {}
     reset_peak_memory(device)
+    if TIMELINE is not None:
+        TIMELINE.reset()
     with timed(device, times, "wall_s"):
         results = asyncio.run(run_all())
+    timeline = TIMELINE.snapshot() if TIMELINE is not None else None
     metrics = asyncio.run(front.take_metrics())
     del front_metrics
     generated = [r["generated"] for r in results]
@@ -133,7 +144,7 @@ def timed_side(llm, rows: list, device: str) -> dict[str, Any]:
             "turns": length_stats([r["turns"] for r in results]), "tool_calls": sum(r["tool_calls"] for r in results),
             "device_busy_fraction": (metrics["rollout/prefill_time_s"] + metrics["rollout/decode_time_s"])
             / times["wall_s"], "peak_memory_gb": peak_memory_gb(device), "metrics": metrics,
-            "per_trajectory": generated}
+            "per_trajectory": generated, **({"host_timeline": timeline} if timeline else {})}
 
 
 def run_pair(llm, prompts: list[list[int]], stop_ids: tuple[int, ...], seed: int, args, vocab_size: int
@@ -203,7 +214,14 @@ def one_burst_length(model, prompts, stop_ids, args, vocab_size: int, burst: str
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    global TIMELINE
     args = parse_args(argv)
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
+    if args.host_timeline:
+        from benchmarks.host_timeline import HostTimeline
+
+        TIMELINE = HostTimeline.for_request_engine().__enter__()
     config = qwen2_config(quick=args.quick)
     model = build_random_model(config, args.dtype, args.device, seed=args.seed)
     prompts = gsm8k_prompts(config.vocab_size, args.num_prompts, args.gsm8k)
@@ -221,7 +239,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                      "response_length": args.response_length, "max_tool_rounds": args.max_tool_rounds,
                      "turn_mean_tokens": args.turn_mean_tokens, "turn_max_tokens": args.turn_max_tokens,
                      "observation_tokens": args.observation_tokens, "tool_latency_ms": args.tool_latency_ms,
-                     "repeats": args.repeats,
+                     "repeats": args.repeats, "switch_interval_s": sys.getswitchinterval(),
                      "tool_call_emulation": f"{len(stop_ids)} random stop ids of {config.vocab_size}",
                      "prompt_length": length_stats(list(map(len, prompts)))},
         "runs": runs,
