@@ -10,6 +10,7 @@ Instrumentation for benchmarks only: each wrapped call pays two perf_counter rea
 from __future__ import annotations
 
 import functools
+import gc
 import time
 from collections import defaultdict
 from typing import Any
@@ -20,6 +21,7 @@ class HostTimeline:
         self.targets = targets
         self.step_target = step_target
         self._originals: list[tuple[type, str, Any]] = []
+        self._gc_started: float | None = None
         self.reset()
 
     @classmethod
@@ -43,13 +45,25 @@ class HostTimeline:
     def snapshot(self) -> dict[str, Any]:
         return {name: {"s": round(self.seconds[name], 4), "calls": self.calls[name]} for name in sorted(self.seconds)}
 
+    def _on_gc(self, phase: str, info: dict) -> None:
+        """Collector pauses, per generation: a host-bound loop stops for each one."""
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+        elif self._gc_started is not None:
+            label = f"gc.collect generation {info['generation']}"
+            self.seconds[label] += time.perf_counter() - self._gc_started
+            self.calls[label] += 1
+            self._gc_started = None
+
     def __enter__(self) -> "HostTimeline":
+        gc.callbacks.append(self._on_gc)
         for owner, name in self.targets:
             self._patch(owner, name, self._timed)
         self._patch(*self.step_target, self._timed_step)
         return self
 
     def __exit__(self, *exc) -> None:
+        gc.callbacks.remove(self._on_gc)
         for owner, name, original in reversed(self._originals):
             setattr(owner, name, original)
         self._originals.clear()
