@@ -67,6 +67,8 @@ class BlockManager:
         # so recently freed prefixes survive longest.
         self.free_block_ids: OrderedDict[int, None] = OrderedDict()
         self.hash_to_block_id: dict[bytes, int] = {}
+        self._version = 0  # bumped by every change to the blocks' holders or hashes (invalidates `_matched`)
+        self._matched: tuple[Sequence, int, list[tuple[Block, bytes]]] | None = None
 
     @property
     def num_free_blocks(self) -> int:
@@ -78,6 +80,7 @@ class BlockManager:
         return self.num_blocks - self.num_free_blocks
 
     def _take_free_block(self) -> Block:
+        self._version += 1
         if self._next_fresh < self.num_blocks:
             block = self.blocks[self._next_fresh] = Block(self._next_fresh)
             self._next_fresh += 1
@@ -90,6 +93,7 @@ class BlockManager:
         return block
 
     def _register(self, block: Block, token_ids: list[int], h: bytes) -> bytes:
+        self._version += 1
         block.hash = h
         block.token_ids = list(token_ids)
         self.hash_to_block_id[h] = block.block_id
@@ -118,13 +122,21 @@ class BlockManager:
 
     def num_cached_tokens(self, seq: Sequence) -> int:
         """How many leading tokens of `seq` `allocate` would find in the prefix cache (a dry run)."""
-        prefix, num_cached = b"", 0
+        return len(self._prefix_hits(seq)) * self.block_size
+
+    def _prefix_hits(self, seq: Sequence) -> list[tuple[Block, bytes]]:
+        """The cached blocks (and their hashes) `seq`'s leading full blocks match. Kept until the cache next
+        changes: the scheduler's dry run and the `allocate` right after it walk a long conversation once."""
+        if self._matched is not None and self._matched[0] is seq and self._matched[1] == self._version:
+            return self._matched[2]
+        hits, prefix = [], b""
         for i in range(seq.num_tokens // self.block_size):
             block, prefix = self._cached_block(seq, i, prefix)
             if block is None:
                 break
-            num_cached += self.block_size
-        return num_cached
+            hits.append((block, prefix))
+        self._matched = (seq, self._version, hits)
+        return hits
 
     def can_allocate(self, seq: Sequence) -> bool:
         # Conservative: prefix hits may need fewer free blocks, never more.
@@ -133,22 +145,20 @@ class BlockManager:
     def allocate(self, seq: Sequence) -> None:
         """Give `seq` a block table for all its tokens, reusing cached full blocks of its prefix."""
         assert not seq.block_table
-        prefix, hit_streak = b"", True
-        seq.num_cached_tokens = 0
-        for i in range(seq.num_blocks(self.block_size)):
-            block, h = self._cached_block(seq, i, prefix) if hit_streak else (None, b"")
-            if block is not None:
-                if block.ref_count == 0:
-                    del self.free_block_ids[block.block_id]
-                block.ref_count += 1
-                seq.num_cached_tokens += self.block_size
-            else:
-                hit_streak = False
-                block = self._take_free_block()
-                tokens = seq.block_tokens(i, self.block_size)
-                if len(tokens) == self.block_size and self.enable_prefix_caching:
-                    h = self._register(block, tokens, self._block_hash(seq, i, prefix))
-            prefix = h
+        hits = self._prefix_hits(seq)
+        self._version += 1
+        prefix = b""
+        for block, prefix in hits:
+            if block.ref_count == 0:
+                del self.free_block_ids[block.block_id]
+            block.ref_count += 1
+            seq.block_table.append(block.block_id)
+        seq.num_cached_tokens = len(hits) * self.block_size
+        for i in range(len(hits), seq.num_blocks(self.block_size)):
+            block = self._take_free_block()
+            tokens = seq.block_tokens(i, self.block_size)
+            if len(tokens) == self.block_size and self.enable_prefix_caching:
+                prefix = self._register(block, tokens, self._block_hash(seq, i, prefix))
             seq.block_table.append(block.block_id)
 
     def cache_written_blocks(self, seq: Sequence) -> None:
@@ -169,6 +179,7 @@ class BlockManager:
             prefix = block.hash
 
     def deallocate(self, seq: Sequence) -> None:
+        self._version += 1
         for block_id in reversed(seq.block_table):  # tail first: prefix blocks stay cached longest
             block = self.blocks[block_id]
             block.ref_count -= 1

@@ -169,28 +169,31 @@ class ModelRunner:
     def _from_numpy(self, array: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(array).to(self.device, non_blocking=True)
 
-    def _slots(self, seq: Sequence, start: int, cached: int) -> list[int]:
-        bs, table = self.block_size, seq.block_table
-        return [table[p // bs] * bs + p % bs if p >= cached else -1 for p in range(start, seq.num_tokens)]
-
     def prepare_prefill(self, seqs: list[Sequence]):
-        """Flattened new tokens of all sequences (after their prefix-cache hits) and their metadata."""
-        input_ids, positions, slots, q_lens, last = [], [], [], [], []
-        for seq in seqs:
-            # Fully cached prompt: recompute its last token for the logits, without re-storing its KV.
-            start = min(seq.num_cached_tokens, seq.num_tokens - 1)
-            input_ids += seq.token_ids[start:]
-            positions += range(start, seq.num_tokens)
-            slots += self._slots(seq, start, seq.num_cached_tokens)
-            q_lens.append(seq.num_tokens - start)
-            last.append(len(input_ids) - 1)
+        """Flattened new tokens of all sequences (after their prefix-cache hits) and their metadata. A fully
+        cached prompt recomputes its last token (for the logits) without storing its KV again. Built with
+        numpy: a follow-up step of an agent loop stages thousands of tokens between two decode bursts."""
+        count = len(seqs)
+        cached = np.fromiter((s.num_cached_tokens for s in seqs), dtype=np.int64, count=count)
+        ends = np.fromiter((s.num_tokens for s in seqs), dtype=np.int64, count=count)
+        starts = np.minimum(cached, ends - 1)
+        query_start = np.zeros(count + 1, dtype=np.int64)
+        np.cumsum(ends - starts, out=query_start[1:])
+        total = int(query_start[-1])
+        seq_index = np.repeat(np.arange(count), ends - starts)
+        positions = np.arange(total) - query_start[seq_index] + starts[seq_index]
+        tables = self.host_block_tables.gather(seqs, full=True)
+        slots = tables[seq_index, positions // self.block_size].astype(np.int64) * self.block_size
+        slots += positions % self.block_size
+        slots[positions < cached[seq_index]] = -1
+        input_ids = np.fromiter(itertools.chain.from_iterable(
+            s.token_ids[start:] for s, start in zip(seqs, starts.tolist())), dtype=np.int64, count=total)
         meta = AttentionMetadata(
-            is_prefill=True, slot_mapping=self._tensor(slots, torch.int64),
-            block_tables=self._from_numpy(self.host_block_tables.gather(seqs, full=True)),
-            context_lens=self._tensor([s.num_tokens for s in seqs], torch.int32),
-            query_start=self._tensor([0, *itertools.accumulate(q_lens)], torch.int32), max_seqlen_q=max(q_lens))
-        return (self._tensor(input_ids, torch.int64), self._tensor(positions, torch.int64), meta,
-                self._tensor(last, torch.int64))
+            is_prefill=True, slot_mapping=self._from_numpy(slots), block_tables=self._from_numpy(tables),
+            context_lens=self._from_numpy(ends.astype(np.int32)),
+            query_start=self._from_numpy(query_start.astype(np.int32)), max_seqlen_q=int((ends - starts).max()))
+        return (self._from_numpy(input_ids), self._from_numpy(positions), meta,
+                self._from_numpy(query_start[1:] - 1))
 
     def prepare_decode(self, seqs: list[Sequence]) -> tuple[torch.Tensor, ...]:
         """Each sequence's newest token: (input_ids, positions, block_tables, context_lens, slot_mapping)."""
