@@ -1,10 +1,11 @@
 """The engine's one step loop, under both the batch call and the request API.
 
 `EngineCore.step()` runs one prefill step, or reads one decode burst, and returns the sequences that
-finished in it. Sequences may be added and aborted between steps: an added one waits, so no burst is
-queued behind the one in flight (`Scheduler.continue_burst`), the next step prefills it, and the step after
-decodes it with the running ones (continuous batching). The device state a step leaves queued (the
-burst behind the one just read) is read by the next step, whichever caller makes it.
+finished in it; a prefill that admits every waiting sequence and finishes none goes on to launch and read the
+next burst in the same step. Sequences may be added and aborted between steps: an added one waits, so no
+burst is queued behind the one in flight (`Scheduler.continue_burst`), the next step prefills it and decodes
+it with the running ones (continuous batching). The device state a step leaves queued (the burst behind the
+one just read) is read by the next step, whichever caller makes it.
 """
 
 from __future__ import annotations
@@ -105,19 +106,19 @@ class EngineCore:
         heapq.heappush(self._free_slots, seq.slot)
 
     def step(self) -> list[Sequence]:
-        """One prefill step, or one decode burst read (the next one of the same rows queued first when the
-        scheduler allows, so the device decodes it while the host books this one's tokens). Returns the
-        sequences that finished."""
+        """One prefill step, one decode burst read (the next one of the same rows queued first when the
+        scheduler allows, so the device decodes it while the host books this one's tokens), or a prefill and
+        then a burst read. Returns the sequences that finished."""
         if self.pending is None:
-            seqs, is_prefill, num_steps = self.scheduler.schedule(self.max_decode_burst)
-            if not seqs:
-                if self.scheduler.is_finished():
-                    return []
-                raise RuntimeError("the scheduler made no progress (a sequence cannot get KV blocks)")
-            self.stats.see_blocks(self.block_manager.num_used_blocks)
-            self._busy_since = time.perf_counter()
+            seqs, is_prefill, num_steps = self._schedule()
             if is_prefill:
-                return self._prefill(seqs)
+                finished = self._prefill(seqs)
+                if finished or self.scheduler.waiting or not self.scheduler.running:
+                    return finished
+                # Every waiting sequence is in: decode at once, without a round trip to the caller first.
+                seqs, is_prefill, num_steps = self._schedule()
+            if not seqs:
+                return []
             self.pending = self.runner.start_decode(seqs, num_steps)
             self.stats.add_burst(num_steps, chained=False)
         burst = self.pending
@@ -127,6 +128,17 @@ class EngineCore:
             self.stats.decode_s += time.perf_counter() - self._busy_since
         self.pending = following
         return self._released(self.scheduler.postprocess(burst.seqs, tokens, logprobs))
+
+    def _schedule(self) -> tuple[list[Sequence], bool, int]:
+        """The next step's sequences (none when nothing runs or waits), whether it is a prefill, its length."""
+        if self.scheduler.is_finished():
+            return [], False, 0
+        seqs, is_prefill, num_steps = self.scheduler.schedule(self.max_decode_burst)
+        if not seqs:
+            raise RuntimeError("the scheduler made no progress (a sequence cannot get KV blocks)")
+        self.stats.see_blocks(self.block_manager.num_used_blocks)
+        self._busy_since = time.perf_counter()
+        return seqs, is_prefill, num_steps
 
     def _prefill(self, seqs: list[Sequence]) -> list[Sequence]:
         self.stats.prefill_tokens += sum(s.num_tokens - min(s.num_cached_tokens, s.num_tokens - 1) for s in seqs)
