@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import json
 import statistics
 import sys
 from pathlib import Path
@@ -71,6 +73,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "(benchmarks/host_timeline.py)")
     parser.add_argument("--switch-interval", type=float, default=None,
                         help="sys.setswitchinterval for the run (seconds; Python's default is 0.005)")
+    parser.add_argument("--table", default=None, metavar="JSON",
+                        help="print the markdown table of a report this script wrote (benchmarks/README.md) and exit")
     parser.add_argument("--profile", default=None,
                         help="write a torch.profiler table (top kernels by device time) of one multi-turn side here")
     args = parser.parse_args(argv)
@@ -213,21 +217,59 @@ def one_burst_length(model, prompts, stop_ids, args, vocab_size: int, burst: str
             "warmup": {side: {k: warmup[side][k] for k in ("wall_s", "gen_tok_s")} for side in warmup}}
 
 
+def host_timeline(enabled: bool):
+    """A HostTimeline patched in for the runs (`--host-timeline`), else a context that yields None."""
+    if not enabled:
+        return contextlib.nullcontext()
+    from benchmarks.host_timeline import HostTimeline
+
+    return HostTimeline.for_request_engine()
+
+
+def markdown_table(report: dict[str, Any]) -> str:
+    """One row per engine of a report: the ratios, median walls (with every repeat) and the multi-turn side's
+    prefill, decode and host figures."""
+    lines = ["| engine | multi / its single | multi / fastest single | multi wall s | single wall s | prefill s "
+             "(steps, graphed) | decode s (steps) | engine thread waits s | device busy |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for name, run in report["runs"].items():
+        multi, single = run["multi_turn"], run["single_turn"]
+        m, timeline = multi["metrics"], multi.get("host_timeline", {})
+        waits = timeline.get("engine thread waits between steps", {}).get("s")
+        lines.append(
+            f"| {name} | {run['multi_over_single']:.3f} | {run['multi_over_best_single']:.3f} | "
+            f"{_walls(multi)} | {_walls(single)} | {m['rollout/prefill_time_s']:.2f} "
+            f"({m['rollout/prefill_steps']:.0f}, {m.get('rollout/prefill_steps_graphed', 0):.0f}) | "
+            f"{m['rollout/decode_time_s']:.2f} ({m['rollout/decode_steps']:.0f}) | "
+            f"{'-' if waits is None else f'{waits:.2f}'} | {multi['device_busy_fraction']:.2f} |")
+    return "\n".join(lines)
+
+
+def _walls(side: dict[str, Any]) -> str:
+    repeats = side.get("wall_s_repeats")
+    if not repeats or len(repeats) == 1:
+        return f"{side['wall_s']:.2f}"
+    return f"{side['wall_s']:.2f} ({', '.join(f'{w:.2f}' for w in repeats)})"
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     global TIMELINE
     args = parse_args(argv)
+    if args.table:
+        with open(args.table) as f:
+            report = json.load(f)
+        print(markdown_table(report))
+        return report
     if args.switch_interval is not None:
         sys.setswitchinterval(args.switch_interval)
-    if args.host_timeline:
-        from benchmarks.host_timeline import HostTimeline
-
-        TIMELINE = HostTimeline.for_request_engine().__enter__()
     config = qwen2_config(quick=args.quick)
     model = build_random_model(config, args.dtype, args.device, seed=args.seed)
     prompts = gsm8k_prompts(config.vocab_size, args.num_prompts, args.gsm8k)
     stop_ids = tuple(stop_ids_for_mean_length(config.vocab_size, args.turn_mean_tokens, args.seed))
-    runs = {run_name(b): one_burst_length(model, prompts, stop_ids, args, config.vocab_size, b)
-            for b in args.decode_bursts}
+    with host_timeline(args.host_timeline) as TIMELINE:
+        runs = {run_name(b): one_burst_length(model, prompts, stop_ids, args, config.vocab_size, b)
+                for b in args.decode_bursts}
+    TIMELINE = None
     best_single = max(run["single_turn"]["gen_tok_s"] for run in runs.values())
     for run in runs.values():
         run["multi_over_best_single"] = run["multi_turn"]["gen_tok_s"] / best_single

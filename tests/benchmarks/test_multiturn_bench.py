@@ -21,3 +21,19 @@ def test_quick_run_compares_multi_and_single_turn_on_the_same_tokens(tmp_path, c
         assert run["multi_over_single"] > 0 and set(run["warmup"]) == {"multi_turn", "single_turn"}
     assert report["multi_over_single"] == report["runs"]["burst_16"]["multi_over_best_single"]
     assert report["goal"] == 0.8 and isinstance(report["meets_goal"], bool)
+
+
+def test_repeats_host_timeline_and_the_table(tmp_path, capsys):
+    """--repeats reports the median pair with every wall; --host-timeline the engine's host seconds per side;
+    --table prints one markdown row per engine from the JSON."""
+    out = tmp_path / "multiturn.json"
+    report = quick_report(multiturn_bench.main, out, capsys, "--device", "cpu", "--decode-bursts", "16",
+                          "--repeats", "2", "--host-timeline")
+    multi = report["runs"]["burst_16"]["multi_turn"]
+    assert len(multi["wall_s_repeats"]) == 2 and multi["wall_s"] == min(multi["wall_s_repeats"])
+    timeline = multi["host_timeline"]
+    assert timeline["LLMEngine.step"]["calls"] > 0 and timeline["LLMEngine.make_request"]["calls"] >= 8
+    assert timeline["engine thread waits between steps"]["s"] >= 0
+    multiturn_bench.main(["--table", str(out)])
+    table = capsys.readouterr().out.strip().splitlines()
+    assert table[0].startswith("| engine |") and len(table) == 3 and table[2].startswith("| burst_16 | ")
