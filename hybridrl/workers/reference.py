@@ -62,19 +62,9 @@ class LoraReferenceWorker:
 
 def build_reference(cfg: HybridRLConfig, actor, micro_batch_size: int, device: torch.device):
     """The frozen initial policy: with LoRA on `actor` (this process's, else None), its base model with the
-    adapter disabled (no second copy of the weights); otherwise a frozen copy loaded from the model path."""
+    adapter disabled (no second copy of the weights; on the actor's sequence-parallel groups, which the config
+    rules make the reference's too); otherwise a frozen copy loaded from the model path."""
     if actor is not None and actor.lora:
-        _check_shared_sequence_parallel(cfg, actor)
         return LoraReferenceWorker(actor, micro_batch_size)
     return ReferenceWorker(cfg, micro_batch_size, device)
 
-
-def _check_shared_sequence_parallel(cfg: HybridRLConfig, actor) -> None:
-    """The LoRA reference runs on the actor's module, so on the actor's sequence-parallel groups."""
-    from hybridrl.config.sequence_parallel import SP_KEYS, sequence_parallel_size
-
-    ref_size = sequence_parallel_size(cfg, "ref")
-    if ref_size != actor.sequence_parallel:
-        raise ValueError(f"{SP_KEYS['ref']}={ref_size} differs from {SP_KEYS['actor']}={actor.sequence_parallel}, but "
-                         "with LoRA the reference is the actor's own model (adapter disabled) and runs on its "
-                         f"sequence-parallel groups; set {SP_KEYS['ref']}={actor.sequence_parallel}")
