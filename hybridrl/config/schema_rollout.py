@@ -155,12 +155,15 @@ class RolloutConfig:
                                                  "the cache planned at start-up shrinks at a wake-up when less is free "
                                                  "then (warned; large batches preempt).")
     ignore_eos: bool = setting(False, "Keep generating after EOS.")
-    enforce_eager: bool = setting(False, "Disable decode CUDA graphs (debugging; eager decode is several times slower).")
+    enforce_eager: bool = setting(False, "Disable the engine's CUDA graphs: decode steps, and prefill steps of at most 64 "
+                                         "new tokens per sequence (agent turns). Debugging: eager decode is several "
+                                         "times slower.")
     cudagraph_capture_sizes: list[int] | None = setting(None, "Decode batch sizes with a CUDA graph (a batch pads to the next; "
                                                         "max_num_seqs is always added); null = 1, 2, 4, ..., 32, every 16.")
     free_cache_engine: bool = setting(True, "Free the KV cache between generation phases.")
     keep_decode_graphs: bool = setting(True, "hybridrl: keep the decode CUDA graphs (and their activation pool, about "
-                                             "max_num_seqs x vocab x 2 bytes) while the KV cache is freed: the cache "
+                                             "max_num_seqs x vocab x 2 bytes) and the short-prefill graphs while the "
+                                             "KV cache is freed: the cache "
                                              "returns to the same address (CUDA virtual memory), so graphs are captured "
                                              "once per batch size, not after every wake-up. false = free them too.")
     tensor_model_parallel_size: int = setting(1, "Devices per engine replica (hybridrl default 1, verl: 2): the hybrid engine "
