@@ -18,6 +18,15 @@ def test_token_sizes_stop_at_the_step_budget():
     assert token_sizes_for(40) == [40]
 
 
+def test_a_graphed_step_fits_one_query_tile_of_the_prefill_kernel():
+    """The graphs launch the Triton prefill kernel with one query tile per sequence: the longest query run they
+    take is that tile."""
+    triton_prefill = pytest.importorskip("hybridrl.rollout.engine.attention.triton_prefill")
+    from hybridrl.rollout.engine.prefill_graph import GRAPH_MAX_QUERY
+
+    assert triton_prefill.query_block_size(GRAPH_MAX_QUERY) == GRAPH_MAX_QUERY == triton_prefill.MAX_BLOCK_M
+
+
 def step_meta(query_lens: list[int]) -> AttentionMetadata:
     starts = torch.tensor([0, *torch.tensor(query_lens).cumsum(0).tolist()], dtype=torch.int32)
     return AttentionMetadata(True, torch.zeros(sum(query_lens), dtype=torch.int64),
