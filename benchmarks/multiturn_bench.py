@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import statistics
 import sys
 from pathlib import Path
 from typing import Any

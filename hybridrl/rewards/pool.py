@@ -230,11 +230,14 @@ class ScoringPool:
         if worker.rows:
             self._start_row(worker, job, time.monotonic())
 
+    def _forget(self, worker: _Worker) -> None:
+        if worker in self._workers:  # close() on another thread may have taken every worker
+            self._workers.remove(worker)
+
     def _worker_died(self, worker: _Worker, job: _Job) -> None:
         worker.process.join(timeout=5)
         cause = _exit_cause(worker.process.exitcode)
-        if worker in self._workers:  # close() on another thread may have taken every worker
-            self._workers.remove(worker)
+        self._forget(worker)
         if not worker.ready:
             raise RewardFunctionError(
                 f"a reward worker process exited before it could score ({cause}): {MAIN_GUARD_HINT}, or importing the "
@@ -263,8 +266,7 @@ class ScoringPool:
             if worker.rows and now - worker.row_started > self.timeout_s:
                 row = worker.rows.popleft()
                 _kill([worker])
-                if worker in self._workers:  # close() on another thread may have taken every worker
-                    self._workers.remove(worker)
+                self._forget(worker)
                 outcome = timeout_outcome(self.spec.describe(), row, job.calls[row][0], self.timeout_s, self.on_timeout)
                 log.warning("reward function on sample %d (data_source=%r) ran past reward_model.reward_fn_timeout_s="
                             "%g s: its worker was killed and replaced; scored 0", row, job.calls[row][0], self.timeout_s)

@@ -67,8 +67,6 @@ class BlockManager:
         # so recently freed prefixes survive longest.
         self.free_block_ids: OrderedDict[int, None] = OrderedDict()
         self.hash_to_block_id: dict[bytes, int] = {}
-        self._version = 0  # bumped by every change to the blocks' holders or hashes (invalidates `_matched`)
-        self._matched: tuple[Sequence, int, list[tuple[Block, bytes]]] | None = None
 
     @property
     def num_free_blocks(self) -> int:
@@ -80,7 +78,6 @@ class BlockManager:
         return self.num_blocks - self.num_free_blocks
 
     def _take_free_block(self) -> Block:
-        self._version += 1
         if self._next_fresh < self.num_blocks:
             block = self.blocks[self._next_fresh] = Block(self._next_fresh)
             self._next_fresh += 1
@@ -93,7 +90,6 @@ class BlockManager:
         return block
 
     def _register(self, block: Block, token_ids: list[int], h: bytes) -> bytes:
-        self._version += 1
         block.hash = h
         block.token_ids = list(token_ids)
         self.hash_to_block_id[h] = block.block_id
@@ -122,31 +118,28 @@ class BlockManager:
 
     def num_cached_tokens(self, seq: Sequence) -> int:
         """How many leading tokens of `seq` `allocate` would find in the prefix cache (a dry run)."""
-        return len(self._prefix_hits(seq)) * self.block_size
+        return len(self.prefix_hits(seq)) * self.block_size
 
-    def _prefix_hits(self, seq: Sequence) -> list[tuple[Block, bytes]]:
-        """The cached blocks (and their hashes) `seq`'s leading full blocks match. Kept until the cache next
-        changes: the scheduler's dry run and the `allocate` right after it walk a long conversation once."""
-        if self._matched is not None and self._matched[0] is seq and self._matched[1] == self._version:
-            return self._matched[2]
+    def prefix_hits(self, seq: Sequence) -> list[tuple[Block, bytes]]:
+        """The cached blocks (and their hashes) that `seq`'s leading full blocks match; `allocate` takes them
+        when nothing changed the cache in between (the scheduler's dry run, then its admission)."""
         hits, prefix = [], b""
         for i in range(seq.num_tokens // self.block_size):
             block, prefix = self._cached_block(seq, i, prefix)
             if block is None:
                 break
             hits.append((block, prefix))
-        self._matched = (seq, self._version, hits)
         return hits
 
     def can_allocate(self, seq: Sequence) -> bool:
         # Conservative: prefix hits may need fewer free blocks, never more.
         return self.num_free_blocks >= seq.num_blocks(self.block_size)
 
-    def allocate(self, seq: Sequence) -> None:
-        """Give `seq` a block table for all its tokens, reusing cached full blocks of its prefix."""
+    def allocate(self, seq: Sequence, hits: list[tuple[Block, bytes]] | None = None) -> None:
+        """Give `seq` a block table for all its tokens, reusing cached full blocks of its prefix (`hits`: from
+        `prefix_hits` with the cache unchanged since; found here when not given)."""
         assert not seq.block_table
-        hits = self._prefix_hits(seq)
-        self._version += 1
+        hits = self.prefix_hits(seq) if hits is None else hits
         prefix = b""
         for block, prefix in hits:
             if block.ref_count == 0:
@@ -179,7 +172,6 @@ class BlockManager:
             prefix = block.hash
 
     def deallocate(self, seq: Sequence) -> None:
-        self._version += 1
         for block_id in reversed(seq.block_table):  # tail first: prefix blocks stay cached longest
             block = self.blocks[block_id]
             block.ref_count -= 1

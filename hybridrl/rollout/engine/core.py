@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from hybridrl.rollout.engine.block_manager import BlockManager
 from hybridrl.rollout.engine.decode_step import DecodeBurst
 from hybridrl.rollout.engine.model_runner import ModelRunner
-from hybridrl.rollout.engine.scheduler import Scheduler
+from hybridrl.rollout.engine.scheduler import Scheduler, prefill_tokens
 from hybridrl.rollout.engine.sequence import Sequence
 
 
@@ -141,7 +141,7 @@ class EngineCore:
         return seqs, is_prefill, num_steps
 
     def _prefill(self, seqs: list[Sequence]) -> list[Sequence]:
-        self.stats.prefill_tokens += sum(s.num_tokens - min(s.num_cached_tokens, s.num_tokens - 1) for s in seqs)
+        self.stats.prefill_tokens += sum(map(prefill_tokens, seqs))
         graphed_before = self.runner.prefill_graphs.num_runs
         tokens, logprobs = self.runner.run_prefill(seqs)
         self.stats.prefill_s += time.perf_counter() - self._busy_since

@@ -34,6 +34,12 @@ def capture_error(what: str, err: RuntimeError) -> GraphCaptureError:
         "too, which needs NCCL >= 2.9.6")
 
 
+def smallest_at_least(sizes: list[int], n: int) -> int | None:
+    """The smallest of the sorted `sizes` that is >= n (the graph a padded input replays), or None."""
+    i = bisect.bisect_left(sizes, n)
+    return sizes[i] if i < len(sizes) else None
+
+
 # decode_fn(input_ids (B,), positions (B,), block_tables (B, M), context_lens (B,), slot_mapping (B,))
 DecodeFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -131,8 +137,7 @@ class CUDAGraphDecodeRunner:
 
     def padded_size(self, batch_size: int) -> int | None:
         """The smallest capture size >= batch_size, or None when the batch is larger than all of them."""
-        i = bisect.bisect_left(self.capture_sizes, batch_size)
-        return self.capture_sizes[i] if i < len(self.capture_sizes) else None
+        return smallest_at_least(self.capture_sizes, batch_size)
 
     def run(self, input_ids: torch.Tensor, positions: torch.Tensor, block_tables: torch.Tensor,
             context_lens: torch.Tensor, slot_mapping: torch.Tensor) -> torch.Tensor:

@@ -59,7 +59,7 @@ class HostBlockTables:
 class ModelRunner:
     def __init__(self, model: torch.nn.Module, device: torch.device, block_size: int, max_num_seqs: int,
                  max_model_len: int, enforce_eager: bool, capture_sizes: list[int] | None = None, *,
-                 keep_graphs: bool = True, tp: TensorParallel = SINGLE, max_num_batched_tokens: int = 2048) -> None:
+                 max_num_batched_tokens: int, keep_graphs: bool = True, tp: TensorParallel = SINGLE) -> None:
         self.model = model
         self.device = device
         self.block_size = block_size

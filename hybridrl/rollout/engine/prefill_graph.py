@@ -16,14 +16,13 @@ Off CUDA the same staging runs eagerly through the static buffers (what the CPU 
 
 from __future__ import annotations
 
-import bisect
 import time
 from typing import Callable
 
 import torch
 
 from hybridrl.rollout.engine.attention.metadata import AttentionMetadata
-from hybridrl.rollout.engine.cuda_graph import capture_error, capturing
+from hybridrl.rollout.engine.cuda_graph import capture_error, capturing, smallest_at_least
 
 GRAPH_MAX_QUERY = 64  # new tokens per sequence a graphed step takes: one query tile of the prefill kernel
 DEFAULT_TOKEN_SIZES = (64, 128, 256, 512, 1024, 2048, 4096)
@@ -69,16 +68,12 @@ class CUDAGraphPrefillRunner:
     def captured(self) -> bool:
         return bool(self._graphs)
 
-    def padded_size(self, num_tokens: int) -> int | None:
-        i = bisect.bisect_left(self.token_sizes, num_tokens)
-        return self.token_sizes[i] if i < len(self.token_sizes) else None
-
     def accepts(self, meta: AttentionMetadata, num_tokens: int) -> int | None:
         """The token size of the graph that runs this step, or None when it runs eagerly (runner off, a
         sequence with more than GRAPH_MAX_QUERY new tokens, more tokens or sequences than the graphs hold)."""
         if not self.enabled or meta.max_seqlen_q > GRAPH_MAX_QUERY or len(meta.context_lens) > self.max_num_seqs:
             return None
-        return self.padded_size(num_tokens)
+        return smallest_at_least(self.token_sizes, num_tokens)
 
     def run(self, size: int, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
             last: torch.Tensor) -> torch.Tensor:

@@ -106,15 +106,15 @@ class Scheduler:
         num_tokens = 0
         while self.waiting and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
-            num_cached = self.block_manager.num_cached_tokens(seq)
+            hits = self.block_manager.prefix_hits(seq)
+            num_cached = len(hits) * self.block_manager.block_size
             new_tokens = seq.num_tokens - min(num_cached, seq.num_tokens - 1)
             # A sequence longer than the whole budget still runs, alone, rather than never.
             if scheduled and num_tokens + new_tokens > self.max_num_batched_tokens:
                 break
             if not self.block_manager.can_allocate(seq):
                 break
-            self.block_manager.allocate(seq)
-            assert seq.num_cached_tokens == num_cached
+            self.block_manager.allocate(seq, hits)
             self.num_cached_tokens += num_cached
             if seq.prefix_cache_hit_tokens is None:  # first admission (a preempted one comes back)
                 seq.prefix_cache_hit_tokens = num_cached
