@@ -87,12 +87,14 @@ class _SocketWriter(io.RawIOBase):
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
+        self.bytes_written = 0
 
     def writable(self) -> bool:
         return True
 
     def write(self, data: Any) -> int:
         self._sock.sendall(data)
+        self.bytes_written += len(data)
         return len(data)
 
 
@@ -113,6 +115,8 @@ class PoolingHandler(BaseHTTPRequestHandler):
     def handle(self) -> None:
         self.close_connection = True
         self.handle_one_request()
+        if not self.wfile.bytes_written:  # http.server closes silently on a blank or all-whitespace request line
+            self._error(400, "the request line is empty; send e.g. 'POST /pooling HTTP/1.1' first")
 
     def finish(self) -> None:
         """Nothing to flush: every write went out at once; the front closes the socket."""

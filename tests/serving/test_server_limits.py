@@ -67,6 +67,8 @@ def test_bodies_that_break_parsers_get_400(url, body, phrase):
     (b"POST /pooling HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", 411, "chunked"),
     (b"POST /pooling HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}", 400, "exactly one Content-Length"),
     (b"BREW /pot HTCPCP/1.0\r\n\r\n", 400, "version"),
+    (b"\n\x93junk\r\n\r\n", 400, "request line is empty"),  # random junk starting with a newline
+    (b" \t\r\nGET /health HTTP/1.1\r\n\r\n", 400, "request line is empty"),
 ])
 def test_malformed_heads_get_json_refusals(url, request_bytes, status, phrase):
     got, answer = raw_exchange(url, request_bytes)
