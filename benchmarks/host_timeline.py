@@ -27,14 +27,14 @@ class HostTimeline:
     @classmethod
     def for_request_engine(cls) -> "HostTimeline":
         from hybridrl.rollout.engine.async_engine import AsyncLLMEngine
-        from hybridrl.rollout.engine.decode_step import DecodeBurst
+        from hybridrl.rollout.engine.decode_step import LaunchedStep
         from hybridrl.rollout.engine.llm_engine import LLMEngine
         from hybridrl.rollout.engine.model_runner import ModelRunner
         from hybridrl.rollout.engine.scheduler import Scheduler
 
-        targets = [(DecodeBurst, "results"), (Scheduler, "postprocess"), (Scheduler, "schedule"),
-                   (Scheduler, "continue_burst"), (ModelRunner, "run_prefill"), (ModelRunner, "start_decode"),
-                   (ModelRunner, "continue_decode"), (LLMEngine, "make_request"), (AsyncLLMEngine, "_apply_ops")]
+        targets = [(LaunchedStep, "results"), (Scheduler, "postprocess"), (Scheduler, "admit"),
+                   (Scheduler, "plan_burst"), (ModelRunner, "launch_prefill"), (ModelRunner, "launch_burst"),
+                   (LLMEngine, "make_request"), (AsyncLLMEngine, "_apply_ops")]
         return cls(targets, (LLMEngine, "step"))
 
     def reset(self) -> None:

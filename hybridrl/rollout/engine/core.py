@@ -1,21 +1,23 @@
 """The engine's one step loop, under both the batch call and the request API.
 
-`EngineCore.step()` runs one prefill step, or reads one decode burst, and returns the sequences that
-finished in it; a prefill that admits every waiting sequence and finishes none goes on to launch and read the
-next burst in the same step. Sequences may be added and aborted between steps: an added one waits, so no
-burst is queued behind the one in flight (`Scheduler.continue_burst`), the next step prefills it and decodes
-it with the running ones (continuous batching). The device state a step leaves queued (the burst behind the
-one just read) is read by the next step, whichever caller makes it.
+`EngineCore.step()` queues the device's next work behind what is in flight, then reads the oldest: it admits
+waiting sequences (their prefill queued behind the decode burst in flight), queues the next burst of every
+running row behind both, and reads the burst that was in flight and the prefill. Rows whose newest tokens the
+host has not read yet take them from the device (`ModelRunner.launch_burst`), so the device never waits for the
+host while there is work; a row whose stop token the host has not seen yet decodes one burst as junk (dropped).
+Sequences may be added and aborted between steps: an added one is prefilled by the next step and decodes with
+the running ones in the burst after it (continuous batching).
 """
 
 from __future__ import annotations
 
 import heapq
-import time
 from dataclasses import dataclass
 
+import numpy as np
+
 from hybridrl.rollout.engine.block_manager import BlockManager
-from hybridrl.rollout.engine.decode_step import DecodeBurst
+from hybridrl.rollout.engine.decode_step import LaunchedStep
 from hybridrl.rollout.engine.model_runner import ModelRunner
 from hybridrl.rollout.engine.scheduler import Scheduler, prefill_tokens
 from hybridrl.rollout.engine.sequence import Sequence
@@ -25,10 +27,10 @@ from hybridrl.rollout.engine.sequence import Sequence
 class RunStats:
     """What the engine reports as rollout/* metrics: per batch call, or per `take_metrics` of the request API."""
 
-    prefill_s: float = 0.0
+    prefill_s: float = 0.0  # device time of the prefill steps
     prefill_steps: int = 0
     prefill_steps_graphed: int = 0  # of them, replayed as a CUDA graph (short steps: follow-up turns)
-    decode_s: float = 0.0  # device decoding: from a launch until the device has nothing queued
+    decode_s: float = 0.0  # device time of the decode bursts
     decode_steps: int = 0
     bursts: int = 0
     chained: int = 0
@@ -78,11 +80,10 @@ class EngineCore:
         self.max_decode_burst = max_decode_burst
         self.queue_bursts = queue_bursts
         self.scheduler = Scheduler(block_manager, max_num_seqs, max_num_batched_tokens)
-        self.pending: DecodeBurst | None = None  # launched, its tokens not yet read
+        self.pending: LaunchedStep | None = None  # a burst launched, its tokens not yet read
         self.stats = RunStats()
         self._free_slots: list[int] = []  # a heap: the smallest free slot first
         self._next_slot = 0
-        self._busy_since = 0.0
 
     @property
     def block_manager(self) -> BlockManager:
@@ -106,58 +107,79 @@ class EngineCore:
         heapq.heappush(self._free_slots, seq.slot)
 
     def step(self) -> list[Sequence]:
-        """One prefill step, one decode burst read (the next one of the same rows queued first when the
-        scheduler allows, so the device decodes it while the host books this one's tokens), or a prefill and
-        then a burst read. Returns the sequences that finished."""
-        if self.pending is None:
-            seqs, is_prefill, num_steps = self._schedule()
-            if is_prefill:
-                finished = self._prefill(seqs)
-                if finished or self.scheduler.waiting or not self.scheduler.running:
-                    return finished
-                # Every waiting sequence is in: decode at once, without a round trip to the caller first.
-                seqs, is_prefill, num_steps = self._schedule()
-            if not seqs:
-                return []
-            self.pending = self.runner.start_decode(seqs, num_steps)
-            self.stats.add_burst(num_steps, chained=False)
+        """Admit and prefill waiting sequences, queue the next burst, read what was in flight; returns the
+        sequences that finished. While sequences still wait after an admission with nothing in flight, the step
+        is the prefill alone (prefill first: the rest are admitted before decoding starts)."""
         burst = self.pending
-        following = self._continuation(burst)
+        admitted = self.scheduler.admit()
+        prefill = self._launch_prefill(admitted) if admitted else None
+        if burst is None and prefill is not None and self.scheduler.waiting:
+            return self._read_prefill(prefill)
+        self.pending = self._next_burst(burst, prefill)
+        if burst is None and prefill is None:  # nothing was in flight: read the burst just launched
+            return self.step() if self.pending is not None else []
+        finished = self._read_burst(burst) if burst is not None else []
+        return finished + (self._read_prefill(prefill) if prefill is not None else [])
+
+    def _launch_prefill(self, seqs: list[Sequence]) -> LaunchedStep:
+        self.stats.see_blocks(self.block_manager.num_used_blocks)
+        self.stats.prefill_tokens += sum(map(prefill_tokens, seqs))
+        self.stats.prefill_steps += 1
+        graphed_before = self.runner.prefill_graphs.num_runs
+        prefill = self.runner.launch_prefill(seqs)
+        self.stats.prefill_steps_graphed += self.runner.prefill_graphs.num_runs - graphed_before
+        return prefill
+
+    def _next_burst(self, burst: LaunchedStep | None, prefill: LaunchedStep | None) -> LaunchedStep | None:
+        """The burst of every running row, queued behind the burst and prefill in flight (None when nothing
+        runs, or the free blocks do not cover it while steps are in flight: the host reads them first).
+        With nothing in flight and blocks short: one step, which may preempt."""
+        in_flight = burst is not None or prefill is not None
+        if in_flight and not self.queue_bursts:
+            return None
+        rows, ahead, sources = self._burst_rows(burst, prefill)
+        if not rows:
+            return None
+        length, limits = (self.scheduler.plan_burst(rows, ahead, self.max_decode_burst)
+                          if len(rows) <= self.max_num_seqs else (0, []))
+        if not length:
+            if in_flight:
+                return None
+            rows = self.scheduler.schedule_single_step()
+            length, limits, ahead, sources = 1, [len(seq) for seq in rows], [0] * len(rows), []
+        self.stats.see_blocks(self.block_manager.num_used_blocks)
+        self.stats.add_burst(length, chained=burst is not None)
+        return self.runner.launch_burst(rows, length, limits, np.asarray(ahead, dtype=np.int64), sources)
+
+    def _burst_rows(self, burst: LaunchedStep | None, prefill: LaunchedStep | None
+                    ) -> tuple[list[Sequence], list[int], list[tuple[LaunchedStep, list[int], list[int]]]]:
+        """The running rows with budget left after the tokens the steps in flight sample for them; per row,
+        how many those are; per step in flight, (step, its row indices, the burst's row indices)."""
+        in_flight = {id(seq): (step, i) for step in (burst, prefill) if step is not None
+                     for i, seq in enumerate(step.seqs)}
+        rows, ahead, sources = [], [], {}
+        for seq in self.scheduler.running:
+            step, index = in_flight.get(id(seq), (None, 0))
+            unseen = step.num_steps if step is not None else 0
+            if seq.num_remaining_tokens <= unseen:  # it finishes in the step in flight
+                continue
+            if step is not None:
+                _, from_rows, into_rows = sources.setdefault(id(step), (step, [], []))
+                from_rows.append(index)
+                into_rows.append(len(rows))
+            rows.append(seq)
+            ahead.append(unseen)
+        return rows, ahead, list(sources.values())
+
+    def _read_burst(self, burst: LaunchedStep) -> list[Sequence]:
         tokens, logprobs = burst.results()
-        if following is None:  # the device idles from here until the next launch
-            self.stats.decode_s += time.perf_counter() - self._busy_since
-        self.pending = following
+        self.stats.decode_s += burst.device_seconds()
         return self._released(self.scheduler.postprocess(burst.seqs, tokens, logprobs))
 
-    def _schedule(self) -> tuple[list[Sequence], bool, int]:
-        """The next step's sequences (none when nothing runs or waits), whether it is a prefill, its length."""
-        if self.scheduler.is_finished():
-            return [], False, 0
-        seqs, is_prefill, num_steps = self.scheduler.schedule(self.max_decode_burst)
-        if not seqs:
-            raise RuntimeError("the scheduler made no progress (a sequence cannot get KV blocks)")
-        self.stats.see_blocks(self.block_manager.num_used_blocks)
-        self._busy_since = time.perf_counter()
-        return seqs, is_prefill, num_steps
-
-    def _prefill(self, seqs: list[Sequence]) -> list[Sequence]:
-        self.stats.prefill_tokens += sum(map(prefill_tokens, seqs))
-        graphed_before = self.runner.prefill_graphs.num_runs
-        tokens, logprobs = self.runner.run_prefill(seqs)
-        self.stats.prefill_s += time.perf_counter() - self._busy_since
-        self.stats.prefill_steps += 1
-        self.stats.prefill_steps_graphed += self.runner.prefill_graphs.num_runs - graphed_before
-        return self._released(self.scheduler.postprocess(seqs, tokens, logprobs))
-
-    def _continuation(self, burst: DecodeBurst) -> DecodeBurst | None:
-        if not self.queue_bursts:
-            return None
-        num_steps, limits = self.scheduler.continue_burst(burst.seqs, burst.num_steps, self.max_decode_burst)
-        if not num_steps:
-            return None
-        self.stats.see_blocks(self.block_manager.num_used_blocks)
-        self.stats.add_burst(num_steps, chained=True)
-        return self.runner.continue_decode(burst, num_steps, limits)
+    def _read_prefill(self, prefill: LaunchedStep) -> list[Sequence]:
+        tokens, logprobs = prefill.results()
+        self.stats.prefill_s += prefill.device_seconds()
+        return self._released(self.scheduler.postprocess(prefill.seqs, tokens, logprobs))
 
     def _released(self, finished: list[Sequence]) -> list[Sequence]:
         for seq in finished:
@@ -165,9 +187,11 @@ class EngineCore:
         return finished
 
     def drain(self) -> None:
-        """Read the burst still queued (only finished or aborted rows can be in it once nothing runs)."""
-        while self.pending is not None:
-            self.step()
+        """Read the burst still queued, queueing nothing behind it (only finished or aborted rows can be in it
+        once nothing runs)."""
+        if self.pending is not None:
+            burst, self.pending = self.pending, None
+            self._read_burst(burst)
 
     def take_stats(self) -> RunStats:
         """The statistics since the last take (the scheduler's counters folded in), and start new ones."""

@@ -166,6 +166,7 @@ class CUDAGraphDecodeRunner:
             # The first size of a pool is its base (output buffer, pool memory); a batch larger than
             # the base (rows admitted after others finished) starts a fresh pool from it.
             if self._graphs and size > self._outputs.shape[0]:
+                torch.cuda.synchronize(self.device)  # a burst in flight may still replay the graphs released here
                 self.release()
             self.capture([size])
         self._stage(size, input_ids, positions, block_tables, context_lens, slot_mapping)

@@ -22,38 +22,52 @@ Sampler = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tenso
 
 
 @dataclass
-class DecodeBurst:
-    """A burst launched on the device: its rows (`seqs`, in batch order), its length, the state the next
-    burst of the same rows continues from, and its outputs on their way to the host."""
+class LaunchedStep:
+    """A prefill step or a decode burst launched on the device: its rows (`seqs`, in batch order), its length
+    (1 for a prefill), the last step's tokens still on the device (what a burst queued behind it reads as
+    those rows' inputs), and its outputs on their way to the host."""
 
     seqs: list[Any]
     num_steps: int
-    size: int  # the padded (graph) batch size
-    keys: torch.Tensor
-    steps: torch.Tensor  # tokens generated before the burst's last step, per row
     last_tokens: torch.Tensor  # (B,) the last step's tokens: the next burst's first inputs
-    sampler: Sampler
     host_tokens: torch.Tensor  # (B, num_steps), filled once `done` fires
     host_logprobs: torch.Tensor
     done: Any = None  # a CUDA event after the device-to-host copies; None on CPU (already there)
+    started: Any = None  # a CUDA event recorded before the step's first kernel; None on CPU
+    cpu_seconds: float = 0.0  # on CPU, where the launch computes everything: the launch's own time
 
     def results(self) -> tuple[list[list[int]], list[list[float]]]:
-        """(B, num_steps) tokens and log-probs as lists; waits for this burst only, not for a later one
+        """(B, num_steps) tokens and log-probs as lists; waits for this step only, not for a later one
         already queued behind it."""
         if self.done is not None:
             self.done.synchronize()
         return self.host_tokens.tolist(), self.host_logprobs.tolist()
 
+    def device_seconds(self) -> float:
+        """The device time from this step's first kernel to its last copy (call after `results`)."""
+        if self.started is None:
+            return self.cpu_seconds
+        return self.started.elapsed_time(self.done) / 1e3
+
+
+def step_started(device: torch.device) -> Any:
+    """A timing event recorded now on the current stream (None on CPU): where a launched step begins."""
+    if device.type != "cuda":
+        return None
+    event = torch.cuda.Event(enable_timing=True)
+    event.record()
+    return event
+
 
 def copy_to_host(*tensors: torch.Tensor) -> tuple[list[torch.Tensor], Any]:
-    """Start device-to-host copies into pinned memory and return them with an event that fires when they
-    land; CPU tensors come back as they are, with no event."""
+    """Start device-to-host copies into pinned memory and return them with a timing event that fires when
+    they land; CPU tensors come back as they are, with no event."""
     if tensors[0].device.type != "cuda":
         return list(tensors), None
     host = [torch.empty(t.shape, dtype=t.dtype, pin_memory=True) for t in tensors]
     for dst, src in zip(host, tensors):
         dst.copy_(src, non_blocking=True)
-    done = torch.cuda.Event()
+    done = torch.cuda.Event(enable_timing=True)
     done.record()
     return host, done
 

@@ -7,6 +7,7 @@ a static-shape callable that a CUDA-graph runner (cuda_graph.py) replays on CUDA
 from __future__ import annotations
 
 import itertools
+import time
 
 import numpy as np
 import torch
@@ -14,12 +15,16 @@ import torch
 from hybridrl.rollout.engine.attention import select_backend
 from hybridrl.rollout.engine.attention.metadata import AttentionMetadata
 from hybridrl.rollout.engine.cuda_graph import CUDAGraphDecodeRunner, graph_sizes
-from hybridrl.rollout.engine.decode_step import DecodeBurst, advance_decode_inputs, copy_to_host, sampler_for
+from hybridrl.rollout.engine.decode_step import (LaunchedStep, advance_decode_inputs, copy_to_host, sampler_for,
+                                                 step_started)
 from hybridrl.rollout.engine.kv_cache import PagedKVCache
 from hybridrl.rollout.engine.parallel import SINGLE, TensorParallel
 from hybridrl.rollout.engine.prefill_graph import CUDAGraphPrefillRunner, token_sizes_for
 from hybridrl.rollout.engine.sampler import gumbel_argmax, sample
 from hybridrl.rollout.engine.sequence import Sequence
+
+# Samplers kept per batch setting (one for a batch call; per mix of settings for requests).
+MAX_CACHED_SAMPLERS = 64
 
 
 class HostBlockTables:
@@ -76,6 +81,7 @@ class ModelRunner:
         # Decode graphs outlive a sleep when the cache comes back at the same address (kv_cache.py).
         self.keep_graphs = keep_graphs
         self.host_block_tables = HostBlockTables(self.max_blocks_per_seq)
+        self._samplers: dict[tuple, object] = {}
         # Eager, the noise hash is ~17 kernels over (B, V); compiled, noise + argmax fuse into one.
         compiled = device.type == "cuda" and not enforce_eager
         self.gumbel_argmax = torch.compile(gumbel_argmax, dynamic=True) if compiled else gumbel_argmax
@@ -195,16 +201,20 @@ class ModelRunner:
         return (self._from_numpy(input_ids), self._from_numpy(positions), meta,
                 self._from_numpy(query_start[1:] - 1))
 
-    def prepare_decode(self, seqs: list[Sequence]) -> tuple[torch.Tensor, ...]:
-        """Each sequence's newest token: (input_ids, positions, block_tables, context_lens, slot_mapping)."""
+    def prepare_decode(self, seqs: list[Sequence], ahead: np.ndarray | None = None) -> tuple[torch.Tensor, ...]:
+        """Each sequence's next decode input: (input_ids, positions, block_tables, context_lens, slot_mapping).
+
+        ahead (B,): tokens a row has past the host's view, sampled by a step still in flight; such a row's input
+        is the last of them, at position `len(seq) - 1 + ahead` (its id, unknown here, is filled on the device
+        by `launch_burst`; 0 stands in)."""
         tables = self.host_block_tables.gather(seqs, full=False)
-        context_lens = np.fromiter((s.num_tokens for s in seqs), dtype=np.int64, count=len(seqs))
-        positions = context_lens - 1
+        num_tokens = np.fromiter((s.num_tokens for s in seqs), dtype=np.int64, count=len(seqs))
+        positions = num_tokens - 1 if ahead is None else num_tokens - 1 + ahead
         slots = tables[np.arange(len(seqs)), positions // self.block_size] * self.block_size
         slots += positions % self.block_size
         input_ids = np.fromiter((s.last_token for s in seqs), dtype=np.int64, count=len(seqs))
         return (self._from_numpy(input_ids), self._from_numpy(positions), self._from_numpy(tables),
-                self._from_numpy(context_lens.astype(np.int32)), self._from_numpy(slots.astype(np.int64)))
+                self._from_numpy((positions + 1).astype(np.int32)), self._from_numpy(slots.astype(np.int64)))
 
     # --- forward --------------------------------------------------------------------------------
     def decode_fn(self, input_ids: torch.Tensor, positions: torch.Tensor, block_tables: torch.Tensor,
@@ -219,9 +229,11 @@ class ModelRunner:
         return self.model(input_ids, positions, meta)[last]
 
     @torch.inference_mode()
-    def run_prefill(self, seqs: list[Sequence]) -> tuple[list[list[int]], list[list[float]]]:
-        """The prompts of `seqs` (after prefix-cache hits) -> each sequence's first token and its log-prob,
-        sampled by each sequence's own `sampling` spec. Short steps (follow-up turns) replay a prefill graph."""
+    def launch_prefill(self, seqs: list[Sequence]) -> LaunchedStep:
+        """Launch the prefill of `seqs` (after prefix-cache hits): each sequence's first token and its log-prob,
+        sampled by its own `sampling` spec, as a one-step `LaunchedStep`. Nothing waits for the device: a
+        burst launched next reads the tokens there. Short steps (follow-up turns) replay a prefill graph."""
+        clock, started = time.perf_counter(), step_started(self.device)
         input_ids, positions, meta, last = self.prepare_prefill(seqs)
         size = self.prefill_graphs.accepts(meta, input_ids.shape[0])
         if size is None:
@@ -230,63 +242,62 @@ class ModelRunner:
             hidden = self.prefill_graphs.run(size, input_ids, positions, meta, last)
         logits = self.model.compute_logits(hidden)
         tokens, logprobs = self._sampler(seqs)(logits, self._seeds(seqs), self._positions(seqs))
-        return tokens[:, None].tolist(), logprobs[:, None].tolist()
+        (host_tokens, host_logprobs), done = copy_to_host(tokens[:, None], logprobs[:, None])
+        return LaunchedStep(seqs, 1, tokens, host_tokens, host_logprobs, done, started,
+                            time.perf_counter() - clock)
 
     @torch.inference_mode()
-    def start_decode(self, seqs: list[Sequence], num_steps: int) -> DecodeBurst:
-        """Launch a burst of `num_steps` decode steps for `seqs` (staged from the host's view of them); its
-        `results()` are (B, num_steps) tokens and log-probs, a row's entries past its budget junk to drop.
-
-        The scheduler reserved the KV blocks; sampled tokens feed the next step on the device
+    def launch_burst(self, seqs: list[Sequence], num_steps: int, limits: list[int], ahead: np.ndarray,
+                     sources: list[tuple[LaunchedStep, list[int], list[int]]]) -> LaunchedStep:
+        """Launch a burst of `num_steps` decode steps for `seqs`; its `results()` are (B, num_steps) tokens and
+        log-probs, a row's entries past its limit junk to drop. Sampled tokens feed the next step on the device
         (`advance_decode_inputs`), and each step replays the decode graph of the padded batch size.
-        """
+
+        The scheduler reserved the KV blocks: `limits` (B,) is each row's first position past them. A row
+        `ahead` of the host's view takes its first input from the step in flight that sampled it: `sources`
+        lists (step, its row indices, this burst's row indices)."""
+        clock, started = time.perf_counter(), step_started(self.device)
         batch = len(seqs)
-        size = self.graph_runner.stage(*self.prepare_decode(seqs))
+        size = self.graph_runner.stage(*self.prepare_decode(seqs, ahead))
         if size is None:
             raise ValueError(f"{batch} sequences in one decode step exceed max_num_seqs "
                              f"({self.graph_runner.capture_sizes[-1]})")
-        positions = self.graph_runner.views(size)[1][:batch]
-        budgets = np.fromiter((min(num_steps, s.num_remaining_tokens) for s in seqs), dtype=np.int64, count=batch)
-        limits = positions + self._from_numpy(budgets)
-        return self._launch(seqs, num_steps, size, limits, self._seeds(seqs), self._positions(seqs),
-                            self._sampler(seqs))
-
-    @torch.inference_mode()
-    def continue_decode(self, prev: DecodeBurst, num_steps: int, limits: list[int]) -> DecodeBurst:
-        """Launch the burst after `prev` for the same rows before `prev`'s tokens reach the host: the device
-        state `prev` left advances once more, into the block tables as the scheduler extended them.
-        limits (B,): each row's first position past its budget (0 for finished rows: no KV writes)."""
-        batch = len(prev.seqs)
-        ids, positions, tables, context_lens, slots = (v[:batch] for v in self.graph_runner.views(prev.size))
-        grown = self.host_block_tables.gather(prev.seqs, full=False)
-        tables[:, :grown.shape[1]].copy_(self._from_numpy(grown))
-        limits_t = self._from_numpy(np.asarray(limits, dtype=np.int64))
-        advance_decode_inputs(ids, positions, tables, context_lens, slots, prev.last_tokens, limits_t,
-                              self.block_size)
-        return self._launch(prev.seqs, num_steps, prev.size, limits_t, prev.keys, prev.steps + 1, prev.sampler)
-
-    def _launch(self, seqs: list[Sequence], num_steps: int, size: int, limits: torch.Tensor, keys: torch.Tensor,
-                steps: torch.Tensor, sampler) -> DecodeBurst:
-        batch = len(seqs)
         ids, positions, tables, context_lens, slots = (v[:batch] for v in self.graph_runner.views(size))
+        for step, rows, into in sources:
+            ids[self._from_numpy(np.asarray(into))] = step.last_tokens[self._from_numpy(np.asarray(rows))]
+        limits_t = self._from_numpy(np.asarray(limits, dtype=np.int64))
+        keys, steps, sampler = self._seeds(seqs), self._positions(seqs, ahead), self._sampler(seqs)
         out_tokens = torch.empty(batch, num_steps, dtype=torch.int64, device=self.device)
         out_logprobs = torch.empty(batch, num_steps, dtype=torch.float32, device=self.device)
         for i in range(num_steps):
             tokens, logprobs = sampler(self.graph_runner.replay(size)[:batch], keys, steps)
             out_tokens[:, i], out_logprobs[:, i] = tokens, logprobs
             if i + 1 < num_steps:
-                advance_decode_inputs(ids, positions, tables, context_lens, slots, tokens, limits, self.block_size)
+                advance_decode_inputs(ids, positions, tables, context_lens, slots, tokens, limits_t, self.block_size)
                 steps += 1
         (host_tokens, host_logprobs), done = copy_to_host(out_tokens, out_logprobs)
-        return DecodeBurst(seqs, num_steps, size, keys, steps, tokens, sampler, host_tokens, host_logprobs, done)
+        return LaunchedStep(seqs, num_steps, tokens, host_tokens, host_logprobs, done, started,
+                            time.perf_counter() - clock)
 
     def _seeds(self, seqs: list[Sequence]) -> torch.Tensor:
         return self._tensor([s.seed for s in seqs], torch.int64)
 
-    def _positions(self, seqs: list[Sequence]) -> torch.Tensor:
-        """The absolute position of the token each sequence samples next: with its key, what its noise
-        depends on (sampler.py), so a resumed request continues the noise of the interrupted one."""
-        return self._tensor([s.num_tokens for s in seqs], torch.int64)
+    def _positions(self, seqs: list[Sequence], ahead: np.ndarray | None = None) -> torch.Tensor:
+        """The absolute position of the token each sequence samples next (`ahead`: tokens past the host's view):
+        with its key, what its noise depends on (sampler.py), so a resumed request continues the noise of the
+        interrupted one."""
+        positions = np.fromiter((s.num_tokens for s in seqs), dtype=np.int64, count=len(seqs))
+        return self._from_numpy(positions if ahead is None else positions + ahead)
 
     def _sampler(self, seqs: list[Sequence]):
-        return sampler_for([s.sampling for s in seqs], self.device, self.gumbel_argmax)
+        """The batch's sampler, built once per setting: building one copies its parameters to the device, which
+        would wait for the step in flight."""
+        specs = [s.sampling for s in seqs]
+        first = specs[0]
+        key = (first,) if all(spec is first or spec == first for spec in specs) else tuple(specs)
+        sampler = self._samplers.get(key)
+        if sampler is None:
+            if len(self._samplers) >= MAX_CACHED_SAMPLERS:
+                self._samplers.clear()
+            sampler = self._samplers[key] = sampler_for(list(key), self.device, self.gumbel_argmax)
+        return sampler

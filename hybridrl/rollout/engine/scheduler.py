@@ -1,12 +1,14 @@
-"""Continuous batching: prefill-first steps, then decode steps; preemption by recompute (no torch).
+"""Continuous batching: prefill steps and decode bursts; preemption by recompute (no torch).
 
 A step is either all-prefill or all-decode (nano-vllm style). Prefill admits waiting sequences in
 order while the token budget (`max_num_batched_tokens`, counting only tokens not in the prefix cache)
-and `max_num_seqs` allow. Decode advances every running sequence by one token; when blocks run out,
-the most recently admitted sequence is preempted: its blocks are freed and it returns to the front of
-the waiting queue with its generated tokens, so re-prefilling it continues it exactly.
-Requests come and go between steps (`add`, `abort`); a request's full blocks go into the prefix cache
-when it leaves (`Sequence.cache_on_finish`), so a follow-up turn extending it skips their prefill.
+and `max_num_seqs` allow. A decode burst advances every running sequence by up to `max_steps` tokens,
+with blocks reserved for all of them (`plan_burst`); bursts and prefills are booked before the host has
+seen the tokens of the steps in flight (the engine queues them behind those steps). When blocks run out,
+a single step (`schedule_single_step`) preempts the most recently admitted sequence: its blocks are freed
+and it returns to the front of the waiting queue with its generated tokens, so re-prefilling it continues
+it exactly. Requests come and go between steps (`add`, `abort`); a request's full blocks go into the prefix
+cache when it leaves (`Sequence.cache_on_finish`), so a follow-up turn extending it skips their prefill.
 """
 
 from __future__ import annotations
@@ -15,11 +17,6 @@ from collections import deque
 
 from hybridrl.rollout.engine.block_manager import BlockManager
 from hybridrl.rollout.engine.sequence import Sequence, SequenceStatus
-
-
-# A burst is queued behind the one in flight only while at least this share of its rows still run; below
-# it the host restages the live rows alone (a smaller batch, a smaller graph).
-MIN_LIVE_TO_CONTINUE = 0.75
 
 
 class Scheduler:
@@ -54,54 +51,28 @@ class Scheduler:
             self.block_manager.cache_written_blocks(seq)
         self.block_manager.deallocate(seq)
 
-    def schedule(self, max_steps: int = 1) -> tuple[list[Sequence], bool, int]:
-        """Pick the next step's sequences; returns (seqs, is_prefill, num_steps).
+    def plan_burst(self, rows: list[Sequence], ahead: list[int], max_steps: int) -> tuple[int, list[int]]:
+        """Book a decode burst of up to `max_steps` steps for `rows`, each `ahead[i]` tokens past the host's view
+        (sampled by a step still in flight, whose stop tokens the host has not seen: such a row decodes the
+        burst as junk, dropped by `postprocess`). Every row must have budget left after its unseen tokens.
 
-        Decode runs a burst of up to `max_steps` steps (one host round trip) when every running
-        sequence can reserve its blocks for it without preemption; else one step, which may preempt.
-        """
-        scheduled = self._schedule_prefill()
-        if scheduled:
-            return scheduled, True, 1
-        num_steps = self._burst_length(max_steps)
-        if num_steps > 1:
-            for seq in self.running:
-                self.block_manager.reserve(seq, min(num_steps, seq.num_remaining_tokens))
-            return list(self.running), False, num_steps
-        return self._schedule_decode(), False, 1
-
-    def continue_burst(self, seqs: list[Sequence], num_steps: int, max_steps: int) -> tuple[int, list[int]]:
-        """The burst to queue behind one in flight (`num_steps` steps for `seqs`, tokens not yet seen), so
-        the device need not wait while the host reads them: (length, per-row limits), or (0, []) when the
-        host must look first (a row's budget ends in the burst, sequences wait, too few live rows, blocks
-        short). Rows whose stop token the in-flight burst samples decode one more burst as junk, dropped by
-        `postprocess`. A limit is a row's first position past its budget; 0 for finished rows."""
-        live = [s for s in seqs if s.status is SequenceStatus.RUNNING]
-        if (max_steps <= 1 or self.waiting or len(live) < MIN_LIVE_TO_CONTINUE * len(seqs)
-                or any(s.num_remaining_tokens <= num_steps for s in live)):
-            return 0, []
-        budgets = [s.num_remaining_tokens - num_steps for s in live]
-        length = min(max_steps, max(budgets))
-        spans = [num_steps + min(length, b) for b in budgets]  # KV slots past len(seq) - 1, both bursts
+        The burst runs to the longest remaining budget, or the shortest one while sequences wait (so finished
+        ones make room early). Returns (length, limits), a row's limit its first position past the blocks
+        reserved for it; (0, []) when the free blocks do not cover the burst (nothing is reserved)."""
+        budgets = [seq.num_remaining_tokens - unseen for seq, unseen in zip(rows, ahead)]
+        assert min(budgets) > 0, "a row whose budget ends in the step in flight has nothing to decode"
+        length = min(max_steps, min(budgets) if self.waiting else max(budgets))
+        spans = [unseen + min(length, budget) for unseen, budget in zip(ahead, budgets)]
         bm = self.block_manager
-        if sum(bm.blocks_to_reserve(s, n) for s, n in zip(live, spans)) > bm.num_free_blocks:
+        if sum(bm.blocks_to_reserve(seq, span) for seq, span in zip(rows, spans)) > bm.num_free_blocks:
             return 0, []
-        for seq, span in zip(live, spans):
+        for seq, span in zip(rows, spans):
             bm.reserve(seq, span)
-        live_spans = iter(spans)  # in `seqs` order, one per running row
-        return length, [len(s) - 1 + next(live_spans) if s.status is SequenceStatus.RUNNING else 0 for s in seqs]
+        return length, [len(seq) - 1 + span for seq, span in zip(rows, spans)]
 
-    def _burst_length(self, max_steps: int) -> int:
-        """Steps the next decode burst can run: the longest remaining budget (capped at max_steps), or
-        the shortest one while sequences wait (so finished ones make room early); 1 when blocks are short."""
-        if max_steps <= 1 or len(self.running) > self.max_num_seqs:
-            return 1
-        remaining = [seq.num_remaining_tokens for seq in self.running]
-        num_steps = min(max_steps, min(remaining) if self.waiting else max(remaining))
-        needed = sum(self.block_manager.blocks_to_reserve(s, min(num_steps, r)) for s, r in zip(self.running, remaining))
-        return num_steps if needed <= self.block_manager.num_free_blocks else 1
-
-    def _schedule_prefill(self) -> list[Sequence]:
+    def admit(self) -> list[Sequence]:
+        """Admit waiting sequences in order while the token budget and `max_num_seqs` allow: the next
+        prefill step's sequences, their blocks allocated (none when nothing waits or fits)."""
         scheduled: list[Sequence] = []
         num_tokens = 0
         while self.waiting and len(self.running) < self.max_num_seqs:
@@ -124,7 +95,9 @@ class Scheduler:
             scheduled.append(seq)
         return scheduled
 
-    def _schedule_decode(self) -> list[Sequence]:
+    def schedule_single_step(self) -> list[Sequence]:
+        """One decode step for the running sequences, when a burst's blocks are short: a block each for their
+        newest tokens, preempting the most recently admitted ones while blocks run out."""
         bm = self.block_manager
         if len(self.running) <= min(self.max_num_seqs, bm.num_free_blocks):  # common case: no preemption
             for seq in self.running:

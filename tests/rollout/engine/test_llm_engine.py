@@ -152,8 +152,10 @@ def test_decode_bursts_match_single_steps(model, stop):
     step per round trip, EOS stops included (rows that stopped decode a queued burst as junk)."""
     params = SamplingParams(n=3, seed=3, temperature=0.9, max_new_tokens=14, ignore_eos=not stop,
                             eos_token_ids=[7, 11, 19, 23, 29, 31] if stop else [])
-    single = make_engine(model, max_decode_burst=1).generate(PROMPTS, params)
+    single = make_engine(model, max_decode_burst=1, queue_bursts=False).generate(PROMPTS, params)
     burst = make_engine(model, max_decode_burst=5).generate(PROMPTS, params)
+    queued_steps = make_engine(model, max_decode_burst=1).generate(PROMPTS, params)
+    assert queued_steps.metrics["rollout/decode_bursts_chained"] > 0 and queued_steps.token_ids == single.token_ids
     assert burst.metrics["rollout/decode_bursts"] < single.metrics["rollout/decode_bursts"]
     assert burst.metrics["rollout/decode_bursts_chained"] > 0  # queued behind the burst before (no one waits)
     assert single.metrics["rollout/decode_bursts_chained"] == 0

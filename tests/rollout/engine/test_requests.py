@@ -255,13 +255,13 @@ def test_an_interrupted_batch_call_leaves_no_rows_behind(model, monkeypatch):
     engine = make_engine(model)
     params = SamplingParams(n=2, seed=4, max_new_tokens=6, ignore_eos=True)
     want = engine.generate(PROMPTS, params)
-    start_decode = engine.runner.start_decode
+    launch_burst = engine.runner.launch_burst
 
     def fail_once(*args):
-        monkeypatch.setattr(engine.runner, "start_decode", start_decode)
+        monkeypatch.setattr(engine.runner, "launch_burst", launch_burst)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(engine.runner, "start_decode", fail_once)
+    monkeypatch.setattr(engine.runner, "launch_burst", fail_once)
     with pytest.raises(KeyboardInterrupt):
         engine.generate(PROMPTS, params)
     assert not engine.core.has_work and engine.block_manager.num_used_blocks == 0
