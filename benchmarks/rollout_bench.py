@@ -27,6 +27,7 @@ from benchmarks.common import (GSM8K_64, H200_BANDWIDTH, environment, emit, fill
                                build_random_model, kv_bytes_per_token, model_bytes, peak_memory_gb,
                                qwen2_config, reset_peak_memory, timed)
 from hybridrl.rollout.base import SamplingParams  # noqa: E402
+from hybridrl.rollout.engine.llm_engine import DEFAULT_DECODE_BURST  # noqa: E402
 
 ROOFLINE_FORMULA = ("decode step roofline_s = (weight_bytes + kv_bytes_per_token * sum over sequences of "
                     "(prompt_len + response_len / 2)) / 4.3e12 B/s; fraction = roofline_s / mean_decode_step_s")
@@ -50,7 +51,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--response-length", type=int, default=None, help="forced tokens, default 256 (quick: 8)")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.5)
     parser.add_argument("--enforce-eager", action="store_true", help="engine without CUDA graphs")
-    parser.add_argument("--max-decode-burst", type=int, default=16,
+    parser.add_argument("--max-decode-burst", type=int, default=DEFAULT_DECODE_BURST,
                         help="decode steps per host round trip (1 = sync every step)")
     parser.add_argument("--profile", default=None,
                         help="write a torch.profiler table (top kernels) of one engine generate here")

@@ -157,7 +157,7 @@ class AsyncLLMEngine:
         """Before the next step, let the coroutines just handed a result run: a fast tool call (synchronous, or
         one await deep) then submits the trajectory's next turn in time to join the next step. Stepping at
         once instead, the step queues the next decode burst before that turn is seen, and the turn waits a
-        whole burst longer (16 decode steps by default) per tool call."""
+        whole burst longer (8 decode steps by default) per tool call."""
         for _ in range(REACT_YIELDS):
             await asyncio.sleep(0)
 

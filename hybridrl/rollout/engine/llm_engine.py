@@ -30,6 +30,10 @@ from hybridrl.rollout.engine.sequence import Sequence, SequenceStatus
 
 CPU_KV_CAP_BYTES = 1 << 30
 KEEP_GRAPHS_KEY = "actor_rollout_ref.rollout.keep_decode_graphs"
+# Decode steps per burst. With every burst queued behind the one in flight the host's round trips are hidden, so
+# shorter bursts cost nothing but save the junk steps a row decodes after its stop token: 8 was faster than 16
+# single-turn and multi-turn on one H200, the batch call within noise (benchmarks/README.md, multiturn_bench.py).
+DEFAULT_DECODE_BURST = 8
 log = get_logger("rollout.engine")
 
 
@@ -41,7 +45,7 @@ class LLMEngine:
                  gpu_memory_utilization: float = 0.5, block_size: int = 16, max_num_seqs: int = 256,
                  max_num_batched_tokens: int = 8192, max_model_len: int | None = None,
                  enforce_eager: bool = False, enable_prefix_caching: bool = True,
-                 num_kv_blocks: int | None = None, seed: int = 0, max_decode_burst: int = 16,
+                 num_kv_blocks: int | None = None, seed: int = 0, max_decode_burst: int = DEFAULT_DECODE_BURST,
                  tp: TensorParallel = SINGLE, cudagraph_capture_sizes: list[int] | None = None,
                  keep_decode_graphs: bool = True, fp32_residual: bool = True, queue_bursts: bool = True) -> None:
         if not 0 < gpu_memory_utilization <= 1:
