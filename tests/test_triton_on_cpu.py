@@ -11,6 +11,7 @@ KERNEL_TEST_FILES = {  # file -> how many of its tests must pass under the inter
     "tests/rollout/engine/test_triton_prefill.py": 17,
     "tests/rollout/engine/test_fused_ops.py": 9,
     "tests/rollout/engine/test_sampling_kernel.py": 8,
+    "tests/rollout/engine/test_advance_kernel.py": 6,
     "tests/algorithms/test_fused_logprob.py": 6,
 }
 

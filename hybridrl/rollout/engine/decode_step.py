@@ -9,6 +9,7 @@ token budget, capped at the burst length); past its limit a row keeps running wi
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -86,6 +87,34 @@ def advance_decode_inputs(input_ids: torch.Tensor, positions: torch.Tensor, bloc
     slot_mapping.copy_(torch.where(valid, slots, -1))
     context_lens.copy_(torch.where(valid, nxt + 1, context_lens.long()))
     positions.copy_(torch.where(valid, nxt, positions))
+
+
+def record_and_advance(tokens: torch.Tensor, logprobs: torch.Tensor, out_tokens: torch.Tensor,
+                       out_logprobs: torch.Tensor, column: int, input_ids: torch.Tensor, positions: torch.Tensor,
+                       block_tables: torch.Tensor, context_lens: torch.Tensor, slot_mapping: torch.Tensor,
+                       limits: torch.Tensor, steps: torch.Tensor, block_size: int, advance: bool) -> None:
+    """After step `column` of a burst: its tokens and log-probs into that column of the outputs (B, steps), and
+    unless it was the burst's last step the next step's inputs (`advance_decode_inputs`) and sampling steps.
+    On CUDA one Triton kernel (`advance_kernel.py`) instead of some 20 launches; this torch code is its reference."""
+    if tokens.is_cuda and _record_and_advance_kernel() is not None:
+        _record_and_advance_kernel()(tokens, logprobs, out_tokens, out_logprobs, column, input_ids, positions,
+                                     block_tables, context_lens, slot_mapping, limits, steps, block_size, advance)
+        return
+    out_tokens[:, column], out_logprobs[:, column] = tokens, logprobs
+    if advance:
+        advance_decode_inputs(input_ids, positions, block_tables, context_lens, slot_mapping, tokens, limits,
+                              block_size)
+        steps += 1
+
+
+@functools.cache
+def _record_and_advance_kernel():
+    """`advance_kernel.record_and_advance`, or None without Triton (the torch path then)."""
+    try:
+        from hybridrl.rollout.engine.advance_kernel import record_and_advance as kernel
+    except ImportError:
+        return None
+    return kernel
 
 
 def _fused_sampler_fn():

@@ -15,7 +15,7 @@ import torch
 from hybridrl.rollout.engine.attention import select_backend
 from hybridrl.rollout.engine.attention.metadata import AttentionMetadata
 from hybridrl.rollout.engine.cuda_graph import CUDAGraphDecodeRunner, graph_sizes
-from hybridrl.rollout.engine.decode_step import (LaunchedStep, advance_decode_inputs, copy_to_host, sampler_for,
+from hybridrl.rollout.engine.decode_step import (LaunchedStep, copy_to_host, record_and_advance, sampler_for,
                                                  step_started)
 from hybridrl.rollout.engine.kv_cache import PagedKVCache
 from hybridrl.rollout.engine.parallel import SINGLE, TensorParallel
@@ -251,7 +251,7 @@ class ModelRunner:
                      sources: list[tuple[LaunchedStep, list[int], list[int]]]) -> LaunchedStep:
         """Launch a burst of `num_steps` decode steps for `seqs`; its `results()` are (B, num_steps) tokens and
         log-probs, a row's entries past its limit junk to drop. Sampled tokens feed the next step on the device
-        (`advance_decode_inputs`), and each step replays the decode graph of the padded batch size.
+        (`record_and_advance`), and each step replays the decode graph of the padded batch size.
 
         The scheduler reserved the KV blocks: `limits` (B,) is each row's first position past them. A row
         `ahead` of the host's view takes its first input from the step in flight that sampled it: `sources`
@@ -271,10 +271,8 @@ class ModelRunner:
         out_logprobs = torch.empty(batch, num_steps, dtype=torch.float32, device=self.device)
         for i in range(num_steps):
             tokens, logprobs = sampler(self.graph_runner.replay(size)[:batch], keys, steps)
-            out_tokens[:, i], out_logprobs[:, i] = tokens, logprobs
-            if i + 1 < num_steps:
-                advance_decode_inputs(ids, positions, tables, context_lens, slots, tokens, limits_t, self.block_size)
-                steps += 1
+            record_and_advance(tokens, logprobs, out_tokens, out_logprobs, i, ids, positions, tables, context_lens,
+                               slots, limits_t, steps, self.block_size, advance=i + 1 < num_steps)
         (host_tokens, host_logprobs), done = copy_to_host(out_tokens, out_logprobs)
         return LaunchedStep(seqs, num_steps, tokens, host_tokens, host_logprobs, done, started,
                             time.perf_counter() - clock)
