@@ -96,9 +96,10 @@ def record_and_advance(tokens: torch.Tensor, logprobs: torch.Tensor, out_tokens:
     """After step `column` of a burst: its tokens and log-probs into that column of the outputs (B, steps), and
     unless it was the burst's last step the next step's inputs (`advance_decode_inputs`) and sampling steps.
     On CUDA one Triton kernel (`advance_kernel.py`) instead of some 20 launches; this torch code is its reference."""
-    if tokens.is_cuda and _record_and_advance_kernel() is not None:
-        _record_and_advance_kernel()(tokens, logprobs, out_tokens, out_logprobs, column, input_ids, positions,
-                                     block_tables, context_lens, slot_mapping, limits, steps, block_size, advance)
+    kernel = _record_and_advance_kernel() if tokens.is_cuda else None
+    if kernel is not None:
+        kernel(tokens, logprobs, out_tokens, out_logprobs, column, input_ids, positions, block_tables, context_lens,
+               slot_mapping, limits, steps, block_size, advance)
         return
     out_tokens[:, column], out_logprobs[:, column] = tokens, logprobs
     if advance:
@@ -138,13 +139,20 @@ def make_sampler(spec: SamplingSpec, device: torch.device, argmax_fn: Callable =
                                               spec.greedy, keys, steps, argmax_fn)
 
 
+def batch_setting(specs: list[SamplingSpec]) -> tuple[SamplingSpec, ...]:
+    """A batch's sampling setting: (spec,) when every row agrees (a batch call shares one spec object; separate
+    requests carry equal ones), else one spec per row."""
+    first = specs[0]
+    return (first,) if all(spec is first or spec == first for spec in specs) else tuple(specs)
+
+
 def sampler_for(specs: list[SamplingSpec], device: torch.device, argmax_fn: Callable = gumbel_argmax) -> Sampler:
     """The sampler of a batch whose row i samples by specs[i]: `make_sampler` when all rows agree (a batch
     call: one shared spec object), else per-row temperature and greedy flags, with rows grouped by their
     top-k / top-p truncation (greedy rows ignore it and join the untruncated group)."""
-    first = specs[0]
-    if all(spec is first or spec == first for spec in specs):
-        return make_sampler(first, device, argmax_fn)
+    setting = batch_setting(specs)
+    if len(setting) == 1:
+        return make_sampler(setting[0], device, argmax_fn)
     groups: dict[tuple[int, float], list[int]] = {}
     for i, spec in enumerate(specs):
         truncation = (spec.top_k, spec.top_p) if spec.truncates and not spec.greedy else (-1, 1.0)

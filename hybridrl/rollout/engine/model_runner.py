@@ -15,8 +15,8 @@ import torch
 from hybridrl.rollout.engine.attention import select_backend
 from hybridrl.rollout.engine.attention.metadata import AttentionMetadata
 from hybridrl.rollout.engine.cuda_graph import CUDAGraphDecodeRunner, graph_sizes
-from hybridrl.rollout.engine.decode_step import (LaunchedStep, copy_to_host, record_and_advance, sampler_for,
-                                                 step_started)
+from hybridrl.rollout.engine.decode_step import (LaunchedStep, batch_setting, copy_to_host, record_and_advance,
+                                                 sampler_for, step_started)
 from hybridrl.rollout.engine.kv_cache import PagedKVCache
 from hybridrl.rollout.engine.parallel import SINGLE, TensorParallel
 from hybridrl.rollout.engine.prefill_graph import CUDAGraphPrefillRunner, token_sizes_for
@@ -201,7 +201,7 @@ class ModelRunner:
         return (self._from_numpy(input_ids), self._from_numpy(positions), meta,
                 self._from_numpy(query_start[1:] - 1))
 
-    def prepare_decode(self, seqs: list[Sequence], ahead: np.ndarray | None = None) -> tuple[torch.Tensor, ...]:
+    def prepare_decode(self, seqs: list[Sequence], ahead: np.ndarray) -> tuple[torch.Tensor, ...]:
         """Each sequence's next decode input: (input_ids, positions, block_tables, context_lens, slot_mapping).
 
         ahead (B,): tokens a row has past the host's view, sampled by a step still in flight; such a row's input
@@ -209,7 +209,7 @@ class ModelRunner:
         by `launch_burst`; 0 stands in)."""
         tables = self.host_block_tables.gather(seqs, full=False)
         num_tokens = np.fromiter((s.num_tokens for s in seqs), dtype=np.int64, count=len(seqs))
-        positions = num_tokens - 1 if ahead is None else num_tokens - 1 + ahead
+        positions = num_tokens - 1 + ahead
         slots = tables[np.arange(len(seqs)), positions // self.block_size] * self.block_size
         slots += positions % self.block_size
         input_ids = np.fromiter((s.last_token for s in seqs), dtype=np.int64, count=len(seqs))
@@ -266,7 +266,8 @@ class ModelRunner:
         for step, rows, into in sources:
             ids[self._from_numpy(np.asarray(into))] = step.last_tokens[self._from_numpy(np.asarray(rows))]
         limits_t = self._from_numpy(np.asarray(limits, dtype=np.int64))
-        keys, steps, sampler = self._seeds(seqs), self._positions(seqs, ahead), self._sampler(seqs)
+        # `steps`: the position of the token each row samples next, which keys its noise with `keys` (_positions)
+        keys, steps, sampler = self._seeds(seqs), positions + 1, self._sampler(seqs)
         out_tokens = torch.empty(batch, num_steps, dtype=torch.int64, device=self.device)
         out_logprobs = torch.empty(batch, num_steps, dtype=torch.float32, device=self.device)
         for i in range(num_steps):
@@ -280,19 +281,15 @@ class ModelRunner:
     def _seeds(self, seqs: list[Sequence]) -> torch.Tensor:
         return self._tensor([s.seed for s in seqs], torch.int64)
 
-    def _positions(self, seqs: list[Sequence], ahead: np.ndarray | None = None) -> torch.Tensor:
-        """The absolute position of the token each sequence samples next (`ahead`: tokens past the host's view):
-        with its key, what its noise depends on (sampler.py), so a resumed request continues the noise of the
-        interrupted one."""
-        positions = np.fromiter((s.num_tokens for s in seqs), dtype=np.int64, count=len(seqs))
-        return self._from_numpy(positions if ahead is None else positions + ahead)
+    def _positions(self, seqs: list[Sequence]) -> torch.Tensor:
+        """The absolute position of the token each sequence samples next: with its key, what its noise
+        depends on (sampler.py), so a resumed request continues the noise of the interrupted one."""
+        return self._tensor([s.num_tokens for s in seqs], torch.int64)
 
     def _sampler(self, seqs: list[Sequence]):
         """The batch's sampler, built once per setting: building one copies its parameters to the device, which
         would wait for the step in flight."""
-        specs = [s.sampling for s in seqs]
-        first = specs[0]
-        key = (first,) if all(spec is first or spec == first for spec in specs) else tuple(specs)
+        key = batch_setting([s.sampling for s in seqs])
         sampler = self._samplers.get(key)
         if sampler is None:
             if len(self._samplers) >= MAX_CACHED_SAMPLERS:
