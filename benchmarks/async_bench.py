@@ -28,7 +28,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
 from benchmarks import rl_step_hybridrl  # noqa: E402
-from benchmarks.common import GSM8K_64, emit, environment, fill_defaults  # noqa: E402
+from benchmarks.common import GSM8K_64, emit, environment, fill_defaults, print_tables  # noqa: E402
 from benchmarks.rl_step_bench import prepare  # noqa: E402
 from benchmarks.rollout_bench import stop_ids_for_mean_length  # noqa: E402
 
@@ -67,6 +67,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", default=None, help="where the model dir and data go (default: a temp dir)")
     parser.add_argument("--hybridrl-override", action="append", default=[], help="extra verl override (repeatable)")
+    parser.add_argument("--table", nargs="+", default=None, metavar="JSON",
+                        help="print the markdown table of reports this script wrote (benchmarks/README.md) and exit")
     args = parser.parse_args(argv)
     args.device = args.device or ("cpu" if args.quick or not torch.cuda.is_available() else "cuda")
     fill_defaults(args, dict(num_prompts=4, n=2, max_response_length=32, median_length=6, token_budget=512, steps=2),
@@ -154,8 +156,32 @@ def comparison(runs: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def markdown_table(reports: list[dict[str, Any]]) -> str:
+    """One row per mode of each report: its threshold, tokens/s and step time (medians), the step-time
+    breakdown, the engine's prefill and decode, staleness, and async over sync."""
+    lines = ["| threshold | mode | tokens/s (median) | step s (median) | gen s | ref s | update_actor s | prefill "
+             "tokens | prefill s | decode s (steps) | staleness mean | async / sync (median) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for report in reports:
+        ratio = report["comparison"].get("async_over_sync_tokens_per_s")
+        median = report["comparison"].get("async_over_sync_tokens_per_s_median")
+        for mode, run in report["runs"].items():
+            phases = run["phases_s"]
+            staleness = run.get("training/off_policy/trajectory_staleness/mean")
+            lines.append(
+                f"| {report['workload']['max_off_policy_threshold']} | {mode} | {run['tokens_per_s_median'] / 1e3:.1f}k"
+                f" | {run['step_s_median']:.2f} | {phases['gen']:.2f} | {phases['ref']:.2f} | "
+                f"{phases['update_actor']:.2f} | {run['rollout/prefill_tokens'] / 1e3:.1f}k | "
+                f"{run['rollout/prefill_time_s']:.2f} | {run['rollout/decode_time_s']:.2f} "
+                f"({run['rollout/decode_steps']:.0f}) | {'-' if staleness is None else f'{staleness:.2f}'} | "
+                f"{'-' if mode == 'sync' or ratio is None else f'{ratio:.2f} ({median:.2f})'} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
+    if args.table:
+        return print_tables(args.table, markdown_table)
     with tempfile.TemporaryDirectory(prefix="async_bench_", dir=args.workdir) as tmp:
         paths, _, config, lengths = prepare(args, Path(tmp))
         results: dict[str, Any] = {

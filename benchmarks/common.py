@@ -176,6 +176,16 @@ def fill_defaults(args: Any, quick: dict[str, Any], full: dict[str, Any]) -> Non
             setattr(args, key, value)
 
 
+def print_tables(paths: list[str], markdown_table: Callable[[list[dict[str, Any]]], str]) -> dict[str, Any]:
+    """`--table`: print `markdown_table` of the reports (JSON files this script wrote) and return them."""
+    reports = []
+    for path in paths:
+        with open(path) as f:
+            reports.append(json.load(f))
+    print(markdown_table(reports))
+    return {"reports": reports}
+
+
 def emit(result: dict[str, Any], out: str | None = None) -> None:
     """Print the result as one JSON object on stdout (and write it to `out` when given)."""
     text = json.dumps(result, indent=2, sort_keys=False, default=float)

@@ -9,9 +9,11 @@ See benchmarks/README.md ("mismatch_bench.py") for the workload and every output
 from __future__ import annotations
 
 import argparse
+import copy
 import gc
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
 from benchmarks.common import (GSM8K_64, QUICK, QWEN25_05B, build_random_model, emit, environment,  # noqa: E402
-                               fill_defaults, gsm8k_prompts, sync)
+                               fill_defaults, gsm8k_prompts, print_tables, sync)
 
 # Qwen2.5-7B's shape (its config.json); random weights
 QWEN25_7B = dict(QWEN25_05B, vocab_size=152064, hidden_size=3584, num_hidden_layers=28, num_attention_heads=28,
@@ -46,6 +48,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--repeats", type=int, default=2, help="timed generate calls per engine (the fastest counts)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--skip-reference", action="store_true",
+                        help="skip scoring the default rollout with an fp32 copy of the weights (vs_fp32_reference)")
+    parser.add_argument("--table", nargs="+", default=None, metavar="JSON",
+                        help="print the markdown table of reports this script wrote (benchmarks/README.md) and exit")
+    parser.add_argument("--sweep", action="store_true",
+                        help="also score it by the trainer with one module family computing in fp32 at a time")
     args = parser.parse_args(argv)
     args.device = args.device or ("cpu" if args.quick or not torch.cuda.is_available() else "cuda")
     fill_defaults(args, dict(num_prompts=4, n=2, response_length=8, micro_batch=4, shapes="quick"),
@@ -165,6 +173,7 @@ def run_shape(name: str, args) -> dict[str, Any]:
                               "decode_step_s_calls": {k: r["decode_step_s_calls"] for k, r in rollouts.items()},
                               "prefill_time_s": {k: r["prefill_time_s"] for k, r in rollouts.items()},
                               "trainer_forward_s": {}, "engine_vs_trainer": {}}
+    scored = {}
     for trainer_numerics in NUMERICS:
         hooks = keep_residual_stream_fp32(model) if trainer_numerics == "after" else None
         for engine_numerics, rollout in rollouts.items():
@@ -172,13 +181,96 @@ def run_shape(name: str, args) -> dict[str, Any]:
             log_probs, seconds = trainer_log_probs(model, batch, args)
             key = f"engine_{engine_numerics}__trainer_{trainer_numerics}"
             result["engine_vs_trainer"][key] = compare(rollout["log_probs"], log_probs)
+            scored[key] = log_probs
             if engine_numerics == trainer_numerics:
                 result["trainer_forward_s"][trainer_numerics] = seconds
         if hooks is not None:
             hooks.remove()
+    if not args.skip_reference:
+        batch = trainer_batch(prompts, rollouts["after"]["token_ids"], args.n, config.pad_token_id)
+        truth, seconds = reference_log_probs(model, batch, args)
+        sides = {"engine_after": torch.tensor(rollouts["after"]["log_probs"], dtype=torch.float32),
+                 "trainer_after": scored["engine_after__trainer_after"],
+                 "trainer_before": scored["engine_after__trainer_before"]}
+        if args.sweep:
+            sides |= sweep_fp32_modules(model, batch, args)
+        result["vs_fp32_reference"] = {name: (values - truth).abs().mean().item() for name, values in sides.items()}
+        result["vs_fp32_reference"]["forward_s"] = seconds
     del model
     release(args.device)
     return result | summary(result)
+
+
+def reference_log_probs(model, batch, args) -> tuple[torch.Tensor, float]:
+    """The exact forward of the same bf16 weights (an fp32 copy, fp32 matmuls without TF32): how far each side
+    is from the truth (`vs_fp32_reference`, mean |delta log-prob|). Two sides each this far off in independent
+    directions differ by about sqrt(2) times it; a gap well below that needs both sides to make the same
+    rounding errors, not a more precise one."""
+    reference = copy.deepcopy(model).float()
+    previous = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        return trainer_log_probs(reference, batch, args)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous
+        del reference
+        release(args.device)
+
+
+# module families of an HF Qwen2 decoder, and whether their output goes back to bf16 (the LM head's logits
+# stay fp32: the log-softmax reads them in fp32 anyway)
+FP32_FAMILIES = {"attention": (lambda m: [layer.self_attn for layer in m.model.layers], True),
+                 "mlp": (lambda m: [layer.mlp for layer in m.model.layers], True),
+                 "lm_head": (lambda m: [m.lm_head], False)}
+
+
+def sweep_fp32_modules(model, batch, args) -> dict[str, torch.Tensor]:
+    """The trainer's log-probs (fp32 residual stream) with one family computing in fp32 from its (still
+    bf16-rounded) inputs: what each family's internal rounding adds to the error against the truth."""
+    from hybridrl.models.numerics import keep_residual_stream_fp32
+
+    hooks = keep_residual_stream_fp32(model)
+    out = {}
+    for family, (modules, round_output) in FP32_FAMILIES.items():
+        with computing_in_fp32(modules(model), round_output):
+            out[f"trainer_after_fp32_{family}"], _ = trainer_log_probs(model, batch, args)
+    hooks.remove()
+    return out
+
+
+@contextmanager
+def computing_in_fp32(modules: list[torch.nn.Module], round_output: bool):
+    """`modules` run on fp32 copies of their parameters (the originals, possibly tied to other modules, are
+    put back after) and fp32 inputs; their outputs rounded back to bf16 when `round_output`."""
+    originals, handles = [], []
+    for module in modules:
+        for owner in module.modules():
+            for name, param in list(owner._parameters.items()):
+                if param is not None and param.is_floating_point():
+                    originals.append((owner, name, param))
+                    owner._parameters[name] = torch.nn.Parameter(param.detach().float(), requires_grad=False)
+        handles.append(module.register_forward_pre_hook(
+            lambda _, args, kwargs: (cast(args, torch.float32), cast(kwargs, torch.float32)), with_kwargs=True))
+        if round_output:
+            handles.append(module.register_forward_hook(lambda _, __, output: cast(output, torch.bfloat16)))
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+        for owner, name, param in originals:
+            owner._parameters[name] = param
+
+
+def cast(value, dtype: torch.dtype):
+    """`value` with every floating-point tensor in it (nested in tuples, lists, dicts) cast to `dtype`."""
+    if torch.is_tensor(value):
+        return value.to(dtype) if value.is_floating_point() else value
+    if isinstance(value, (tuple, list)):
+        return type(value)(cast(item, dtype) for item in value)
+    if isinstance(value, dict):
+        return {key: cast(item, dtype) for key, item in value.items()}
+    return value
 
 
 def summary(result: dict[str, Any]) -> dict[str, Any]:
@@ -190,8 +282,28 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
         "decode_step_s": step["after"] / step["before"] if step["before"] else None}}
 
 
+def markdown_table(reports: list[dict[str, Any]]) -> str:
+    """One row per shape of each report: the engine/trainer gap before and after, each side's distance from
+    the fp32 reference, the trainer's with one family in fp32 (`--sweep`), and the decode step times."""
+    families = [f"trainer_after_fp32_{family}" for family in FP32_FAMILIES]
+    lines = ["| shape | engine vs trainer before | after | engine vs fp32 | trainer vs fp32 | trainer (bf16 stream) "
+             "vs fp32 | " + " | ".join(f"trainer, {f.rsplit('_fp32_', 1)[1]} in fp32, vs fp32" for f in families)
+             + " | decode step ms before -> after |",
+             "|---|---|---|---|---|---|" + "---|" * len(families) + "---|"]
+    for report in reports:
+        for name, shape in report["shapes"].items():
+            gap, reference, step = shape["log_probs_diff_mean"], shape.get("vs_fp32_reference", {}), shape["decode_step_s"]
+            cells = [reference.get(key) for key in ("engine_after", "trainer_after", "trainer_before", *families)]
+            lines.append(f"| {name} | {gap['before']:.4f} | {gap['after']:.4f} | "
+                         + " | ".join("-" if cell is None else f"{cell:.4f}" for cell in cells)
+                         + f" | {step['before'] * 1e3:.3f} -> {step['after'] * 1e3:.3f} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
+    if args.table:
+        return print_tables(args.table, markdown_table)
     results: dict[str, Any] = {
         "workload": {"num_prompts": args.num_prompts, "n": args.n, "response_length": args.response_length,
                      "micro_batch": args.micro_batch, "temperature": args.temperature, "dtype": "bfloat16",

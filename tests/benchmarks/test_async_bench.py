@@ -30,6 +30,10 @@ def test_quick_run_compares_colocate_async_with_sync(tmp_path, capsys):
     ratio = report["comparison"]["async_over_sync_tokens_per_s"]
     assert ratio == colocated["tokens_per_s"] / sync["tokens_per_s"]
     json.dumps(report)  # plain JSON throughout
+    async_bench.main(["--table", str(tmp_path / "async.json")])
+    rows = capsys.readouterr().out.strip().splitlines()[2:]
+    assert [row.split(" | ")[1] for row in rows] == ["sync", "colocate_async"]
+    assert rows[1].endswith(f"| {ratio:.2f} ({report['comparison']['async_over_sync_tokens_per_s_median']:.2f}) |")
 
 
 def test_quick_split_pair_trains_on_one_rank_and_generates_on_the_other(tmp_path, capsys):

@@ -12,7 +12,7 @@ PAIRS = {f"engine_{engine}__trainer_{trainer}" for engine in ("before", "after")
 
 
 def test_quick_run_reports_the_gap_and_decode_time_of_both_numerics(tmp_path, capsys):
-    report = quick_report(mismatch_bench.main, tmp_path / "mismatch.json", capsys, "--repeats", "1")
+    report = quick_report(mismatch_bench.main, tmp_path / "mismatch.json", capsys, "--repeats", "1", "--sweep")
     shape = report["shapes"]["quick"]
     assert set(shape["engine_vs_trainer"]) == PAIRS
     for metrics in shape["engine_vs_trainer"].values():
@@ -28,6 +28,18 @@ def test_quick_run_reports_the_gap_and_decode_time_of_both_numerics(tmp_path, ca
     assert all(step > 0 for step in shape["decode_step_s"].values())
     assert shape["after_over_before"]["decode_step_s"] == pytest.approx(
         shape["decode_step_s"]["after"] / shape["decode_step_s"]["before"])
+    reference = shape["vs_fp32_reference"]
+    sides = {"engine_after", "trainer_after", "trainer_before"} | {
+        f"trainer_after_fp32_{family}" for family in mismatch_bench.FP32_FAMILIES}
+    assert set(reference) == sides | {"forward_s"}
+    assert all(reference[side] > 0 for side in sides)
+    # an fp32 module changes the trainer's log-probs: the sweep really ran each family in fp32
+    assert all(reference[f"trainer_after_fp32_{family}"] != reference["trainer_after"]
+               for family in ("attention", "mlp"))
+    mismatch_bench.main(["--table", str(tmp_path / "mismatch.json")])
+    row = capsys.readouterr().out.strip().splitlines()[2]
+    assert row.startswith(f"| quick | {gaps['engine_before__trainer_before']:.4f} | {gaps['engine_after__trainer_after']:.4f} |")
+    assert row.count("|") == 11 and " - " not in row  # every sweep column filled
     assert report["workload"]["num_prompts"] == 4 and report["workload"]["response_length"] == 8
 
 
