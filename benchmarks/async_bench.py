@@ -4,6 +4,7 @@ workload, in one run on one device; prints one JSON object.
     python benchmarks/async_bench.py --out async.json   # H200: 64 GSM8K prompts x n=8, EOS-stopped, <= 2048 tokens
     python benchmarks/async_bench.py --quick             # toy shapes on CPU
     python benchmarks/async_bench.py --modes sync_split,separate_async   # two GPUs: actor on 0, rollout on 1
+    python benchmarks/async_bench.py --table a.json b.json               # the markdown table of benchmarks/README.md
 The long tail: random "EOS" ids (rollout_bench's stop-id emulation) give the random-weight model geometric
 response lengths, median ~300 tokens, capped at --max-response-length. The synchronous step waits for its
 longest response; colocate_async cuts the step once a train batch of groups has finished, parks the rest

@@ -3,6 +3,8 @@
 
     python benchmarks/mismatch_bench.py --out mismatch.json   # H200: 0.5B and 7B shapes, rl_step_bench's workload
     python benchmarks/mismatch_bench.py --quick               # toy shape on CPU (< 1 min)
+    python benchmarks/mismatch_bench.py --sweep               # also each module family in fp32, against the truth
+    python benchmarks/mismatch_bench.py --table a.json b.json # the markdown table of benchmarks/README.md
 See benchmarks/README.md ("mismatch_bench.py") for the workload and every output field.
 """
 
