@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_map
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
@@ -61,6 +62,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     fill_defaults(args, dict(num_prompts=4, n=2, response_length=8, micro_batch=4, shapes="quick"),
                   dict(num_prompts=64, n=8, response_length=256, micro_batch=64, shapes="0.5b,7b"))
     args.shapes = [s for s in args.shapes.split(",") if s]
+    if args.sweep and args.skip_reference:
+        parser.error("--sweep measures against the fp32 reference that --skip-reference skips; drop one of them")
     if set(args.shapes) - set(SHAPES):
         parser.error(f"--shapes {','.join(args.shapes)}: unknown shape(s); choose from {sorted(SHAPES)}")
     if (args.num_prompts * args.n) % args.micro_batch:
@@ -233,10 +236,12 @@ def sweep_fp32_modules(model, batch, args) -> dict[str, torch.Tensor]:
 
     hooks = keep_residual_stream_fp32(model)
     out = {}
-    for family, (modules, round_output) in FP32_FAMILIES.items():
-        with computing_in_fp32(modules(model), round_output):
-            out[f"trainer_after_fp32_{family}"], _ = trainer_log_probs(model, batch, args)
-    hooks.remove()
+    try:
+        for family, (modules, round_output) in FP32_FAMILIES.items():
+            with computing_in_fp32(modules(model), round_output):
+                out[f"trainer_after_fp32_{family}"], _ = trainer_log_probs(model, batch, args)
+    finally:
+        hooks.remove()
     return out
 
 
@@ -266,13 +271,7 @@ def computing_in_fp32(modules: list[torch.nn.Module], round_output: bool):
 
 def cast(value, dtype: torch.dtype):
     """`value` with every floating-point tensor in it (nested in tuples, lists, dicts) cast to `dtype`."""
-    if torch.is_tensor(value):
-        return value.to(dtype) if value.is_floating_point() else value
-    if isinstance(value, (tuple, list)):
-        return type(value)(cast(item, dtype) for item in value)
-    if isinstance(value, dict):
-        return {key: cast(item, dtype) for key, item in value.items()}
-    return value
+    return tree_map(lambda leaf: leaf.to(dtype) if torch.is_tensor(leaf) and leaf.is_floating_point() else leaf, value)
 
 
 def summary(result: dict[str, Any]) -> dict[str, Any]:
@@ -289,7 +288,7 @@ def markdown_table(reports: list[dict[str, Any]]) -> str:
     the fp32 reference, the trainer's with one family in fp32 (`--sweep`), and the decode step times."""
     families = [f"trainer_after_fp32_{family}" for family in FP32_FAMILIES]
     lines = ["| shape | engine vs trainer before | after | engine vs fp32 | trainer vs fp32 | trainer (bf16 stream) "
-             "vs fp32 | " + " | ".join(f"trainer, {f.rsplit('_fp32_', 1)[1]} in fp32, vs fp32" for f in families)
+             "vs fp32 | " + " | ".join(f"trainer, {family} in fp32, vs fp32" for family in FP32_FAMILIES)
              + " | decode step ms before -> after |",
              "|---|---|---|---|---|---|" + "---|" * len(families) + "---|"]
     for report in reports:

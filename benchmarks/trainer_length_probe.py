@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -29,7 +28,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
-from benchmarks.common import build_random_model, emit, environment, fill_defaults, qwen2_config, sync  # noqa: E402
+from benchmarks.common import build_random_model, emit, environment, fill_defaults, qwen2_config, timed  # noqa: E402
 
 BACKENDS = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH")
 
@@ -54,12 +53,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def seconds_per_call(call: Callable[[], Any], device: str, reps: int) -> float:
     call()  # warm-up: the same size as the timed calls
-    sync(device)
-    start = time.perf_counter()
-    for _ in range(reps):
-        call()
-    sync(device)
-    return (time.perf_counter() - start) / reps
+    elapsed: dict[str, float] = {}
+    with timed(device, elapsed, "calls"):
+        for _ in range(reps):
+            call()
+    return elapsed["calls"] / reps
 
 
 def body_timings(model, length: int, args) -> dict[str, float]:

@@ -46,3 +46,8 @@ def test_quick_run_reports_the_gap_and_decode_time_of_both_numerics(tmp_path, ca
 def test_workload_must_split_into_micro_batches():
     with pytest.raises(SystemExit):
         mismatch_bench.parse_args(["--quick", "--micro-batch", "3"])
+
+
+def test_sweep_needs_the_reference():
+    with pytest.raises(SystemExit):
+        mismatch_bench.parse_args(["--quick", "--sweep", "--skip-reference"])
