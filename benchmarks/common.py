@@ -61,12 +61,16 @@ def model_shapes(quick: bool) -> dict[str, tuple[int, ...]]:
 
 
 def build_random_model(config, dtype: torch.dtype, device: str, seed: int = 0) -> torch.nn.Module:
-    """A randomly initialised causal LM of `config`, built directly on `device`, in eval mode."""
+    """A randomly initialised causal LM of `config`, built directly on `device`, in eval mode, attending as
+    hybridrl's loaded models do (`hybridrl.models.attention`)."""
     from transformers import AutoModelForCausalLM
+
+    from hybridrl.models.attention import use_shape_agnostic_sdpa
 
     torch.manual_seed(seed)
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa")
+    use_shape_agnostic_sdpa(model)
     return model.eval().requires_grad_(False)
 
 

@@ -2,8 +2,8 @@
 
 `enable_ulysses(model, sp)` makes every attention layer of `model` run `ulysses_attention`: the layer's
 q/k/v of this rank's sequence slice go through an all-to-all to `heads / sp` heads over the whole sequence,
-SDPA runs there (causal, or with the full-sequence mask the caller passed), and the inverse all-to-all brings
-the slice's tokens back with every head. The callers (`workers.sequence_split`) cut the sequence and pass either
+SDPA runs there (causal, or with the full-sequence mask the caller passed; without the cuDNN backend, for the
+reason `models/attention.py` gives), and the inverse all-to-all brings the slice's tokens back with every head. The callers (`workers.sequence_split`) cut the sequence and pass either
 no mask (rows aligned left: causal is exact) or a 4D boolean mask over the whole padded sequence, which
 transformers hands to the attention function unchanged.
 
@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from hybridrl.distributed.ulysses import UlyssesGroup, heads_to_sequence, sequence_to_heads
+from hybridrl.models.attention import without_cudnn_attention
 
 ATTENTION_NAME = "hybridrl_ulysses"
 _GROUP_ATTR = "_hybridrl_ulysses_group"
@@ -81,9 +82,10 @@ def ulysses_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     if sliding_window is not None and length > sliding_window:
         band = _sliding_window_band(length, sliding_window, query.device)
         mask = band if mask is None else mask & band
-    out = F.scaled_dot_product_attention(
-        query, key, value, attn_mask=mask, is_causal=mask is None, dropout_p=dropout if module.training else 0.0,
-        scale=scaling, enable_gqa=query.shape[1] != key.shape[1])
+    with without_cudnn_attention():  # as the models' own attention (models/attention.py)
+        out = F.scaled_dot_product_attention(
+            query, key, value, attn_mask=mask, is_causal=mask is None, dropout_p=dropout if module.training else 0.0,
+            scale=scaling, enable_gqa=query.shape[1] != key.shape[1])
     return sequence_to_heads(out, sp).transpose(1, 2).contiguous(), None
 
 

@@ -11,6 +11,7 @@ from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForTokenCla
 from transformers.utils import logging as hf_logging
 
 from hybridrl.logging.log import get_logger
+from hybridrl.models.attention import use_shape_agnostic_sdpa
 from hybridrl.models.errors import ModelLoadError
 from hybridrl.models.shm import load_path
 from hybridrl.utils.collectives import is_rank0
@@ -137,6 +138,7 @@ def load_causal_lm(path: str, *, dtype: torch.dtype = torch.float32, override_co
             raise _load_error("causal LM", path, key, err) from err
     if fp32_residual:
         keep_residual_stream_fp32(model)
+    use_shape_agnostic_sdpa(model)
     return model
 
 
@@ -153,7 +155,15 @@ def load_value_model(path: str, *, dtype: torch.dtype = torch.float32, override_
     from hybridrl.models.megatron import is_megatron_checkpoint
 
     if is_megatron_checkpoint(path):
-        return _value_model_from_megatron(path, dtype, override_config)
+        model = _value_model_from_megatron(path, dtype, override_config)
+    else:
+        model = _value_model_from_hf(path, dtype, override_config, trust_remote_code, key)
+    use_shape_agnostic_sdpa(model)
+    return model
+
+
+def _value_model_from_hf(path: str, dtype: torch.dtype, override_config: dict | None, trust_remote_code: bool,
+                         key: str) -> PreTrainedModel:
     try:
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code, **(override_config or {}))
         config.num_labels = 1
