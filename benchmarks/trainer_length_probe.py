@@ -4,9 +4,8 @@ prints one JSON object.
     python benchmarks/trainer_length_probe.py --out length_probe.json   # H200: Qwen2.5-0.5B shape, 16384 tokens
     python benchmarks/trainer_length_probe.py --quick                   # toy shape on CPU (checks the script)
 
-Why: on async_bench's long-tail workload (responses up to 2048 tokens) the trainer spends 25 us per token
-against 10 us in rl_step_bench (256-token responses), with torch.compile and padding ruled out
-(benchmarks/README.md, async_bench.py). Per row length L (rows = tokens // L, positions 0..L-1, no mask, as
+On one H200 the body's cost per token barely grows from rows of 256 to rows of 2048 (benchmarks/README.md,
+async_bench.py section). Per row length L (rows = tokens // L, positions 0..L-1, no mask, as
 the trainer's aligned rows):
 - `body_forward_s`, `body_forward_backward_s`: the HF decoder body (no LM head) without grad, and with grad and
   gradient checkpointing as the trainer runs it; `*_us_per_token` the same per token;
@@ -14,6 +13,8 @@ the trainer's aligned rows):
   with PyTorch's choice of kernel and with each backend forced (`sdpa_forced_s`: seconds, or why the backend
   refused). If the long rows cost more per token and the default choice is as slow as the math backend, the
   attention kernel is the cause.
+Every timed call repeats its warm-up's shape, so a cost paid once per new shape (cuDNN attention's graph build)
+does not show here; `trace_gaps.py` on a profiled step of changing shapes finds it.
 """
 
 from __future__ import annotations

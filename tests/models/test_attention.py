@@ -77,6 +77,14 @@ def test_loaded_policy_and_value_models_are_routed(tiny_model_dir):
     assert load_value_model(tiny_model_dir).config._attn_implementation == ATTENTION_NAME
 
 
+def test_saved_configs_do_not_name_the_routed_attention(tmp_path):
+    """A checkpoint or HF export loads anywhere: the attention name stays in this process."""
+    _, routed = _pair("qwen2")
+    routed.save_pretrained(tmp_path)
+    assert ATTENTION_NAME not in (tmp_path / "config.json").read_text()
+    assert ATTENTION_NAME not in routed.config.to_json_string()
+
+
 @pytest.mark.gpu
 def test_on_cuda_no_cudnn_attention_kernel_runs_for_a_training_step():
     from torch.profiler import ProfilerActivity, profile
