@@ -3,9 +3,10 @@
 `enable_ulysses(model, sp)` makes every attention layer of `model` run `ulysses_attention`: the layer's
 q/k/v of this rank's sequence slice go through an all-to-all to `heads / sp` heads over the whole sequence,
 SDPA runs there (causal, or with the full-sequence mask the caller passed; without the cuDNN backend, for the
-reason `models/attention.py` gives), and the inverse all-to-all brings the slice's tokens back with every head. The callers (`workers.sequence_split`) cut the sequence and pass either
-no mask (rows aligned left: causal is exact) or a 4D boolean mask over the whole padded sequence, which
-transformers hands to the attention function unchanged.
+reason `models/attention.py` gives), and the inverse all-to-all brings the slice's tokens back with every
+head. The callers (`workers.sequence_split`) cut the sequence and pass either no mask (rows aligned left:
+causal is exact) or a 4D boolean mask over the whole padded sequence, which transformers hands to the
+attention function unchanged.
 
 Key/value heads are repeated when there are fewer than `sp` of them (or they do not divide by `sp`), as verl
 does. A sliding window (Mistral, Qwen2's sliding layers) is applied over the gathered sequence as a band mask when

@@ -27,7 +27,8 @@ def test_routed_attention_gives_transformers_sdpa_logits_with_and_without_a_padd
     assert routed.config._attn_implementation == ATTENTION_NAME
     with torch.no_grad():
         for mask in (MASK, None):
-            expected, got = plain(input_ids=IDS, attention_mask=mask).logits, routed(input_ids=IDS, attention_mask=mask).logits
+            expected = plain(input_ids=IDS, attention_mask=mask).logits
+            got = routed(input_ids=IDS, attention_mask=mask).logits
             valid = MASK.bool() if mask is not None else torch.ones_like(MASK, dtype=torch.bool)
             torch.testing.assert_close(got[valid], expected[valid], rtol=0, atol=0)
 
