@@ -9,14 +9,16 @@ largest gaps were all inside cuDNN attention calls; benchmarks/README.md). The f
 kernels need no per-shape build, so hybridrl's models attend through them (and the math kernel where neither
 takes the inputs): the same attention, the same masks, another kernel.
 
-`use_shape_agnostic_sdpa(model)` routes a model built with `attn_implementation="sdpa"` through
-`sdpa_without_cudnn`, registered with transformers' attention and mask interfaces under `ATTENTION_NAME`
-(masks are built exactly as for "sdpa"). Models on another implementation are left as they are.
+`use_shape_agnostic_sdpa(model)` routes a model built with `attn_implementation="sdpa"` through transformers'
+own SDPA attention run without cuDNN, registered with transformers' attention and mask interfaces under
+`ATTENTION_NAME` (masks are built exactly as for "sdpa"). Models on another implementation are left as they are.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+from collections.abc import Callable
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -32,26 +34,30 @@ def without_cudnn_attention() -> contextlib.AbstractContextManager:
     return sdpa_kernel(list(SHAPE_AGNOSTIC_BACKENDS))
 
 
-def sdpa_without_cudnn(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                       attention_mask: torch.Tensor | None, **kwargs) -> tuple[torch.Tensor, None]:
-    """transformers' `sdpa_attention_forward`, run without the cuDNN backend."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+def _without_cudnn(attention: Callable[..., tuple[torch.Tensor, None]]) -> Callable[..., tuple[torch.Tensor, None]]:
+    """`attention` (transformers' signature: module, query, key, value, attention_mask, **kwargs), run without the
+    cuDNN backend."""
+    @functools.wraps(attention)
+    def attend(*args, **kwargs) -> tuple[torch.Tensor, None]:
+        with without_cudnn_attention():
+            return attention(*args, **kwargs)
 
-    with without_cudnn_attention():
-        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    return attend
 
 
 def use_shape_agnostic_sdpa(model: torch.nn.Module) -> None:
-    """Route `model`'s attention through `sdpa_without_cudnn` when it runs transformers' "sdpa" (and transformers
-    has the attention and mask interfaces, 4.53 on; older releases keep "sdpa" with PyTorch's own choice)."""
+    """Route `model`'s attention through transformers' `sdpa_attention_forward` without the cuDNN backend when it
+    runs transformers' "sdpa" (and transformers has the attention and mask interfaces, 4.53 on; older releases
+    keep "sdpa" with PyTorch's own choice)."""
     try:
         from transformers import AttentionInterface
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
         from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
     except ImportError:
         return
     config = model.config
     if getattr(config, "_attn_implementation", None) != "sdpa":
         return
-    AttentionInterface.register(ATTENTION_NAME, sdpa_without_cudnn)
+    AttentionInterface.register(ATTENTION_NAME, _without_cudnn(sdpa_attention_forward))
     AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
     config._attn_implementation = ATTENTION_NAME
