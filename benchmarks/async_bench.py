@@ -3,12 +3,14 @@ workload, in one run on one device; prints one JSON object.
 
     python benchmarks/async_bench.py --out async.json   # H200: 64 GSM8K prompts x n=8, EOS-stopped, <= 2048 tokens
     python benchmarks/async_bench.py --quick             # toy shapes on CPU
+    python benchmarks/async_bench.py --modes sync,colocate_async,colocate_async_kept_kv   # + parked KV kept
     python benchmarks/async_bench.py --modes sync_split,separate_async   # two GPUs: actor on 0, rollout on 1
     python benchmarks/async_bench.py --table a.json b.json               # the markdown table of benchmarks/README.md
 The long tail: random "EOS" ids (rollout_bench's stop-id emulation) give the random-weight model geometric
 response lengths, median ~300 tokens, capped at --max-response-length. The synchronous step waits for its
 longest response; colocate_async cuts the step once a train batch of groups has finished, parks the rest
-(tokens kept) and resumes it after the weight sync. Both trainers run GRPO + KL loss, the same data, seeds and
+(tokens kept) and resumes it after the weight sync (colocate_async_kept_kv: from the KV kept across the sync,
+actor_rollout_ref.rollout.recompute_kv_cache_after_weight_updates=false). The trainers run GRPO + KL loss, the same data, seeds and
 token budgets; each reports tokens/s and the step-time breakdown over the steps after --warmup-steps. See
 benchmarks/README.md ("async_bench.py").
 """
@@ -33,14 +35,16 @@ from benchmarks.common import GSM8K_64, emit, environment, fill_defaults, print_
 from benchmarks.rl_step_bench import prepare  # noqa: E402
 from benchmarks.rollout_bench import stop_ids_for_mean_length  # noqa: E402
 
-MODES = ("sync", "colocate_async", "sync_split", "separate_async")
+MODES = ("sync", "colocate_async", "colocate_async_kept_kv", "sync_split", "separate_async")
 DEFAULT_MODES = ("sync", "colocate_async")  # one device; the split pair needs two (device 0 trains, 1 generates)
 SPLIT_MODES = {"sync_split": "sync", "separate_async": "separate_async"}
+TRAINER_MODES = {**SPLIT_MODES, "colocate_async_kept_kv": "colocate_async"}
 PHASES = ("gen", "reward", "old_log_prob", "ref", "adv", "update_actor", "update_weights")
 OFF_POLICY = ("training/off_policy/trajectory_staleness/mean", "training/off_policy/trajectory_staleness_worst/max",
               "training/off_policy/trajectory_spans/mean", "fully_async/partial/partial_ratio",
               "training/off_policy/evicted_samples", "response_length/mean", "response_length/max",
-              "fully_async/trainer/idle_ratio", "fully_async/rollouter/idle_ratio")
+              "fully_async/trainer/idle_ratio", "fully_async/rollouter/idle_ratio",
+              "training/rollout_log_probs_diff_mean", "rollout_corr/log_ppl_abs_diff", "rollout_corr/kl")
 MEDIAN_OVER_MEAN = 0.69  # geometric lengths: median = ln 2 x mean
 
 
@@ -104,12 +108,14 @@ def overrides(args, paths: dict[str, Path], mode: str) -> list[str]:
     base = [o for o in rl_step_hybridrl.overrides(args, paths, "hybrid")
             if not o.startswith((f"{arr}.rollout.ignore_eos", "trainer.total_training_steps", "trainer.default_local_dir",
                                  f"{arr}.rollout.max_num_seqs", "trainer.n_gpus_per_node"))]
-    trainer_mode = SPLIT_MODES.get(mode, mode)
+    trainer_mode = TRAINER_MODES.get(mode, mode)
     # the engine may run every sequence admitted: one batch's rows in sync, up to threshold batches' in async
     in_flight = args.num_prompts * args.n * (1 if trainer_mode == "sync" else args.threshold)
     placement = (["trainer.n_gpus_per_node=2", f"{arr}.actor.device_ids=[0]", f"{arr}.rollout.device_ids=[1]",
                   "trainer.v1.separate_async.parameter_sync_step=1"]  # mini batch = train batch: one sync a step
                  if mode in SPLIT_MODES else ["trainer.n_gpus_per_node=1"])
+    if mode == "colocate_async_kept_kv":
+        placement.append(f"{arr}.rollout.recompute_kv_cache_after_weight_updates=false")
     return base + placement + [
         f"{arr}.rollout.max_num_seqs={in_flight}", f"{arr}.rollout.ignore_eos=false", f"trainer.total_training_steps={args.warmup_steps + args.steps}",
         f"trainer.default_local_dir={paths['work'] / mode}", f"{arr}.actor.use_dynamic_bsz=true",
@@ -150,33 +156,48 @@ def run(args, paths: dict[str, Path], mode: str) -> dict[str, Any]:
 def comparison(runs: dict[str, Any]) -> dict[str, float]:
     """Each asynchronous mode over the synchronous trainer on the same devices (goal: 1.3x)."""
     out: dict[str, float] = {"goal": 1.3}
-    for name, (fast, base) in {"async": ("colocate_async", "sync"), "separate": ("separate_async", "sync_split")}.items():
+    pairs = {"async": ("colocate_async", "sync"), "kept_kv": ("colocate_async_kept_kv", "sync"),
+             "separate": ("separate_async", "sync_split")}
+    for name, (fast, base) in pairs.items():
         if fast in runs and base in runs:
             out[f"{name}_over_sync_tokens_per_s"] = runs[fast]["tokens_per_s"] / runs[base]["tokens_per_s"]
             out[f"{name}_over_sync_tokens_per_s_median"] = runs[fast]["tokens_per_s_median"] / runs[base]["tokens_per_s_median"]
     return out
 
 
+RATIO_OF_MODE = {"colocate_async": "async", "colocate_async_kept_kv": "kept_kv", "separate_async": "separate"}
+
+
 def markdown_table(reports: list[dict[str, Any]]) -> str:
     """One row per mode of each report: its threshold, tokens/s and step time (medians), the step-time
-    breakdown, the engine's prefill and decode, staleness, and async over sync."""
+    breakdown, the engine's prefill and decode, staleness, the engine-trainer log-prob gap, and the mode over
+    its synchronous baseline."""
     lines = ["| threshold | mode | tokens/s (median) | step s (median) | gen s | ref s | update_actor s | prefill "
-             "tokens | prefill s | decode s (steps) | staleness mean | async / sync (median) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "tokens | prefill s | decode s (steps) | staleness mean | log-prob gap | over sync (median) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for report in reports:
-        ratio = report["comparison"].get("async_over_sync_tokens_per_s")
-        median = report["comparison"].get("async_over_sync_tokens_per_s_median")
         for mode, run in report["runs"].items():
             phases = run["phases_s"]
-            staleness = run.get("training/off_policy/trajectory_staleness/mean")
             lines.append(
                 f"| {report['workload']['max_off_policy_threshold']} | {mode} | {run['tokens_per_s_median'] / 1e3:.1f}k"
                 f" | {run['step_s_median']:.2f} | {phases['gen']:.2f} | {phases['ref']:.2f} | "
                 f"{phases['update_actor']:.2f} | {run['rollout/prefill_tokens'] / 1e3:.1f}k | "
                 f"{run['rollout/prefill_time_s']:.2f} | {run['rollout/decode_time_s']:.2f} "
-                f"({run['rollout/decode_steps']:.0f}) | {'-' if staleness is None else f'{staleness:.2f}'} | "
-                f"{'-' if mode == 'sync' or ratio is None else f'{ratio:.2f} ({median:.2f})'} |")
+                f"({run['rollout/decode_steps']:.0f}) | {_cell(run.get('training/off_policy/trajectory_staleness/mean'))}"
+                f" | {_cell(run.get('training/rollout_log_probs_diff_mean'), '.4f')} | "
+                f"{_ratio_cell(report['comparison'], RATIO_OF_MODE.get(mode))} |")
     return "\n".join(lines)
+
+
+def _cell(value: float | None, spec: str = ".2f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _ratio_cell(comparison: dict[str, float], name: str | None) -> str:
+    ratio = comparison.get(f"{name}_over_sync_tokens_per_s")
+    if ratio is None:
+        return "-"
+    return f"{ratio:.2f} ({comparison[f'{name}_over_sync_tokens_per_s_median']:.2f})"
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -21,7 +21,7 @@ def async_problems(cfg: HybridRLConfig) -> list[str]:
     """Messages naming each key to change; none for the sync mode."""
     problems = _correction_problems(cfg)
     if not is_async(cfg):
-        return problems
+        return problems + _kept_kv_problems(cfg)
     mode = cfg.trainer.v1.trainer_mode
     problems += _engine_problems(cfg, mode) + _algorithm_problems(cfg, mode)
     problems += _separate_problems(cfg) if mode == "separate_async" else _colocate_problems(cfg)
@@ -38,9 +38,23 @@ def _correction_problems(cfg: HybridRLConfig) -> list[str]:
     return []
 
 
+def _kept_kv_problems(cfg: HybridRLConfig) -> list[str]:
+    """`recompute_kv_cache_after_weight_updates=false` keeps parked requests' KV across a weight update: only the
+    asynchronous modes park requests (the sync trainer's generations finish before every update)."""
+    if cfg.actor_rollout_ref.rollout.recompute_kv_cache_after_weight_updates:
+        return []
+    return [f"actor_rollout_ref.rollout.recompute_kv_cache_after_weight_updates=false keeps the KV cache of requests "
+            f"parked across a weight update, which only {_MODE}=colocate_async or separate_async parks (now "
+            f"{cfg.trainer.v1.trainer_mode}); drop the key, or set one of those modes"]
+
+
 def _engine_problems(cfg: HybridRLConfig, mode: str) -> list[str]:
     rollout = cfg.actor_rollout_ref.rollout
     problems = []
+    if not rollout.recompute_kv_cache_after_weight_updates and not rollout.enable_prefix_caching:
+        problems.append("actor_rollout_ref.rollout.recompute_kv_cache_after_weight_updates=false finds a resumed "
+                        "request's kept KV through the prefix cache, which actor_rollout_ref.rollout."
+                        "enable_prefix_caching=false turns off; set enable_prefix_caching=true, or drop the first key")
     if rollout.name not in ("auto", "hybrid"):
         problems.append(f"{_MODE}={mode} generates with hybridrl's request-level engine (continuous batching, and an "
                         f"aborted request resumes exactly where it stopped); actor_rollout_ref.rollout.name="

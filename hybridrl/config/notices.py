@@ -45,7 +45,19 @@ def config_notices(cfg: HybridRLConfig) -> list[str]:
                        "(simulated users; verl PR #6074); hybridrl keeps them, with verl's January-2026 YAML and "
                        "BaseInteraction API (docs/agentic.md)")
     return (notices + _profiler_notices(cfg) + _sampling_notices(cfg) + _validation_notices(cfg)
-            + export_only_notices(cfg) + distillation_notices(cfg) + sequence_parallel_notices(cfg))
+            + export_only_notices(cfg) + distillation_notices(cfg) + sequence_parallel_notices(cfg)
+            + _kept_kv_notices(cfg))
+
+
+def _kept_kv_notices(cfg: HybridRLConfig) -> list[str]:
+    rollout = cfg.actor_rollout_ref.rollout
+    if rollout.recompute_kv_cache_after_weight_updates or not rollout.free_cache_engine \
+            or cfg.trainer.v1.trainer_mode != "colocate_async":
+        return []
+    return ["actor_rollout_ref.rollout.recompute_kv_cache_after_weight_updates=false with colocate_async: the KV cache "
+            "stays allocated while the actor trains (parked requests keep their KV in it), so "
+            "actor_rollout_ref.rollout.free_cache_engine=true frees nothing between steps; training has the device's "
+            "memory minus gpu_memory_utilization's share (lower it if training runs out of memory)"]
 
 
 def _sampling_notices(cfg: HybridRLConfig) -> list[str]:

@@ -166,6 +166,11 @@ class RolloutConfig:
                                              "KV cache is freed: the cache "
                                              "returns to the same address (CUDA virtual memory), so graphs are captured "
                                              "once per batch size, not after every wake-up. false = free them too.")
+    recompute_kv_cache_after_weight_updates: bool = setting(
+        True, "hybridrl (NeMo-RL's name), asynchronous trainer modes: true = a request parked across a weight update "
+              "resumes by prefilling its tokens with the new weights; false = it keeps its KV cache, computed by "
+              "the older weights (PipelineRL's in-flight updates): no re-prefill, so the KV cache stays allocated "
+              "through training and the next tokens condition on stale KV (rollout_corr/* show the added mismatch).")
     tensor_model_parallel_size: int = setting(1, "Devices per engine replica (hybridrl default 1, verl: 2): the hybrid engine "
                                                  "splits heads and MLP width over them (on CUDA its all-reduces run inside the "
                                                  "decode CUDA graphs).")

@@ -47,7 +47,7 @@ def build_rollout_backend(name: str, model, *, pad_token_id: int, eos_token_ids,
         enforce_eager=rollout_cfg.enforce_eager, cudagraph_capture_sizes=rollout_cfg.cudagraph_capture_sizes,
         enable_prefix_caching=rollout_cfg.enable_prefix_caching, keep_decode_graphs=rollout_cfg.keep_decode_graphs,
         seed=rollout_cfg.seed if rollout_cfg.seed is not None else 0, tp=tp or SINGLE, fp32_residual=fp32_residual,
-        device=device)
+        device=device, recompute_kv_after_weight_updates=rollout_cfg.recompute_kv_cache_after_weight_updates)
 
 
 def _engine_dtype(name: str):

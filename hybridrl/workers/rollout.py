@@ -207,13 +207,15 @@ class RolloutWorker:
 
     def park_groups(self, sleep: bool) -> dict[str, float]:
         """Abort the requests in flight keeping their tokens (the engine can then take new weights); with `sleep`
-        (and free_cache_engine) free the KV cache for training. The request API's rollout/* metrics since the
-        last park."""
+        (and free_cache_engine) free the KV cache for training, unless the parked requests keep their KV
+        (recompute_kv_cache_after_weight_updates=false). The request API's rollout/* metrics since the last
+        park."""
         if self.pool is None:
             return {}
         self.pool.park()
         metrics = self.pool.engine.take_metrics()
-        if sleep and self.free_cache and not self.asleep:
+        keeps_kv = not self.cfg.recompute_kv_cache_after_weight_updates
+        if sleep and self.free_cache and not keeps_kv and not self.asleep:
             self.sleep()
         return metrics
 

@@ -96,6 +96,50 @@ def test_changed_weights_continue_from_the_kept_tokens(model):
     assert (got.min_versions[0], got.max_versions[0]) == (0, 1)
 
 
+def park_and_resume(model, new_weights, *, recompute: bool) -> tuple[dict, dict, dict]:
+    """Two groups of two sampled responses parked after three steps, the engine given `new_weights` without
+    sleeping (the kept-KV cycle), then resumed: what each group kept, what it finished with, and the engine's
+    metrics of the resume."""
+    engine = make_engine(model, max_decode_burst=4, recompute_kv_after_weight_updates=recompute)
+    pool = RequestPool(engine)
+    pool.submit(groups(3, 2)[:2], SAMPLED, version=0)
+    pool.advance(3, version=0)
+    pool.park()
+    kept = {g: [list(s.token_ids) for s in samples] for g, samples in pool.groups.items()}
+    engine.take_metrics()
+    engine.update_weights(new_weights.named_parameters())
+    return kept, advance_until_done(pool, version=1), engine.take_metrics()
+
+
+def test_kept_kv_resumes_from_the_cache_without_re_prefilling(model):
+    """recompute_kv_after_weight_updates=False: the resumed requests find their aborted selves' full blocks in
+    the prefix cache (only the tail past the last full block is prefilled), and with unchanged weights they
+    continue exactly as if never interrupted; the default rebuilds every kept token by prefill."""
+    kept, got, metrics = park_and_resume(model, model, recompute=False)
+    _, rebuilt, rebuilt_metrics = park_and_resume(model, model, recompute=True)
+    written = sum((len(PROMPTS[int(g[1:])]) + len(t) - 1) // 4 * 4 for g, ts in kept.items() for t in ts)
+    assert metrics["rollout/prefix_cache_hit_tokens"] >= written > 0
+    assert metrics["rollout/prefill_tokens"] <= 4 * 4  # at most a block's worth per sample of four
+    generated = sum(len(t) for ts in kept.values() for t in ts)
+    assert rebuilt_metrics["rollout/prefill_tokens"] >= generated > metrics["rollout/prefill_tokens"]
+    assert {g: r.token_ids for g, r in got.items()} == {g: r.token_ids for g, r in rebuilt.items()}
+
+
+def test_kept_kv_after_new_weights_is_the_old_policys(model):
+    """New weights with kept KV: the kept tokens' KV is still the old policy's, so the resumed tokens'
+    log-probs differ from those of the same tokens with KV rebuilt by the new weights."""
+    other = make_model("qwen2", seed=9)
+    kept, got, _ = park_and_resume(model, other, recompute=False)
+    _, rebuilt, _ = park_and_resume(model, other, recompute=True)
+    for group_id, samples in kept.items():
+        for j, before in enumerate(samples):
+            assert got[group_id].token_ids[j][:len(before)] == before
+            assert rebuilt[group_id].token_ids[j][:len(before)] == before
+    first_resumed = [(got[g].log_probs[j][len(t)], rebuilt[g].log_probs[j][len(t)])
+                     for g, ts in kept.items() for j, t in enumerate(ts)]
+    assert all(abs(stale - fresh) > 1e-4 for stale, fresh in first_resumed)
+
+
 def test_pool_refuses_a_group_twice_and_forgets_everything(model):
     engine = make_engine(model)
     pool = RequestPool(engine)

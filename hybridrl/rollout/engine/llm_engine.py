@@ -47,7 +47,8 @@ class LLMEngine:
                  enforce_eager: bool = False, enable_prefix_caching: bool = True,
                  num_kv_blocks: int | None = None, seed: int = 0, max_decode_burst: int = DEFAULT_DECODE_BURST,
                  tp: TensorParallel = SINGLE, cudagraph_capture_sizes: list[int] | None = None,
-                 keep_decode_graphs: bool = True, fp32_residual: bool = True, queue_bursts: bool = True) -> None:
+                 keep_decode_graphs: bool = True, fp32_residual: bool = True, queue_bursts: bool = True,
+                 recompute_kv_after_weight_updates: bool = True) -> None:
         if not 0 < gpu_memory_utilization <= 1:
             raise ValueError(f"actor_rollout_ref.rollout.gpu_memory_utilization ({gpu_memory_utilization}) "
                              "must be in (0, 1]; try 0.5")
@@ -62,6 +63,8 @@ class LLMEngine:
         self.block_size, self.max_num_seqs = block_size, max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.enable_prefix_caching = enable_prefix_caching
+        # False: the prefix cache (aborted requests' KV included) outlives `update_weights` (see there)
+        self.recompute_kv_after_weight_updates = recompute_kv_after_weight_updates
         self.seed, self.num_calls = seed, 0
         if max_decode_burst < 1:
             raise ValueError(f"max_decode_burst ({max_decode_burst}) must be >= 1 (1: a host round trip every step)")
@@ -181,13 +184,15 @@ class LLMEngine:
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Copy HF-named tensors into the engine's parameters in place (dtype cast per tensor). Requests in
-        flight must be aborted first: their KV came from the old weights (resume them afterwards)."""
+        flight must be aborted first (resume them afterwards). The prefix cache, KV computed by the old
+        weights, is dropped; with `recompute_kv_after_weight_updates=False` it is kept, so a resumed request
+        finds its aborted self's KV there and prefills only the tokens past its last full block."""
         self._refuse_with_requests("update_weights")
         if self.core is not None:
             self.core.drain()  # a queued burst still reads the old weights
         load_weights(self.model, named_tensors)
-        if self.block_manager is not None:
-            self._reset_prefix_cache()  # cached KV was computed by the old weights
+        if self.block_manager is not None and self.recompute_kv_after_weight_updates:
+            self._reset_prefix_cache()
 
     def _refuse_with_requests(self, action: str) -> None:
         if self.requests:

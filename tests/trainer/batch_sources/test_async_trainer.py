@@ -105,6 +105,24 @@ def test_the_tail_is_parked_resumed_after_the_sync_and_trained_later(tmp_path, a
     assert evicted == 0.0 if strategy == "wait" else evicted > 0.0
 
 
+def test_kept_kv_resumes_the_parked_tail_without_re_prefilling_it(tmp_path, arith_model_dir, arithmetic_files):
+    """recompute_kv_cache_after_weight_updates=false: the engine keeps its KV cache through the update (it never
+    sleeps once awake) and the resumed requests read their KV from it, so the run prefills far fewer tokens
+    than the same run rebuilding the KV; every group still trains exactly once."""
+    prefilled = {}
+    for name, extra in {"rebuilt": [], "kept": ["actor_rollout_ref.rollout.recompute_kv_cache_after_weight_updates=false"]}.items():
+        trainer = RecordingTrainer(load_config(overrides(tmp_path, arith_model_dir, arithmetic_files, name,
+                                                         PARKING + extra)), burst=2)
+        trainer.fit()
+        records = read_metrics(str(tmp_path / name))
+        uids = [uid for step in sorted(trainer.trained) for uid in trainer.trained[step]]
+        assert len(uids) == len(set(uids)) == 3 * 8 and max(r["fully_async/partial/total_partial_num"] for r in records)
+        prefilled[name] = sum(r["rollout/prefill_tokens"] for r in records)
+        rollout = local_worker(trainer).rollout
+        assert rollout.asleep is (name == "rebuilt") and (rollout.backend.runner.kv_cache is None) is rollout.asleep
+    assert prefilled["kept"] < 0.75 * prefilled["rebuilt"]
+
+
 def test_resume_mid_async_loses_and_repeats_no_prompt(tmp_path, arith_model_dir, arithmetic_files):
     """A checkpoint after step 2 with groups finished and in flight: the resumed run trains steps 3-4 from the
     restored buffer (finished groups as they were, running ones re-issued), so across both runs no group trains
