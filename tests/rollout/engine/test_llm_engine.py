@@ -140,7 +140,7 @@ def test_cpu_uses_the_torch_attention_backend(model):
     from hybridrl.rollout.engine.attention import select_backend
 
     assert select_backend(torch.device("cpu"), 16).name == "torch"
-    engine = make_engine(model)
+    engine = make_engine(model, device="cpu")  # also on a machine with a GPU
     assert {layer.backend.name for layer in engine.runner.layers} == {"torch"}
     assert not engine.runner.graph_runner.use_graphs
 
