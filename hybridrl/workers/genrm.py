@@ -173,3 +173,4 @@ class _EngineSettings:
         self.__dict__.update(vars(settings))
         self.max_model_len = max_model_len
         self.seed = settings.seed if settings.seed is not None else 0
+        self.recompute_kv_cache_after_weight_updates = True  # a GenRM's weights never change: nothing is parked

@@ -307,3 +307,17 @@ def test_the_model_key_decides_the_engines_residual_stream(model, fp32_residual)
     engine = build_rollout_backend("hybrid", model, pad_token_id=0, eos_token_ids=[], device_type="cpu",
                                    rollout_cfg=cfg.actor_rollout_ref.rollout, fp32_residual=fp32_residual)
     assert engine.model.residual_dtype == (torch.float32 if fp32_residual else None)
+
+
+@pytest.mark.parametrize("recompute", [True, False])
+def test_the_engine_takes_whether_weight_updates_drop_its_kv_from_the_config(model, recompute):
+    from hybridrl.config import load_config
+    from hybridrl.rollout import build_rollout_backend
+
+    cfg = load_config([f"actor_rollout_ref.rollout.recompute_kv_cache_after_weight_updates={str(recompute).lower()}",
+                       "actor_rollout_ref.rollout.max_model_len=64"])
+    engine = build_rollout_backend("hybrid", model, pad_token_id=0, eos_token_ids=[], device_type="cpu",
+                                   rollout_cfg=cfg.actor_rollout_ref.rollout, device="cpu")
+    manager = engine.block_manager
+    engine.update_weights(model.named_parameters())
+    assert engine.recompute_kv_after_weight_updates is recompute and (engine.block_manager is manager) is not recompute
