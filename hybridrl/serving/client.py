@@ -244,7 +244,8 @@ class PoolingClient:
         try:
             return self._exchange(conn, method, path, body, expired)
         except (OSError, http.client.HTTPException) as err:
-            if expired.is_set() and not requests.cancelled.is_set():
+            # A socket timeout is timeout_s without progress, so past the deadline too (it may beat the timer).
+            if (expired.is_set() or isinstance(err, TimeoutError)) and not requests.cancelled.is_set():
                 raise RequestDeadlineError(
                     f"no complete answer within {self.config_key or 'PoolingClient'}.timeout_s={self.timeout_s:g} s "
                     "(the whole request: connect, send, wait and read)") from err

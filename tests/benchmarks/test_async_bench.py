@@ -1,9 +1,10 @@
-"""benchmarks/async_bench.py at --quick size on CPU: both trainers run on the long-tail workload, one JSON out."""
+"""benchmarks/async_bench.py at --quick size on CPU: the trainers run on the long-tail workload, one JSON out."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from tests.benchmarks.quick_run import quick_report
@@ -16,12 +17,13 @@ def test_quick_run_compares_colocate_async_with_sync(tmp_path, capsys):
     torch.set_num_threads(1)  # toy matmuls: thread sync costs more than it buys on shared CPUs
     try:
         report = quick_report(async_bench.main, tmp_path / "async.json", capsys, "--steps", "1",
-                              "--max-response-length", "12", "--workdir", str(tmp_path))
+                              "--max-response-length", "12", "--workdir", str(tmp_path),
+                              "--modes", "sync,colocate_async,colocate_async_kept_kv")
     finally:
         torch.set_num_threads(threads)
     assert "random stop ids" in report["workload"]["emulation"]
-    sync, colocated = report["runs"]["sync"], report["runs"]["colocate_async"]
-    for run in (sync, colocated):
+    sync, colocated, kept = (report["runs"][m] for m in ("sync", "colocate_async", "colocate_async_kept_kv"))
+    for run in (sync, colocated, kept):
         assert run["steady_steps"] == [2] and len(run["step_s_all"]) == 2 and run["tokens_per_s"] > 0
         assert run["phases_s"]["gen"] > 0 and run["phases_s"]["update_actor"] > 0
         assert 1 <= run["response_length/max"] <= 12  # stopped by the emulated EOS or the cap
@@ -32,10 +34,14 @@ def test_quick_run_compares_colocate_async_with_sync(tmp_path, capsys):
     json.dumps(report)  # plain JSON throughout
     async_bench.main(["--table", str(tmp_path / "async.json")])
     rows = capsys.readouterr().out.strip().splitlines()[2:]
-    assert [row.split(" | ")[1] for row in rows] == ["sync", "colocate_async"]
+    assert [row.split(" | ")[1] for row in rows] == ["sync", "colocate_async", "colocate_async_kept_kv"]
     assert rows[1].endswith(f"| {ratio:.2f} ({report['comparison']['async_over_sync_tokens_per_s_median']:.2f}) |")
+    kept_ratio = report["comparison"]["kept_kv_over_sync_tokens_per_s"]
+    assert kept_ratio == kept["tokens_per_s"] / sync["tokens_per_s"] and rows[2].endswith(
+        f"| {kept_ratio:.2f} ({report['comparison']['kept_kv_over_sync_tokens_per_s_median']:.2f}) |")
 
 
+@pytest.mark.slow  # two two-rank trainers (25 s); separate_async itself is in the default suite (test_async_trainer.py)
 def test_quick_split_pair_trains_on_one_rank_and_generates_on_the_other(tmp_path, capsys):
     """--modes sync_split,separate_async: the actor on CPU rank 0, the rollout on rank 1, for both trainers; the
     separate_async run reports its staleness and idle ratios, and the comparison divides the two."""
