@@ -133,3 +133,22 @@ def test_a_server_that_accepts_and_never_answers_is_cut_at_the_deadline():
         with pytest.raises(RemoteScoringError, match=rf"after 2 attempt.*within {KEY}.timeout_s=0.5 s"):
             PoolingClient(url, timeout_s=0.5, max_retries=1, backoff_s=0.01, config_key=KEY).pool([[1]])
         assert server.client_gone.wait(timeout=10)
+
+
+def test_a_socket_timeout_that_beats_the_deadline_timer_is_reported_as_the_deadline(monkeypatch):
+    """On a loaded machine the socket's own timeout (timeout_s without progress) can fire before the deadline
+    timer's thread runs: the error names the deadline all the same."""
+    class LateTimer(threading.Timer):
+        def start(self) -> None:  # never fires: only the socket timeout ends the request
+            pass
+
+    def stall(sock: socket.socket, number: int) -> None:
+        read_request(sock)
+        while sock.recv(1):
+            pass
+        raise ConnectionResetError("the client hung up")
+
+    monkeypatch.setattr(threading, "Timer", LateTimer)
+    with running(RawServer(stall)) as url:
+        with pytest.raises(RemoteScoringError, match=rf"after 1 attempt.*within {KEY}.timeout_s=0.3 s"):
+            PoolingClient(url, timeout_s=0.3, max_retries=0, config_key=KEY).pool([[1]])
