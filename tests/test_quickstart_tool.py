@@ -1,5 +1,6 @@
-"""The tool quickstart (`hybridrl quickstart --task tool`): its reward reads the final answer, its task rows, a
-short run end to end in which the model calls the calculator, and (slow) the full run, which learns."""
+"""The tool quickstart (`hybridrl quickstart --task tool`): its reward reads the final answer, its task rows, the
+RL stage's command, and (slow) a short run end to end in which the model calls the calculator and the full run,
+which learns."""
 
 from __future__ import annotations
 
@@ -38,6 +39,20 @@ def test_rows_are_distinct_five_digit_products():
     assert all(10000 <= int(row["reward_model"]["ground_truth"]) < 100000 for row in rows)
 
 
+def test_the_rl_stage_is_a_valid_verl_command_with_the_calculator(tmp_path):
+    """What the RL stage runs (and prints): verl's multi-turn keys with the calculator tool, valid as a config."""
+    from hybridrl.config.validate import validate_config
+    from hybridrl.quickstart_tool import rl_overrides
+
+    cfg = load_config(rl_overrides(str(tmp_path / "model"), "train.parquet", "test.parquet", str(tmp_path), steps=30,
+                                   seed=0, test_freq=10))
+    validate_config(cfg)
+    assert cfg.actor_rollout_ref.rollout.multi_turn.enable is True
+    assert cfg.actor_rollout_ref.rollout.multi_turn.function_tool_path == "hybridrl.rollout.tools.builtin.calculator"
+    assert cfg.custom_reward_function.name == "compute_score" and cfg.trainer.total_training_steps == 30
+
+
+@pytest.mark.slow  # 30-40 s, most of it the warm start (tested alone in test_quickstart_tool_sft.py)
 def test_a_short_run_goes_end_to_end_and_calls_the_calculator(tmp_path):
     result = run(str(tmp_path), steps=2, test_freq=2, num_train=200, num_test=16, warm_start_max_steps=60,
                  batch_size=4, n=4, plot=False)
