@@ -39,9 +39,14 @@ def pytest_configure(config):
     config.add_cleanup(lambda: shutil.rmtree(session, ignore_errors=True))
 
 
+@pytest.hookimpl(trylast=True)  # after -k / -m deselection: `items` is what runs
 def pytest_collection_modifyitems(config, items):
     import torch
 
+    from tests.triton_interpreter import KERNEL_TEST_FILES, start_interpreted_files
+
+    if any(item.nodeid.endswith("test_triton_on_cpu.py::test_triton_kernels_under_the_interpreter") for item in items):
+        start_interpreted_files(KERNEL_TEST_FILES)  # runs beside the tests collected before it
     if torch.cuda.is_available():
         return
     skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
