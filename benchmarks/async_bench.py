@@ -39,6 +39,9 @@ MODES = ("sync", "colocate_async", "colocate_async_kept_kv", "sync_split", "sepa
 DEFAULT_MODES = ("sync", "colocate_async")  # one device; the split pair needs two (device 0 trains, 1 generates)
 SPLIT_MODES = {"sync_split": "sync", "separate_async": "separate_async"}
 TRAINER_MODES = {**SPLIT_MODES, "colocate_async_kept_kv": "colocate_async"}
+# each asynchronous mode: its name in `comparison` and the synchronous mode it is measured against
+BASELINES = {"colocate_async": ("async", "sync"), "colocate_async_kept_kv": ("kept_kv", "sync"),
+             "separate_async": ("separate", "sync_split")}
 PHASES = ("gen", "reward", "old_log_prob", "ref", "adv", "update_actor", "update_weights")
 OFF_POLICY = ("training/off_policy/trajectory_staleness/mean", "training/off_policy/trajectory_staleness_worst/max",
               "training/off_policy/trajectory_spans/mean", "fully_async/partial/partial_ratio",
@@ -114,9 +117,8 @@ def overrides(args, paths: dict[str, Path], mode: str) -> list[str]:
     placement = (["trainer.n_gpus_per_node=2", f"{arr}.actor.device_ids=[0]", f"{arr}.rollout.device_ids=[1]",
                   "trainer.v1.separate_async.parameter_sync_step=1"]  # mini batch = train batch: one sync a step
                  if mode in SPLIT_MODES else ["trainer.n_gpus_per_node=1"])
-    if mode == "colocate_async_kept_kv":
-        placement.append(f"{arr}.rollout.recompute_kv_cache_after_weight_updates=false")
-    return base + placement + [
+    kept_kv = [f"{arr}.rollout.recompute_kv_cache_after_weight_updates=false"] if mode == "colocate_async_kept_kv" else []
+    return base + placement + kept_kv + [
         f"{arr}.rollout.max_num_seqs={in_flight}", f"{arr}.rollout.ignore_eos=false", f"trainer.total_training_steps={args.warmup_steps + args.steps}",
         f"trainer.default_local_dir={paths['work'] / mode}", f"{arr}.actor.use_dynamic_bsz=true",
         f"{arr}.actor.ppo_max_token_len_per_gpu={budget}", f"{arr}.rollout.log_prob_max_token_len_per_gpu={budget}",
@@ -156,16 +158,11 @@ def run(args, paths: dict[str, Path], mode: str) -> dict[str, Any]:
 def comparison(runs: dict[str, Any]) -> dict[str, float]:
     """Each asynchronous mode over the synchronous trainer on the same devices (goal: 1.3x)."""
     out: dict[str, float] = {"goal": 1.3}
-    pairs = {"async": ("colocate_async", "sync"), "kept_kv": ("colocate_async_kept_kv", "sync"),
-             "separate": ("separate_async", "sync_split")}
-    for name, (fast, base) in pairs.items():
+    for fast, (name, base) in BASELINES.items():
         if fast in runs and base in runs:
             out[f"{name}_over_sync_tokens_per_s"] = runs[fast]["tokens_per_s"] / runs[base]["tokens_per_s"]
             out[f"{name}_over_sync_tokens_per_s_median"] = runs[fast]["tokens_per_s_median"] / runs[base]["tokens_per_s_median"]
     return out
-
-
-RATIO_OF_MODE = {"colocate_async": "async", "colocate_async_kept_kv": "kept_kv", "separate_async": "separate"}
 
 
 def markdown_table(reports: list[dict[str, Any]]) -> str:
@@ -185,7 +182,7 @@ def markdown_table(reports: list[dict[str, Any]]) -> str:
                 f"{run['rollout/prefill_time_s']:.2f} | {run['rollout/decode_time_s']:.2f} "
                 f"({run['rollout/decode_steps']:.0f}) | {_cell(run.get('training/off_policy/trajectory_staleness/mean'))}"
                 f" | {_cell(run.get('training/rollout_log_probs_diff_mean'), '.4f')} | "
-                f"{_ratio_cell(report['comparison'], RATIO_OF_MODE.get(mode))} |")
+                f"{_ratio_cell(report['comparison'], mode)} |")
     return "\n".join(lines)
 
 
@@ -193,7 +190,8 @@ def _cell(value: float | None, spec: str = ".2f") -> str:
     return "-" if value is None else format(value, spec)
 
 
-def _ratio_cell(comparison: dict[str, float], name: str | None) -> str:
+def _ratio_cell(comparison: dict[str, float], mode: str) -> str:
+    name = BASELINES[mode][0] if mode in BASELINES else None
     ratio = comparison.get(f"{name}_over_sync_tokens_per_s")
     if ratio is None:
         return "-"

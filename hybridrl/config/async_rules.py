@@ -19,9 +19,9 @@ def is_async(cfg: HybridRLConfig) -> bool:
 
 def async_problems(cfg: HybridRLConfig) -> list[str]:
     """Messages naming each key to change; none for the sync mode."""
-    problems = _correction_problems(cfg)
+    problems = _correction_problems(cfg) + _kept_kv_problems(cfg)
     if not is_async(cfg):
-        return problems + _kept_kv_problems(cfg)
+        return problems
     mode = cfg.trainer.v1.trainer_mode
     problems += _engine_problems(cfg, mode) + _algorithm_problems(cfg, mode)
     problems += _separate_problems(cfg) if mode == "separate_async" else _colocate_problems(cfg)
@@ -40,21 +40,25 @@ def _correction_problems(cfg: HybridRLConfig) -> list[str]:
 
 def _kept_kv_problems(cfg: HybridRLConfig) -> list[str]:
     """`recompute_kv_cache_after_weight_updates=false` keeps parked requests' KV across a weight update: only the
-    asynchronous modes park requests (the sync trainer's generations finish before every update)."""
-    if cfg.actor_rollout_ref.rollout.recompute_kv_cache_after_weight_updates:
+    asynchronous modes park requests (the sync trainer's generations finish before every update), and the kept
+    KV is found through the prefix cache."""
+    rollout = cfg.actor_rollout_ref.rollout
+    if rollout.recompute_kv_cache_after_weight_updates:
         return []
-    return [f"actor_rollout_ref.rollout.recompute_kv_cache_after_weight_updates=false keeps the KV cache of requests "
-            f"parked across a weight update, which only {_MODE}=colocate_async or separate_async parks (now "
-            f"{cfg.trainer.v1.trainer_mode}); drop the key, or set one of those modes"]
+    if not is_async(cfg):
+        return [f"actor_rollout_ref.rollout.recompute_kv_cache_after_weight_updates=false keeps the KV cache of "
+                f"requests parked across a weight update, which only {_MODE}=colocate_async or separate_async parks "
+                f"(now {cfg.trainer.v1.trainer_mode}); drop the key, or set one of those modes"]
+    if not rollout.enable_prefix_caching:
+        return ["actor_rollout_ref.rollout.recompute_kv_cache_after_weight_updates=false finds a resumed request's "
+                "kept KV through the prefix cache, which actor_rollout_ref.rollout.enable_prefix_caching=false turns "
+                "off; set enable_prefix_caching=true, or drop the first key"]
+    return []
 
 
 def _engine_problems(cfg: HybridRLConfig, mode: str) -> list[str]:
     rollout = cfg.actor_rollout_ref.rollout
     problems = []
-    if not rollout.recompute_kv_cache_after_weight_updates and not rollout.enable_prefix_caching:
-        problems.append("actor_rollout_ref.rollout.recompute_kv_cache_after_weight_updates=false finds a resumed "
-                        "request's kept KV through the prefix cache, which actor_rollout_ref.rollout."
-                        "enable_prefix_caching=false turns off; set enable_prefix_caching=true, or drop the first key")
     if rollout.name not in ("auto", "hybrid"):
         problems.append(f"{_MODE}={mode} generates with hybridrl's request-level engine (continuous batching, and an "
                         f"aborted request resumes exactly where it stopped); actor_rollout_ref.rollout.name="

@@ -82,8 +82,9 @@ def freeze_startup_objects() -> None:
 def startup_objects_frozen() -> Iterator[None]:
     """Every object alive now kept out of collections for a block, with rarer full collections, and given back to
     the collector (at its thresholds before) after it (the trainer in a process that outlives the run, e.g. a
-    notebook or a test session: what the run leaves behind must be collectable again). No collection first: a process that holds more than the run (a test
-    session's ~1M objects) would pay a full one per run, and garbage frozen here is collected after."""
+    notebook or a test session: what the run leaves behind must be collectable again). No collection first: a
+    process that holds more than the run (a test session's ~1M objects) would pay a full one per run, and garbage
+    frozen here is collected after."""
     gc.freeze()
     thresholds = _rarer_full_collections()
     try:
