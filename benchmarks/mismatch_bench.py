@@ -32,8 +32,9 @@ QWEN25_7B = dict(QWEN25_05B, vocab_size=152064, hidden_size=3584, num_hidden_lay
                  num_key_value_heads=4, intermediate_size=18944, tie_word_embeddings=False)
 SHAPES = {"0.5b": QWEN25_05B, "7b": QWEN25_7B, "quick": QUICK}
 # Numerics of both sides: "before" = a 16-bit residual stream (a plain HF bf16 forward, the engine at main's
-# commit f4248b1); "after" = the fp32 residual stream the engine and the trainer now share.
-NUMERICS = ("before", "after")
+# commit f4248b1); "after" = the fp32 residual stream the engine and the trainer now share (the default);
+# "invariant" = that stream and the batch-invariant kernels (actor_rollout_ref.model.batch_invariant=true).
+NUMERICS = ("before", "after", "invariant")
 BLOCK_SIZE = 16
 
 
@@ -78,14 +79,14 @@ def qwen2_shape(name: str):
     return Qwen2Config(**SHAPES[name])
 
 
-def build_engine(model, args, fp32_residual: bool, prompt_len: int):
+def build_engine(model, args, numerics: str, prompt_len: int):
     from hybridrl.rollout.engine.llm_engine import LLMEngine
 
     rows = args.num_prompts * args.n
     max_len = prompt_len + args.response_length
     return LLMEngine(model, dtype=torch.bfloat16, device=args.device, block_size=BLOCK_SIZE, max_num_seqs=rows,
                      max_model_len=max_len, num_kv_blocks=rows * -(-max_len // BLOCK_SIZE) + 1,
-                     fp32_residual=fp32_residual)
+                     fp32_residual=numerics != "before", batch_invariant=numerics == "invariant")
 
 
 def generate(model, prompts: list[list[int]], args, numerics: str) -> dict[str, Any]:
@@ -93,7 +94,7 @@ def generate(model, prompts: list[list[int]], args, numerics: str) -> dict[str, 
     with one seed (the same tokens each time); the fastest call's decode step time counts."""
     from hybridrl.rollout.base import SamplingParams
 
-    engine = build_engine(model, args, numerics == "after", max(map(len, prompts)))
+    engine = build_engine(model, args, numerics, max(map(len, prompts)))
     params = SamplingParams(temperature=args.temperature, n=args.n, max_new_tokens=args.response_length,
                             ignore_eos=True, seed=args.seed)
     engine.generate(prompts, SamplingParams(n=args.n, max_new_tokens=min(4, args.response_length), ignore_eos=True))
@@ -168,8 +169,6 @@ def compare(rollout: list[list[float]], trainer: torch.Tensor) -> dict[str, Any]
 def run_shape(name: str, args) -> dict[str, Any]:
     """Both engines' rollouts scored by the trainer with both numerics: the diagonal is before/after, the
     cross terms show what one side's numerics does alone."""
-    from hybridrl.models.numerics import keep_residual_stream_fp32
-
     config = qwen2_shape(name)
     model = build_random_model(config, torch.bfloat16, args.device, seed=args.seed)
     prompts = gsm8k_prompts(config.vocab_size, args.num_prompts, args.gsm8k)
@@ -180,17 +179,17 @@ def run_shape(name: str, args) -> dict[str, Any]:
                               "trainer_forward_s": {}, "engine_vs_trainer": {}}
     scored = {}
     for trainer_numerics in NUMERICS:
-        hooks = keep_residual_stream_fp32(model) if trainer_numerics == "after" else None
+        trainer = trainer_model(model, trainer_numerics)
         for engine_numerics, rollout in rollouts.items():
             batch = trainer_batch(prompts, rollout["token_ids"], args.n, config.pad_token_id)
-            log_probs, seconds = trainer_log_probs(model, batch, args)
+            log_probs, seconds = trainer_log_probs(trainer, batch, args)
             key = f"engine_{engine_numerics}__trainer_{trainer_numerics}"
             result["engine_vs_trainer"][key] = compare(rollout["log_probs"], log_probs)
             scored[key] = log_probs
             if engine_numerics == trainer_numerics:
                 result["trainer_forward_s"][trainer_numerics] = seconds
-        if hooks is not None:
-            hooks.remove()
+        del trainer
+        release(args.device)
     if not args.skip_reference:
         batch = trainer_batch(prompts, rollouts["after"]["token_ids"], args.n, config.pad_token_id)
         truth, seconds = reference_log_probs(model, batch, args)
@@ -204,6 +203,19 @@ def run_shape(name: str, args) -> dict[str, Any]:
     del model
     release(args.device)
     return result | summary(result)
+
+
+def trainer_model(model, numerics: str):
+    """The trainer's model with `numerics`: a copy of `model` (its weights shared by nothing it changes)."""
+    from hybridrl.models.invariant.hf import use_batch_invariant_numerics
+    from hybridrl.models.numerics import keep_residual_stream_fp32
+
+    trainer = copy.deepcopy(model)
+    if numerics != "before":
+        keep_residual_stream_fp32(trainer)
+    if numerics == "invariant":
+        use_batch_invariant_numerics(trainer)
+    return trainer
 
 
 def reference_log_probs(model, batch, args) -> tuple[torch.Tensor, float]:
@@ -278,9 +290,9 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
     pair = result["engine_vs_trainer"]
     diff = {k: pair[f"engine_{k}__trainer_{k}"]["training/rollout_log_probs_diff_mean"] for k in NUMERICS}
     step = result["decode_step_s"]
-    return {"log_probs_diff_mean": diff, "after_over_before": {
-        "log_probs_diff_mean": diff["after"] / diff["before"] if diff["before"] else None,
-        "decode_step_s": step["after"] / step["before"] if step["before"] else None}}
+    return {"log_probs_diff_mean": diff, **{f"{k}_over_before": {
+        "log_probs_diff_mean": diff[k] / diff["before"] if diff["before"] else None,
+        "decode_step_s": step[k] / step["before"] if step["before"] else None} for k in NUMERICS[1:]}}
 
 
 def markdown_table(reports: list[dict[str, Any]]) -> str:

@@ -47,17 +47,31 @@ class TokenStats:
 
 
 def _chunk_token_stats(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, labels: torch.Tensor,
-                       temperature: float, compute_entropy: bool, compute_sum_pi_squared: bool
-                       ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """One chunk: logits = (h @ Wᵀ + b) in W's dtype, then fp32 / temperature.  `(C, H)` → three `(C,)`."""
-    logits = F.linear(hidden.to(weight.dtype), weight, bias).float() / temperature  # (C, V)
+                       temperature: float, compute_entropy: bool, compute_sum_pi_squared: bool,
+                       batch_invariant: bool = False) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """One chunk: logits = (h @ Wᵀ + b) in W's dtype, then fp32 / temperature.  `(C, H)` → three `(C,)`.
+
+    `batch_invariant`: the logits and log-probs by the kernels the rollout engine shares (models/invariant)."""
+    if batch_invariant:
+        from hybridrl.models.invariant.hf import in_compute_dtype
+        from hybridrl.models.invariant.log_probs import label_log_probs
+        from hybridrl.models.invariant.matmul import linear
+
+        head_weight, head_input, head_bias = in_compute_dtype(weight, hidden, bias)
+        head_logits = linear(head_input, head_weight, head_bias)
+        log_probs = label_log_probs(head_logits, labels, temperature)
+    else:
+        head_logits = F.linear(hidden.to(weight.dtype), weight, bias)
+    logits = head_logits.float() / temperature  # (C, V)
     log_normalizer = torch.logsumexp(logits, dim=-1)
-    label_logits = torch.gather(logits, dim=-1, index=labels.unsqueeze(-1)).squeeze(-1)
+    if not batch_invariant:
+        label_logits = torch.gather(logits, dim=-1, index=labels.unsqueeze(-1)).squeeze(-1)
+        log_probs = label_logits - log_normalizer
     entropy = log_normalizer - torch.sum(F.softmax(logits, dim=-1) * logits, dim=-1) if compute_entropy else None
     sum_pi_squared = None
     if compute_sum_pi_squared:  # the same chunk's logits; 2·lse(l) is 2·log_normalizer
         sum_pi_squared = torch.exp(torch.logsumexp(2.0 * logits, dim=-1) - 2.0 * log_normalizer).detach()
-    return label_logits - log_normalizer, entropy, sum_pi_squared
+    return log_probs, entropy, sum_pi_squared
 
 
 @functools.cache
@@ -83,7 +97,7 @@ def logprobs_and_entropy_from_hidden(hidden: torch.Tensor, lm_head_weight: torch
 def token_stats_from_hidden(hidden: torch.Tensor, lm_head_weight: torch.Tensor, labels: torch.Tensor,
                             temperature: float, chunk_size: int = 1024, compute_entropy: bool = True,
                             compute_sum_pi_squared: bool = False, lm_head_bias: torch.Tensor | None = None,
-                            fused: bool | None = None) -> TokenStats:
+                            fused: bool | None = None, batch_invariant: bool = False) -> TokenStats:
     """Log-probs, entropies and Σπ² (`TokenStats`, each `(N,)`) from hidden `(N, H)`, lm_head `(V, H)` and
     labels `(N,)`.
 
@@ -91,12 +105,14 @@ def token_stats_from_hidden(hidden: torch.Tensor, lm_head_weight: torch.Tensor, 
     time; entropy and Σπ² come from the same chunk's logits (divided by `temperature`). `fused` (default: on
     CUDA when Triton imports): Triton row kernels over logits kept in the GEMM's dtype (fused_logprob.py);
     else torch ops on fp32 logits, each chunk recomputed in backward (non-reentrant checkpoint).
+    `batch_invariant`: the torch path with the LM head and the log-probs by the rollout engine's batch-invariant
+    kernels (`actor_rollout_ref.model.batch_invariant`).
     """
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1 (got {chunk_size})")
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 to scale logits (got {temperature}); greedy uses 1.0 here")
-    if fused if fused is not None else _fused_available(hidden):
+    if not batch_invariant and (fused if fused is not None else _fused_available(hidden)):
         from hybridrl.algorithms.fused_logprob import fused_token_stats
 
         return TokenStats(*fused_token_stats(hidden, lm_head_weight, labels, temperature, chunk_size,
@@ -106,7 +122,7 @@ def token_stats_from_hidden(hidden: torch.Tensor, lm_head_weight: torch.Tensor, 
     chunks = []
     for start in range(0, hidden.shape[0], chunk_size):
         args = (hidden[start:start + chunk_size], lm_head_weight, lm_head_bias, labels[start:start + chunk_size],
-                temperature, compute_entropy, compute_sum_pi_squared)
+                temperature, compute_entropy, compute_sum_pi_squared, batch_invariant)
         chunks.append(checkpoint(_chunk_token_stats, *args, use_reentrant=False) if use_checkpoint
                       else _chunk_token_stats(*args))
     if not chunks:  # N == 0

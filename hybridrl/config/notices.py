@@ -46,7 +46,18 @@ def config_notices(cfg: HybridRLConfig) -> list[str]:
                        "BaseInteraction API (docs/agentic.md)")
     return (notices + _profiler_notices(cfg) + _sampling_notices(cfg) + _validation_notices(cfg)
             + export_only_notices(cfg) + distillation_notices(cfg) + sequence_parallel_notices(cfg)
-            + _kept_kv_notices(cfg))
+            + _kept_kv_notices(cfg) + _batch_invariant_notices(cfg))
+
+
+def _batch_invariant_notices(cfg: HybridRLConfig) -> list[str]:
+    arr = cfg.actor_rollout_ref
+    compiled = [key for key, on in (("actor_rollout_ref.actor.use_torch_compile", arr.actor.use_torch_compile),
+                                    ("actor_rollout_ref.ref.use_torch_compile", arr.ref.use_torch_compile)) if on]
+    if not arr.model.batch_invariant or not compiled:
+        return []
+    return [f"actor_rollout_ref.model.batch_invariant=true: {' and '.join(compiled)} not applied (the actor and "
+            "reference forwards run eagerly): Inductor fuses the elementwise operations and rounds them differently "
+            "from the rollout engine"]
 
 
 def _kept_kv_notices(cfg: HybridRLConfig) -> list[str]:

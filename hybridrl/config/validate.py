@@ -13,6 +13,7 @@ from hybridrl.config.correction_rules import threshold_text_problems
 from hybridrl.config.data_rules import user_class_problems
 from hybridrl.config.distillation_rules import distillation_problems
 from hybridrl.config.dynamic_sampling_rules import filter_groups_problems
+from hybridrl.config.numerics_rules import batch_invariant_problems
 from hybridrl.config.errors import ConfigError
 from hybridrl.config.estimator_needs import estimator_needs
 from hybridrl.config.index import config_tree, get_in, schema_index
@@ -59,6 +60,7 @@ def validate_config(cfg: HybridRLConfig, world_size: int = 1) -> None:
         + filter_groups_problems(cfg)
         + threshold_text_problems(cfg.algorithm.rollout_correction)
         + distillation_problems(cfg)
+        + batch_invariant_problems(cfg)
         + sequence_parallel_problems(cfg, world_size)
     )
     # -- value ranges and checkpoint contents (config/ranges.py, config/checkpoint_rules.py)

@@ -113,12 +113,13 @@ def load_causal_lm(path: str, *, dtype: torch.dtype = torch.float32, override_co
                    trust_remote_code: bool = False, attn_implementation: str = "sdpa",
                    key: str = "actor_rollout_ref.model.path", hf_config_path: str | None = None,
                    tokenizer_path: str | None = None, use_shm: bool = False,
-                   fp32_residual: bool = True) -> PreTrainedModel:
+                   fp32_residual: bool = True, batch_invariant: bool = False) -> PreTrainedModel:
     """An HF causal LM from an HF directory, or from a Megatron-LM checkpoint directory (detected); with
     `use_shm` (the role's `model.use_shm`) from its copy in /dev/shm (`models/shm.py`).
 
     `fp32_residual`: forwards that compute in bf16/fp16 keep the residual stream in fp32, the numerics the
-    rollout engine shares (numerics.py); False leaves HF's plain forward.
+    rollout engine shares (numerics.py); False leaves HF's plain forward. `batch_invariant`: also the engine's
+    batch-invariant kernels (`actor_rollout_ref.model.batch_invariant`, models/invariant).
     """
     path = _source(path, use_shm, key)
     _quiet_transformers()
@@ -138,6 +139,10 @@ def load_causal_lm(path: str, *, dtype: torch.dtype = torch.float32, override_co
             raise _load_error("causal LM", path, key, err) from err
     if fp32_residual:
         keep_residual_stream_fp32(model)
+    if batch_invariant:
+        from hybridrl.models.invariant.hf import use_batch_invariant_numerics
+
+        use_batch_invariant_numerics(model)
     use_shape_agnostic_sdpa(model)
     return model
 

@@ -24,9 +24,11 @@ def resolve_backend_name(name: str, device_type: str) -> str:
 
 
 def build_rollout_backend(name: str, model, *, pad_token_id: int, eos_token_ids, rollout_cfg,
-                          device_type: str, tp=None, fp32_residual: bool = True, device=None) -> RolloutBackend:
+                          device_type: str, tp=None, fp32_residual: bool = True, device=None,
+                          batch_invariant: bool = False) -> RolloutBackend:
     """`tp`: this rank's `TensorParallel` in a tensor-parallel engine replica (None: one device). `fp32_residual`:
-    the engine's residual stream in fp32 (`actor_rollout_ref.model.fp32_residual_stream`). `device`: the hybrid
+    the engine's residual stream in fp32 (`actor_rollout_ref.model.fp32_residual_stream`); `batch_invariant`: its
+    batch-invariant kernels (`actor_rollout_ref.model.batch_invariant`). `device`: the hybrid
     engine's (None: the current CUDA device); the hf backend generates where `model` is."""
     name = resolve_backend_name(name, device_type)
     if name == "hf" and tp is not None and tp.size > 1:
@@ -47,7 +49,8 @@ def build_rollout_backend(name: str, model, *, pad_token_id: int, eos_token_ids,
         enforce_eager=rollout_cfg.enforce_eager, cudagraph_capture_sizes=rollout_cfg.cudagraph_capture_sizes,
         enable_prefix_caching=rollout_cfg.enable_prefix_caching, keep_decode_graphs=rollout_cfg.keep_decode_graphs,
         seed=rollout_cfg.seed if rollout_cfg.seed is not None else 0, tp=tp or SINGLE, fp32_residual=fp32_residual,
-        device=device, recompute_kv_after_weight_updates=rollout_cfg.recompute_kv_cache_after_weight_updates)
+        device=device, recompute_kv_after_weight_updates=rollout_cfg.recompute_kv_cache_after_weight_updates,
+        batch_invariant=batch_invariant)
 
 
 def _engine_dtype(name: str):

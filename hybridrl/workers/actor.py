@@ -46,7 +46,8 @@ class ActorWorker(TrainState):
                                    trust_remote_code=model_cfg.trust_remote_code,
                                    hf_config_path=model_cfg.hf_config_path,
                                    tokenizer_path=model_cfg.tokenizer_path, use_shm=model_cfg.use_shm,
-                                   fp32_residual=model_cfg.fp32_residual_stream).to(on)
+                                   fp32_residual=model_cfg.fp32_residual_stream,
+                                   batch_invariant=model_cfg.batch_invariant).to(on)
             return _apply_lora(model, model_cfg) if self.lora else model  # LoRA's init draws on its device's RNG
 
         super().__init__(build_trainable(RoleSpec.actor(cfg), device, load, total_training_steps))

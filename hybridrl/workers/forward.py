@@ -16,6 +16,7 @@ import torch
 
 from hybridrl.algorithms import token_stats_from_hidden
 from hybridrl.models.hf import decoder_of, unwrap_peft
+from hybridrl.models.invariant import uses_batch_invariant_numerics
 from hybridrl.utils.batch import Batch
 from hybridrl.workers.micro_batches import MicroBatches
 from hybridrl.workers.padding import (Alignment, Trim, align_sequences, find_alignment, find_trim, pad_responses,
@@ -107,12 +108,14 @@ def _response_log_probs(model: torch.nn.Module, input_ids: torch.Tensor, attenti
     """(log-probs, entropy or None, Σπ² or None), each (B, R): a tuple, whose tensors FSDP's hooks can see."""
     num_rows, response_len = responses.shape
     head = unwrap_peft(model).get_output_embeddings()
+    batch_invariant = uses_batch_invariant_numerics(model)
 
     def stats_of(hidden: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         stats = token_stats_from_hidden(
             hidden, head.weight, labels, temperature=temperature,
             chunk_size=log_prob_chunk_rows(hidden, head.weight.shape[0]), compute_entropy=compute_entropy,
-            compute_sum_pi_squared=compute_sum_pi_squared, lm_head_bias=getattr(head, "bias", None))
+            compute_sum_pi_squared=compute_sum_pi_squared, lm_head_bias=getattr(head, "bias", None),
+            batch_invariant=batch_invariant)
         return stats.log_probs, stats.entropy, stats.sum_pi_squared
 
     sp = ulysses_of(model)

@@ -22,7 +22,8 @@ class ReferenceWorker:
             return load_causal_lm(path, dtype=master, override_config=model_cfg.override_config,
                                   trust_remote_code=model_cfg.trust_remote_code,
                                   key="actor_rollout_ref.model.path", use_shm=model_cfg.use_shm,
-                                  fp32_residual=model_cfg.fp32_residual_stream).to(on)
+                                  fp32_residual=model_cfg.fp32_residual_stream,
+                                  batch_invariant=model_cfg.batch_invariant).to(on)
 
         # ref.fsdp_config.param_offload: parameters live on the CPU between this role's forwards.
         frozen = build_frozen(RoleSpec.reference(cfg), device, load)

@@ -96,7 +96,8 @@ class RolloutWorker:
         self.backend = build_rollout_backend(plan.rollout_backend, model, pad_token_id=self.pad_token_id,
                                              eos_token_ids=self.eos_token_ids, rollout_cfg=self.cfg,
                                              device_type=plan.device, tp=tp,
-                                             fp32_residual=cfg.actor_rollout_ref.model.fp32_residual_stream)
+                                             fp32_residual=cfg.actor_rollout_ref.model.fp32_residual_stream,
+                                             batch_invariant=cfg.actor_rollout_ref.model.batch_invariant)
         hf = plan.rollout_backend == "hf"  # generates with a module it is given: no engine, no KV cache to free
         self.replica = model if replica and hf else None
         # The hf backend generating with the actor's own module needs its parameters present

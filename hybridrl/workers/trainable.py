@@ -63,7 +63,8 @@ class RoleSpec:
         arr = cfg.actor_rollout_ref
         fsdp = arr.actor.fsdp_config
         return cls("actor", "actor_rollout_ref.actor.fsdp_config", fsdp, arr.actor.optim,
-                   arr.model.enable_gradient_checkpointing, arr.actor.use_torch_compile and fsdp.use_torch_compile,
+                   arr.model.enable_gradient_checkpointing,
+                   arr.actor.use_torch_compile and fsdp.use_torch_compile and not arr.model.batch_invariant,
                    "actor_rollout_ref.actor.use_torch_compile", log_prob_forward=True, lora=arr.model.lora_rank > 0,
                    activation_offload=arr.model.enable_activation_offload,
                    **_sequence_parallel(cfg, "actor"))
@@ -80,7 +81,8 @@ class RoleSpec:
     def reference(cls, cfg: HybridRLConfig) -> RoleSpec:
         ref = cfg.actor_rollout_ref.ref
         return cls("reference", "actor_rollout_ref.ref.fsdp_config", ref.fsdp_config,
-                   compile=ref.use_torch_compile and ref.fsdp_config.use_torch_compile,
+                   compile=ref.use_torch_compile and ref.fsdp_config.use_torch_compile
+                   and not cfg.actor_rollout_ref.model.batch_invariant,
                    compile_key="actor_rollout_ref.ref.use_torch_compile", log_prob_forward=True,
                    **_sequence_parallel(cfg, "ref"))
 

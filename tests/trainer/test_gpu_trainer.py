@@ -88,3 +88,18 @@ def test_a_model_reward_runs_on_the_controllers_gpu_in_bf16_beside_the_engine(tm
     assert [r["step"] for r in records] == [1, 2]
     assert all(math.isfinite(r["critic/score/mean"]) and r["critic/score/max"] != r["critic/score/min"]
                for r in records)  # scores from the model, varying by row
+
+
+def test_batch_invariant_run_records_the_trainers_log_probs(tmp_path, arith_model_dir, arithmetic_files):
+    """actor_rollout_ref.model.batch_invariant: the log-prob the engine records for each token equals the actor's
+    old_log_prob bit for bit (bf16 engine, bf16-autocast actor on fp32 master weights)."""
+    overrides = gpu_run_overrides(arith_model_dir, arithmetic_files, str(tmp_path), extra=[
+        "trainer.device=cuda", "trainer.n_gpus_per_node=1", "actor_rollout_ref.rollout.name=auto",
+        "actor_rollout_ref.rollout.gpu_memory_utilization=0.05", "actor_rollout_ref.model.batch_invariant=true"])
+    trainer = PPOTrainer(load_config(overrides))
+    trainer.fit()
+    records = read_metrics(str(tmp_path))
+    assert [r["step"] for r in records] == [1, 2]
+    for record in records:
+        assert record["training/rollout_log_probs_diff_max"] == 0.0
+        assert math.isfinite(record["actor/pg_loss"]) and math.isfinite(record["actor/grad_norm"])

@@ -48,7 +48,7 @@ class LLMEngine:
                  num_kv_blocks: int | None = None, seed: int = 0, max_decode_burst: int = DEFAULT_DECODE_BURST,
                  tp: TensorParallel = SINGLE, cudagraph_capture_sizes: list[int] | None = None,
                  keep_decode_graphs: bool = True, fp32_residual: bool = True, queue_bursts: bool = True,
-                 recompute_kv_after_weight_updates: bool = True) -> None:
+                 recompute_kv_after_weight_updates: bool = True, batch_invariant: bool = False) -> None:
         if not 0 < gpu_memory_utilization <= 1:
             raise ValueError(f"actor_rollout_ref.rollout.gpu_memory_utilization ({gpu_memory_utilization}) "
                              "must be in (0, 1]; try 0.5")
@@ -75,7 +75,7 @@ class LLMEngine:
         self.queue_bursts = queue_bursts
         self.runner = ModelRunner(self.model, self.device, block_size, max_num_seqs, self.max_model_len,
                                   enforce_eager, cudagraph_capture_sizes, keep_graphs=keep_decode_graphs, tp=tp,
-                                  max_num_batched_tokens=max_num_batched_tokens)
+                                  max_num_batched_tokens=max_num_batched_tokens, batch_invariant=batch_invariant)
         self.kv_block_budget: int | None = None  # blocks gpu_memory_utilization allows (set by profiling on CUDA)
         self.activation_bytes: int | None = None  # generation's activation peak beside the cache (CUDA profiling)
         self.planned_kv_blocks = num_kv_blocks or self._profile_num_kv_blocks()

@@ -64,7 +64,8 @@ class HostBlockTables:
 class ModelRunner:
     def __init__(self, model: torch.nn.Module, device: torch.device, block_size: int, max_num_seqs: int,
                  max_model_len: int, enforce_eager: bool, capture_sizes: list[int] | None = None, *,
-                 max_num_batched_tokens: int, keep_graphs: bool = True, tp: TensorParallel = SINGLE) -> None:
+                 max_num_batched_tokens: int, keep_graphs: bool = True, tp: TensorParallel = SINGLE,
+                 batch_invariant: bool = False) -> None:
         self.model = model
         self.device = device
         self.block_size = block_size
@@ -73,7 +74,14 @@ class ModelRunner:
         first = self.layers[0]
         self.num_kv_heads, self.head_dim = first.num_kv_heads, first.head_dim
         self.dtype = next(model.parameters()).dtype
-        backend = select_backend(device, self.head_dim)
+        # batch_invariant: the kernels the trainer's forward shares (batch_invariant.py), token log-probs included
+        self.batch_invariant = batch_invariant
+        if batch_invariant:
+            from hybridrl.rollout.engine.batch_invariant import use_batch_invariant_kernels
+
+            backend = use_batch_invariant_kernels(model)
+        else:
+            backend = select_backend(device, self.head_dim)
         for layer in self.layers:
             layer.backend = backend
         self.kv_store = PagedKVCache((2, len(self.layers), block_size, self.num_kv_heads, self.head_dim), self.dtype,
@@ -85,17 +93,16 @@ class ModelRunner:
         # Eager, the noise hash is ~17 kernels over (B, V); compiled, noise + argmax fuse into one.
         compiled = device.type == "cuda" and not enforce_eager
         self.gumbel_argmax = torch.compile(gumbel_argmax, dynamic=True) if compiled else gumbel_argmax
-        # Only the Triton backend is capturable: the torch store_kv_cache drops slot -1 rows with a
-        # boolean gather (a host sync), which fails inside CUDA-graph capture (e.g. head_dim 96, Phi-3).
-        # Otherwise the same runner runs eagerly: decode bursts edit its static buffers in place.
+        # The torch backend is not capturable (e.g. head_dim 96, Phi-3): the same runner then runs eagerly, decode
+        # bursts editing its static buffers in place.
         eager_reason = "enforce_eager=True" if enforce_eager else f"the {backend.name} attention backend"
-        graphs_off = device.type == "cuda" and (enforce_eager or backend.name != "triton")
+        graphs_off = device.type == "cuda" and (enforce_eager or not backend.capturable)
         self.graph_runner = CUDAGraphDecodeRunner(
             self.decode_fn, max_num_seqs, self.max_blocks_per_seq, self.model.config.vocab_size, self.device,
             graph_sizes(capture_sizes, max_num_seqs), enforce_eager=graphs_off, eager_reason=eager_reason)
         self.prefill_graphs = CUDAGraphPrefillRunner(
             self.prefill_hidden, max_num_seqs, self.max_blocks_per_seq, token_sizes_for(max_num_batched_tokens),
-            self.device, enabled=device.type == "cuda" and not graphs_off)
+            self.device, enabled=device.type == "cuda" and not graphs_off and not batch_invariant)
 
     # --- KV cache -------------------------------------------------------------------------------
     @property
@@ -294,5 +301,10 @@ class ModelRunner:
         if sampler is None:
             if len(self._samplers) >= MAX_CACHED_SAMPLERS:
                 self._samplers.clear()
-            sampler = self._samplers[key] = sampler_for(list(key), self.device, self.gumbel_argmax)
+            sampler = sampler_for(list(key), self.device, self.gumbel_argmax)
+            if self.batch_invariant:
+                from hybridrl.rollout.engine.batch_invariant import with_invariant_log_probs
+
+                sampler = with_invariant_log_probs(sampler, key)
+            self._samplers[key] = sampler
         return sampler

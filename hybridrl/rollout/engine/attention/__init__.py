@@ -17,10 +17,13 @@ class AttentionBackend:
     store_kv_cache: Callable[..., None]
     paged_decode_attention: Callable[..., torch.Tensor]
     paged_prefill_attention: Callable[..., torch.Tensor]
+    # whether a decode step on it can be captured in a CUDA graph (no host syncs, no data-dependent shapes)
+    capturable: bool = True
 
 
+# not capturable: its store_kv_cache drops slot -1 rows with a boolean gather (a host sync)
 TORCH_BACKEND = AttentionBackend("torch", torch_paged.store_kv_cache, torch_paged.paged_decode_attention,
-                                 torch_paged.paged_prefill_attention)
+                                 torch_paged.paged_prefill_attention, capturable=False)
 
 
 def select_backend(device: torch.device, head_dim: int) -> AttentionBackend:

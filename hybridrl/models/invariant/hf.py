@@ -1,0 +1,183 @@
+"""The trainer's half of the batch-invariant numerics: an HF decoder computing as the rollout engine does.
+
+`use_batch_invariant_numerics(model)` (with the fp32 residual stream of models/numerics.py already on) routes
+every operation whose rounding depends on the batch through the kernels the engine runs in this mode:
+- the decoder's linear layers: `matmul.linear` (the engine's fused q/k/v and gate/up run the same kernel);
+- the RMSNorms: the engine's Triton RMSNorm, one program per row;
+- attention: `attention.dense_causal_attention` (registered with transformers as `ATTENTION_NAME`);
+- RoPE: cos/sin read from the engine's own table (`build_rotary`), so both sides rotate by the same values;
+- the LM head and the token log-probs (workers/forward.py reads `uses_batch_invariant_numerics`).
+SwiGLU, the residual adds and the embedding are elementwise: PyTorch computes them the same way at any batch.
+
+In a training forward each operation's value is the invariant kernel's and its gradient the plain operation's
+(`ValueOf`: the plain one runs beside it; a no-grad forward, such as old_log_prob's, runs only the kernel).
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from hybridrl.models.invariant import MARK
+from hybridrl.models.invariant.attention import dense_causal_attention
+from hybridrl.models.invariant.matmul import linear
+
+ATTENTION_NAME = "hybridrl_batch_invariant"
+
+
+class ValueOf(torch.autograd.Function):
+    """`ValueOf.apply(value, differentiable)`: `value`, with the gradient `differentiable` would get."""
+
+    @staticmethod
+    def forward(ctx, value: torch.Tensor, differentiable: torch.Tensor) -> torch.Tensor:
+        return value
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return None, grad
+
+
+def _needs_grad(*tensors: torch.Tensor | None) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def in_compute_dtype(weight: torch.Tensor, *tensors: torch.Tensor | None) -> list[torch.Tensor | None]:
+    """`weight` and `tensors` in the forward's compute dtype (autocast's where it is on, as `F.linear` would cast
+    them; else the weight's own: under FSDP2 its unsharded `param_dtype` copy)."""
+    from hybridrl.models.numerics import _compute_dtype
+
+    dtype = _compute_dtype(weight)
+    return [t.to(dtype) if t is not None else None for t in (weight, *tensors)]
+
+
+def _linear_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    weight, x, bias = in_compute_dtype(self.weight, x, self.bias)
+    return linear(x, weight, bias)
+
+
+def _rms_norm_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The engine's RMSNorm kernel, with the weight in the compute dtype as the engine holds it."""
+    from hybridrl.rollout.engine.fused_ops import rms_norm
+
+    eps = getattr(self, "variance_epsilon", getattr(self, "eps", 1e-6))
+    weight, = in_compute_dtype(self.weight)
+    value = rms_norm(x.reshape(-1, x.shape[-1]), weight, eps).view(*x.shape[:-1], x.shape[-1])
+    if not _needs_grad(x, self.weight):
+        return value
+    return ValueOf.apply(value, type(self).forward(self, x).to(value.dtype))
+
+
+def row_starts(attention_mask: torch.Tensor | None, batch: int, device: torch.device) -> torch.Tensor:
+    """Each row's first token column (int32 (B,)) from the 2-D padding mask; zeros without one. A row must be one
+    run of tokens (left padding, then tokens, then right padding), as verl lays out prompt + response."""
+    if attention_mask is None:
+        return torch.zeros(batch, dtype=torch.int32, device=device)
+    mask = attention_mask.bool()
+    starts = mask.int().argmax(-1)
+    ends = mask.shape[-1] - mask.flip(-1).int().argmax(-1)
+    if not bool((mask.sum(-1) == ends - starts).all()):
+        raise ValueError("actor_rollout_ref.model.batch_invariant: a micro-batch row holds padding between its "
+                         "tokens; batch-invariant attention takes rows that are one run of tokens (verl's layout)")
+    return starts.int()
+
+
+def _padding_mask(*args, attention_mask: torch.Tensor | None = None, **kwargs) -> torch.Tensor | None:
+    """The mask transformers hands the attention function: the 2-D padding mask itself (or None)."""
+    return attention_mask
+
+
+def _reference_attention(query, key, value, attention_mask, scaling, sliding_window) -> torch.Tensor:
+    """The same attention by PyTorch's SDPA (differentiable), (B, T, Hq, D): the gradient of a training forward."""
+    from hybridrl.models.attention import without_cudnn_attention
+
+    width = query.shape[2]
+    gqa = query.shape[1] != key.shape[1]
+    with without_cudnn_attention():
+        if attention_mask is None and not sliding_window:
+            out = F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scaling, enable_gqa=gqa)
+        else:
+            cols = torch.arange(width, device=query.device)
+            allowed = cols[None, :] <= cols[:, None]
+            if sliding_window:
+                allowed &= cols[None, :] > cols[:, None] - sliding_window
+            allowed = allowed[None, None]
+            if attention_mask is not None:
+                allowed = allowed & attention_mask.bool()[:, None, None, :]
+            allowed = allowed | torch.eye(width, dtype=torch.bool, device=query.device)  # padding rows: no NaN
+            out = F.scaled_dot_product_attention(query, key, value, attn_mask=allowed, scale=scaling, enable_gqa=gqa)
+    return out.transpose(1, 2)
+
+
+def batch_invariant_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                              attention_mask: torch.Tensor | None, scaling: float | None = None,
+                              dropout: float = 0.0, sliding_window: int | None = None, **kwargs
+                              ) -> tuple[torch.Tensor, None]:
+    """transformers' attention-function signature: q (B, Hq, T, D), k/v (B, Hkv, T, D) -> ((B, T, Hq, D), None)."""
+    if dropout:
+        raise ValueError("actor_rollout_ref.model.batch_invariant: attention dropout is not supported; set the "
+                         "model's attention_dropout to 0")
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    starts = row_starts(attention_mask, query.shape[0], query.device)
+    out = dense_causal_attention(query, key, value, starts, scale, sliding_window)
+    if _needs_grad(query, key, value):
+        out = ValueOf.apply(out, _reference_attention(query, key, value, attention_mask, scale, sliding_window))
+    return out, None
+
+
+@functools.cache
+def _register_attention() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    AttentionInterface.register(ATTENTION_NAME, batch_invariant_attention)
+    AttentionMaskInterface.register(ATTENTION_NAME, _padding_mask)
+
+
+class _EngineRope:
+    """cos/sin from the engine's table (`build_rotary` on the forward's device), grown as positions need."""
+
+    def __init__(self, config, head_dim: int) -> None:
+        self.config, self.head_dim = config, head_dim
+        self.table = None
+
+    def __call__(self, module: nn.Module, args, output: tuple[torch.Tensor, torch.Tensor]):
+        from hybridrl.rollout.engine.layers import build_rotary
+
+        x, position_ids = args[0], args[1]
+        needed = int(position_ids.max()) + 1
+        table = self.table
+        if table is None or table.cos.shape[0] < needed or table.cos.device != x.device:
+            size = max(4096, 1 << (needed - 1).bit_length())
+            with torch.device(x.device):
+                table = self.table = build_rotary(self.config, self.head_dim, size)
+        cos, sin = output
+        return table.cos[position_ids].to(cos.dtype), table.sin[position_ids].to(sin.dtype)
+
+
+def use_batch_invariant_numerics(model: nn.Module) -> None:
+    """Route `model`'s batch-dependent operations through the engine's batch-invariant kernels (module doc)."""
+    from hybridrl.models.numerics import ENGINE_MODEL_TYPES, keeps_fp32_residual_stream
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    config = base.config
+    if config.model_type not in ENGINE_MODEL_TYPES:
+        raise ValueError(f"actor_rollout_ref.model.batch_invariant: model type {config.model_type!r} is not one the "
+                         f"rollout engine runs ({', '.join(sorted(ENGINE_MODEL_TYPES))}); set it to false")
+    if not keeps_fp32_residual_stream(base):
+        raise ValueError("actor_rollout_ref.model.batch_invariant needs actor_rollout_ref.model.fp32_residual_stream"
+                         "=true (the engine's residual stream is fp32 in this mode)")
+    body = getattr(base, base.base_model_prefix)
+    for module in body.modules():
+        if isinstance(module, nn.Linear):
+            module.forward = types.MethodType(_linear_forward, module)
+        elif type(module).__name__.endswith("RMSNorm"):
+            module.forward = types.MethodType(_rms_norm_forward, module)
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    body.rotary_emb.register_forward_hook(_EngineRope(config, head_dim))
+    _register_attention()
+    config._attn_implementation = ATTENTION_NAME
+    setattr(base, MARK, True)

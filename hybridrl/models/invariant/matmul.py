@@ -1,0 +1,101 @@
+"""A batch-invariant linear layer: `x @ W.T + b` whose every output element is summed in one fixed order.
+
+cuBLAS picks its kernel (tile shape, split-K) by the problem's shape, so the same row times the same weight
+rounds differently in a 512-row decode step and in a 20,000-row training micro-batch. This Triton GEMM runs
+one configuration for every shape: each output element is accumulated over K in BLOCK_K steps, in order,
+by the same `tl.dot` instructions, whatever M and N are. The row's result then depends on the row and the
+weight alone, so the engine's fused q/k/v (or gate/up) projection and the trainer's separate ones agree
+bit for bit. The bias is added to the fp32 accumulator before the single rounding to the output dtype.
+
+The backward (trainer only) is the plain matmuls: gradients need no invariance.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from hybridrl.models.invariant import check_device
+
+BLOCK_K = 64  # the reduction's step: fixed, so every output element is summed in the same order
+# (BLOCK_M, BLOCK_N, num_warps, num_stages): how the output is cut into tiles, which changes neither the order nor
+# the instructions each element is summed by (on an H200 every configuration measured, BLOCK_K 32 to 128
+# included, gave the same bits, and cuBLAS's at these shapes too: benchmarks/README.md, mismatch_bench.py). The
+# fastest measured there: narrow tiles for a decode step's narrow outputs, wider ones elsewhere.
+NARROW_TILES = (64, 64, 4, 4)  # up to SMALL_M rows and NARROW_N columns
+WIDE_TILES = (64, 128, 4, 3)
+SMALL_M, NARROW_N = 1024, 2048
+
+
+@triton.jit(do_not_specialize=["M", "N"])
+def _linear_kernel(x_ptr, w_ptr, b_ptr, out_ptr, M, N, K, stride_xm, stride_xk, stride_wn, stride_wk,
+                   stride_om, stride_on, HAS_BIAS: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    rows = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)  # int64: an LM head's rows x vocabulary passes 2**31
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    ks = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        k_in = (k0 + ks) < K
+        x = tl.load(x_ptr + rows[:, None] * stride_xm + (k0 + ks)[None, :] * stride_xk,
+                    mask=(rows[:, None] < M) & k_in[None, :], other=0.0)
+        w = tl.load(w_ptr + cols[None, :] * stride_wn + (k0 + ks)[:, None] * stride_wk,
+                    mask=(cols[None, :] < N) & k_in[:, None], other=0.0)
+        acc = tl.dot(x, w, acc, input_precision=DOT_PRECISION)
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
+    tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :] * stride_on, acc.to(out_ptr.dtype.element_ty),
+             mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+def linear_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """`F.linear(x, weight, bias)` for x (..., K), weight (N, K), in x's dtype, summed in the fixed order."""
+    check_device(x)
+    if x.dtype != weight.dtype:
+        raise TypeError(f"batch-invariant linear: input {x.dtype} and weight {weight.dtype} differ; the layer "
+                        "computes in one dtype (cast the input as the module's forward would)")
+    rows = x.reshape(-1, x.shape[-1])
+    n, k = weight.shape
+    out = torch.empty(rows.shape[0], n, dtype=x.dtype, device=x.device)
+    if rows.shape[0]:
+        block_m, block_n, num_warps, num_stages = tiles_for(rows.shape[0], n)
+        grid = (triton.cdiv(rows.shape[0], block_m), triton.cdiv(n, block_n))
+        _linear_kernel[grid](rows, weight, bias if bias is not None else weight, out, rows.shape[0], n, k,
+                             rows.stride(0), rows.stride(1), weight.stride(0), weight.stride(1),
+                             out.stride(0), out.stride(1), HAS_BIAS=bias is not None,
+                             DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
+                             BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=BLOCK_K,
+                             num_warps=num_warps, num_stages=num_stages)
+    return out.view(*x.shape[:-1], n)
+
+
+def tiles_for(rows: int, cols: int) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) for an output of `rows` x `cols`."""
+    return NARROW_TILES if rows <= SMALL_M and cols <= NARROW_N else WIDE_TILES
+
+
+class _InvariantLinear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        return linear_forward(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        x, weight = ctx.saved_tensors
+        grad_rows = grad.reshape(-1, grad.shape[-1])
+        grad_x = (grad_rows @ weight).view(x.shape) if ctx.needs_input_grad[0] else None
+        grad_w = grad_rows.t() @ x.reshape(-1, x.shape[-1]) if ctx.needs_input_grad[1] else None
+        grad_b = grad_rows.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
+        return grad_x, grad_w, grad_b
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """`F.linear` with the batch-invariant forward (differentiable; plain matmuls in backward)."""
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
+        return _InvariantLinear.apply(x, weight, bias)
+    return linear_forward(x, weight, bias)

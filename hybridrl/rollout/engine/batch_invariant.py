@@ -1,0 +1,91 @@
+"""The engine's half of the batch-invariant numerics (`actor_rollout_ref.model.batch_invariant`).
+
+`use_batch_invariant_kernels(model)` makes the engine compute every token the way the trainer's forward
+computes it in this mode (hybridrl/models/invariant/hf.py): the linear layers and the LM head through
+`invariant.matmul.linear`, attention through `invariant.attention.paged_attention` (`BACKEND`, prefill and
+decode alike), the RMSNorms through the engine's Triton kernel on any device (the trainer's run it too), RoPE
+and SwiGLU through the torch code the HF model runs, and the recorded log-prob of each sampled token through
+`invariant.log_probs.label_log_probs` (`with_invariant_log_probs`). Sampling itself (which token) is unchanged.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Callable
+
+import torch
+from torch import nn
+
+from hybridrl.models.invariant.attention import paged_attention
+from hybridrl.models.invariant.log_probs import label_log_probs
+from hybridrl.models.invariant.matmul import linear
+from hybridrl.rollout.engine.attention import AttentionBackend
+from hybridrl.rollout.engine.attention.metadata import AttentionMetadata
+from hybridrl.rollout.engine.layers import PagedAttention, RMSNorm, RowParallelLinear, SiluAndMulMLP
+
+
+def _decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+            context_lens: torch.Tensor, scale: float, sliding_window: int | None = None) -> torch.Tensor:
+    return paged_attention(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window)
+
+
+def _prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata, scale: float,
+             sliding_window: int | None = None) -> torch.Tensor:
+    return paged_attention(q, k_cache, v_cache, meta.block_tables, meta.context_lens, scale, sliding_window,
+                           query_start=meta.query_start, max_seqlen_q=meta.max_seqlen_q)
+
+
+def _backend() -> AttentionBackend:
+    from hybridrl.rollout.engine.attention.triton_decode import store_kv_cache
+
+    return AttentionBackend("batch_invariant", store_kv_cache, _decode, _prefill)
+
+
+def _linear_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return linear(x, self.weight, self.bias)
+
+
+def _rms_norm_forward(self: RMSNorm, x: torch.Tensor, residual: torch.Tensor | None = None):
+    """`RMSNorm.forward` by the Triton kernel on any device (the trainer's RMSNorms run it too)."""
+    from hybridrl.rollout.engine.fused_ops import rms_norm
+
+    rows = x.reshape(-1, x.shape[-1])
+    if residual is None:
+        return rms_norm(rows, self.weight, self.eps).view(x.shape)
+    out, summed = rms_norm(rows, self.weight, self.eps, residual.reshape(rows.shape))
+    return out.view(x.shape), summed.view(x.shape)
+
+
+def use_batch_invariant_kernels(model: nn.Module) -> AttentionBackend:
+    """Switch the engine `model`'s layers to the batch-invariant kernels; returns the attention backend its
+    layers must use (the model runner binds it)."""
+    for module in model.modules():
+        if isinstance(module, RowParallelLinear) and module.tp.size > 1:
+            raise ValueError("actor_rollout_ref.model.batch_invariant does not support tensor-parallel rollout "
+                             "(the all-reduce sums in its own order); set rollout.tensor_model_parallel_size=1")
+        if isinstance(module, (nn.Linear, RowParallelLinear)):
+            module.forward = types.MethodType(_linear_forward, module)
+        elif isinstance(module, RMSNorm):
+            module.forward = types.MethodType(_rms_norm_forward, module)
+        elif isinstance(module, SiluAndMulMLP):
+            module.use_fused = False
+        elif isinstance(module, PagedAttention):
+            module.fused_rope = False
+    return _backend()
+
+
+def with_invariant_log_probs(sampler: Callable, specs) -> Callable:
+    """`sampler` (logits, keys, steps) -> (tokens, log-probs), its log-probs recomputed by `label_log_probs`
+    under each row's temperature (1 for greedy rows), as the trainer computes them. `specs`: the batch's
+    setting (`decode_step.batch_setting`: one spec for all rows, or one per row)."""
+    temps = [1.0 if spec.greedy else spec.temperature for spec in specs]
+    temperature: float | torch.Tensor | None = temps[0] if len(temps) == 1 else None
+
+    def sample(logits: torch.Tensor, keys: torch.Tensor, steps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        nonlocal temperature
+        if temperature is None:
+            temperature = torch.tensor(temps, dtype=torch.float32, device=logits.device)
+        tokens, _ = sampler(logits, keys, steps)
+        return tokens, label_log_probs(logits, tokens, temperature)
+
+    return sample
