@@ -296,20 +296,24 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def markdown_table(reports: list[dict[str, Any]]) -> str:
-    """One row per shape of each report: the engine/trainer gap before and after, each side's distance from
-    the fp32 reference, the trainer's with one family in fp32 (`--sweep`), and the decode step times."""
+    """One row per shape of each report: the engine/trainer gap per numerics, each side's distance from the fp32
+    reference, the trainer's with one family in fp32 (`--sweep`), and the decode step and trainer forward times."""
     families = [f"trainer_after_fp32_{family}" for family in FP32_FAMILIES]
-    lines = ["| shape | engine vs trainer before | after | engine vs fp32 | trainer vs fp32 | trainer (bf16 stream) "
-             "vs fp32 | " + " | ".join(f"trainer, {family} in fp32, vs fp32" for family in FP32_FAMILIES)
-             + " | decode step ms before -> after |",
-             "|---|---|---|---|---|---|" + "---|" * len(families) + "---|"]
+    lines = ["| shape | engine vs trainer before | after | batch-invariant | engine vs fp32 | trainer vs fp32 | trainer "
+             "(bf16 stream) vs fp32 | " + " | ".join(f"trainer, {family} in fp32, vs fp32" for family in FP32_FAMILIES)
+             + " | decode step ms before / after / batch-invariant | trainer forward s after / batch-invariant |",
+             "|---|---|---|---|---|---|---|" + "---|" * len(families) + "---|---|"]
     for report in reports:
         for name, shape in report["shapes"].items():
-            gap, reference, step = shape["log_probs_diff_mean"], shape.get("vs_fp32_reference", {}), shape["decode_step_s"]
-            cells = [reference.get(key) for key in ("engine_after", "trainer_after", "trainer_before", *families)]
+            gap, reference = shape["log_probs_diff_mean"], shape.get("vs_fp32_reference", {})
+            step, forward = shape["decode_step_s"], shape["trainer_forward_s"]
+            cells = [gap.get("invariant")] + [reference.get(key) for key in ("engine_after", "trainer_after",
+                                                                            "trainer_before", *families)]
+            steps = " / ".join("-" if step.get(k) is None else f"{step[k] * 1e3:.3f}" for k in NUMERICS)
+            forwards = " / ".join("-" if forward.get(k) is None else f"{forward[k]:.2f}" for k in NUMERICS[1:])
             lines.append(f"| {name} | {gap['before']:.4f} | {gap['after']:.4f} | "
                          + " | ".join("-" if cell is None else f"{cell:.4f}" for cell in cells)
-                         + f" | {step['before'] * 1e3:.3f} -> {step['after'] * 1e3:.3f} |")
+                         + f" | {steps} | {forwards} |")
     return "\n".join(lines)
 
 
