@@ -71,11 +71,9 @@ def _rms_norm_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return ValueOf.apply(value, type(self).forward(self, x).to(value.dtype))
 
 
-def row_starts(attention_mask: torch.Tensor | None, batch: int, device: torch.device) -> torch.Tensor:
-    """Each row's first token column (int32 (B,)) from the 2-D padding mask; zeros without one. A row must be one
-    run of tokens (left padding, then tokens, then right padding), as verl lays out prompt + response."""
-    if attention_mask is None:
-        return torch.zeros(batch, dtype=torch.int32, device=device)
+def row_starts(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Each row's first token column (int32 (B,)) from the 2-D padding mask. A row must be one run of tokens (left
+    padding, then tokens, then right padding), as verl lays out prompt + response."""
     mask = attention_mask.bool()
     starts = mask.int().argmax(-1)
     ends = mask.shape[-1] - mask.flip(-1).int().argmax(-1)
@@ -85,19 +83,20 @@ def row_starts(attention_mask: torch.Tensor | None, batch: int, device: torch.de
     return starts.int()
 
 
-def _padding_mask(*args, attention_mask: torch.Tensor | None = None, **kwargs) -> torch.Tensor | None:
-    """The mask transformers hands the attention function: the 2-D padding mask itself (or None)."""
-    return attention_mask
+def _row_starts_mask(*args, attention_mask: torch.Tensor | None = None, **kwargs) -> torch.Tensor | None:
+    """The "mask" transformers builds once per forward and hands every attention layer: each row's first token
+    column (`row_starts`), or None without padding."""
+    return row_starts(attention_mask) if attention_mask is not None else None
 
 
-def _reference_attention(query, key, value, attention_mask, scaling, sliding_window) -> torch.Tensor:
+def _reference_attention(query, key, value, starts, scaling, sliding_window) -> torch.Tensor:
     """The same attention by PyTorch's SDPA (differentiable), (B, T, Hq, D): the gradient of a training forward."""
     from hybridrl.models.attention import without_cudnn_attention
 
     width = query.shape[2]
     gqa = query.shape[1] != key.shape[1]
     with without_cudnn_attention():
-        if attention_mask is None and not sliding_window:
+        if starts is None and not sliding_window:
             out = F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scaling, enable_gqa=gqa)
         else:
             cols = torch.arange(width, device=query.device)
@@ -105,8 +104,8 @@ def _reference_attention(query, key, value, attention_mask, scaling, sliding_win
             if sliding_window:
                 allowed &= cols[None, :] > cols[:, None] - sliding_window
             allowed = allowed[None, None]
-            if attention_mask is not None:
-                allowed = allowed & attention_mask.bool()[:, None, None, :]
+            if starts is not None:
+                allowed = allowed & (cols[None, :] >= starts[:, None])[:, None, None, :]
             allowed = allowed | torch.eye(width, dtype=torch.bool, device=query.device)  # padding rows: no NaN
             out = F.scaled_dot_product_attention(query, key, value, attn_mask=allowed, scale=scaling, enable_gqa=gqa)
     return out.transpose(1, 2)
@@ -116,15 +115,17 @@ def batch_invariant_attention(module: nn.Module, query: torch.Tensor, key: torch
                               attention_mask: torch.Tensor | None, scaling: float | None = None,
                               dropout: float = 0.0, sliding_window: int | None = None, **kwargs
                               ) -> tuple[torch.Tensor, None]:
-    """transformers' attention-function signature: q (B, Hq, T, D), k/v (B, Hkv, T, D) -> ((B, T, Hq, D), None)."""
+    """transformers' attention-function signature: q (B, Hq, T, D), k/v (B, Hkv, T, D) -> ((B, T, Hq, D), None);
+    `attention_mask`: the rows' first token columns (`_row_starts_mask`) or None."""
     if dropout:
         raise ValueError("actor_rollout_ref.model.batch_invariant: attention dropout is not supported; set the "
                          "model's attention_dropout to 0")
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    starts = row_starts(attention_mask, query.shape[0], query.device)
-    out = dense_causal_attention(query, key, value, starts, scale, sliding_window)
+    starts = attention_mask  # `_row_starts_mask`'s
+    rows = starts if starts is not None else torch.zeros(query.shape[0], dtype=torch.int32, device=query.device)
+    out = dense_causal_attention(query, key, value, rows, scale, sliding_window)
     if _needs_grad(query, key, value):
-        out = ValueOf.apply(out, _reference_attention(query, key, value, attention_mask, scale, sliding_window))
+        out = ValueOf.apply(out, _reference_attention(query, key, value, starts, scale, sliding_window))
     return out, None
 
 
@@ -134,7 +135,7 @@ def _register_attention() -> None:
     from transformers.masking_utils import AttentionMaskInterface
 
     AttentionInterface.register(ATTENTION_NAME, batch_invariant_attention)
-    AttentionMaskInterface.register(ATTENTION_NAME, _padding_mask)
+    AttentionMaskInterface.register(ATTENTION_NAME, _row_starts_mask)
 
 
 class _EngineRope:

@@ -54,9 +54,11 @@ def invariant_trainer(model):
     return trainer
 
 
-@pytest.mark.parametrize("device,model_type", [("cpu", "qwen2"), pytest.param("cuda", "qwen2", marks=pytest.mark.gpu),
-                                               pytest.param("cuda", "qwen3", marks=pytest.mark.gpu)])
-def test_engine_log_probs_are_the_trainers(device, model_type):
+@pytest.mark.parametrize("device,model_type,remove_padding", [
+    ("cpu", "qwen2", True), pytest.param("cuda", "qwen2", True, marks=pytest.mark.gpu),
+    pytest.param("cuda", "qwen2", False, marks=pytest.mark.gpu),  # left-padded rows
+    pytest.param("cuda", "qwen3", True, marks=pytest.mark.gpu)])
+def test_engine_log_probs_are_the_trainers(device, model_type, remove_padding):
     from hybridrl.rollout.base import SamplingParams
     from hybridrl.rollout.engine.llm_engine import LLMEngine
     from hybridrl.workers.forward import response_log_probs
@@ -71,7 +73,7 @@ def test_engine_log_probs_are_the_trainers(device, model_type):
     batch = trainer_rows(prompts, out.token_ids, 2).to(device)
     with torch.no_grad():
         trainer, _ = response_log_probs(invariant_trainer(model), batch, 0.8, compute_entropy=False,
-                                        remove_padding=True)
+                                        remove_padding=remove_padding)
     engine_log_probs = torch.tensor(out.log_probs, device=device)
     if device == "cuda":
         assert torch.equal(trainer, engine_log_probs)
@@ -80,7 +82,8 @@ def test_engine_log_probs_are_the_trainers(device, model_type):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_training_gradients_are_the_plain_forwards(device):
+@pytest.mark.parametrize("remove_padding", [True, False])
+def test_training_gradients_are_the_plain_forwards(device, remove_padding):
     """A training forward takes each kernel's value and the plain operation's gradient: the gradients match the
     model without the mode (fp32 stream) to rounding."""
     from hybridrl.models.numerics import keep_residual_stream_fp32
@@ -97,7 +100,7 @@ def test_training_gradients_are_the_plain_forwards(device):
     batch = trainer_rows(prompts, torch.randint(1, 256, (4, 12)).tolist(), 2).to(device)
     grads = []
     for trainer in (plain, invariant):
-        log_probs, _ = response_log_probs(trainer, batch, 1.0, compute_entropy=False, remove_padding=True)
+        log_probs, _ = response_log_probs(trainer, batch, 1.0, compute_entropy=False, remove_padding=remove_padding)
         log_probs.sum().backward()
         grads.append(torch.cat([p.grad.float().flatten() for p in trainer.parameters()]))
     tol = 2e-2 if device == "cuda" else 1e-4
