@@ -39,7 +39,9 @@ def test_quick_run_reports_the_gap_and_decode_time_of_both_numerics(tmp_path, ca
     mismatch_bench.main(["--table", str(tmp_path / "mismatch.json")])
     row = capsys.readouterr().out.strip().splitlines()[2]
     assert row.startswith(f"| quick | {gaps['engine_before__trainer_before']:.4f} | {gaps['engine_after__trainer_after']:.4f} |")
-    assert row.count("|") == 11 and " - " not in row  # every sweep column filled
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert len(cells) == 12 and cells[3] == "-" and "-" not in cells[4:10]  # every sweep column filled; no
+    assert cells[10].endswith("/ -") and cells[11].endswith("/ -")  # batch-invariant engine on CPU
     assert report["workload"]["num_prompts"] == 4 and report["workload"]["response_length"] == 8
 
 

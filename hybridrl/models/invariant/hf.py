@@ -3,9 +3,9 @@
 `use_batch_invariant_numerics(model)` (with the fp32 residual stream of models/numerics.py already on) routes
 every operation whose rounding depends on the batch through the kernels the engine runs in this mode:
 - the decoder's linear layers: `matmul.linear` (the engine's fused q/k/v and gate/up run the same kernel);
-- the RMSNorms: the engine's Triton RMSNorm, one program per row;
+- the RMSNorms: the engine's Triton RMSNorm (models/rms_norm.py), one program per row;
 - attention: `attention.dense_causal_attention` (registered with transformers as `ATTENTION_NAME`);
-- RoPE: cos/sin read from the engine's own table (`build_rotary`), so both sides rotate by the same values;
+- RoPE: cos/sin read from the engine's own table (models/rope.py), so both sides rotate by the same values;
 - the LM head and the token log-probs (workers/forward.py reads `uses_batch_invariant_numerics`).
 SwiGLU, the residual adds and the embedding are elementwise: PyTorch computes them the same way at any batch.
 
@@ -61,7 +61,7 @@ def _linear_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
 
 def _rms_norm_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """The engine's RMSNorm kernel, with the weight in the compute dtype as the engine holds it."""
-    from hybridrl.rollout.engine.fused_ops import rms_norm
+    from hybridrl.models.rms_norm import rms_norm
 
     eps = getattr(self, "variance_epsilon", getattr(self, "eps", 1e-6))
     weight, = in_compute_dtype(self.weight)
@@ -146,7 +146,7 @@ class _EngineRope:
         self.table = None
 
     def __call__(self, module: nn.Module, args, output: tuple[torch.Tensor, torch.Tensor]):
-        from hybridrl.rollout.engine.layers import build_rotary
+        from hybridrl.models.rope import build_rotary
 
         x, position_ids = args[0], args[1]
         needed = int(position_ids.max()) + 1

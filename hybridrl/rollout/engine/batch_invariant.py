@@ -16,6 +16,7 @@ from typing import Callable
 import torch
 from torch import nn
 
+from hybridrl.models.invariant import check_device
 from hybridrl.models.invariant.attention import paged_attention
 from hybridrl.models.invariant.log_probs import label_log_probs
 from hybridrl.models.invariant.matmul import linear
@@ -47,7 +48,7 @@ def _linear_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 def _rms_norm_forward(self: RMSNorm, x: torch.Tensor, residual: torch.Tensor | None = None):
     """`RMSNorm.forward` by the Triton kernel on any device (the trainer's RMSNorms run it too)."""
-    from hybridrl.rollout.engine.fused_ops import rms_norm
+    from hybridrl.models.rms_norm import rms_norm
 
     rows = x.reshape(-1, x.shape[-1])
     if residual is None:
@@ -59,6 +60,7 @@ def _rms_norm_forward(self: RMSNorm, x: torch.Tensor, residual: torch.Tensor | N
 def use_batch_invariant_kernels(model: nn.Module) -> AttentionBackend:
     """Switch the engine `model`'s layers to the batch-invariant kernels; returns the attention backend its
     layers must use (the model runner binds it)."""
+    check_device(next(model.parameters()))
     for module in model.modules():
         if isinstance(module, RowParallelLinear) and module.tp.size > 1:
             raise ValueError("actor_rollout_ref.model.batch_invariant does not support tensor-parallel rollout "

@@ -4,7 +4,7 @@ KV-cache write, SiLU-and-mul.
 In eager PyTorch these parts are ~34 small kernels per layer (fp32 casts, pow, mean, rsqrt, the
 rotate-half cat, ...): at decode batch sizes each moves a few hundred KB, so launch and tail latency,
 not bandwidth, sets their cost; on an H200 they were about half of a 0.5B model's decode step. Each
-kernel below replaces one group and rounds exactly where the HF/PyTorch code does (e.g. RMSNorm
+kernel here (the RMSNorm one lives in models/rms_norm.py, which the trainer shares) replaces one group and rounds exactly where the HF/PyTorch code does (e.g. RMSNorm
 normalises in fp32, rounds to its input's dtype, then multiplies by the weight and rounds to the
 weight's dtype: twice for a bf16 input, once for the fp32 residual stream), so its output matches the
 torch path up to fp32 summation order.
@@ -19,41 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-
-@triton.jit
-def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, eps, dim, stride_x, stride_r, stride_o,
-                     stride_ro, HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK)
-    mask = cols < dim
-    x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0)
-    if HAS_RESIDUAL:
-        x = (x.to(tl.float32) + tl.load(res_ptr + row * stride_r + cols, mask=mask, other=0.0).to(tl.float32))
-        x = x.to(res_out_ptr.dtype.element_ty)  # the sum is rounded once, as `x + residual` is
-        tl.store(res_out_ptr + row * stride_ro + cols, x, mask=mask)
-    h = x.to(tl.float32)
-    inv = tl.rsqrt(tl.sum(h * h, axis=0) / dim + eps)
-    normed = (h * inv).to(x.dtype).to(tl.float32)  # `.to(input dtype)`: a no-op for an fp32 residual stream
-    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    tl.store(out_ptr + row * stride_o + cols, (w * normed).to(out_ptr.dtype.element_ty), mask=mask)
-
-
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
-             ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """`layers.RMSNorm.forward` for 2-D x (N, D): normalised x, or (normalised x + residual, x + residual).
-    The normalised output is in the weight's dtype, the sum in the wider of x's and the residual's (fp32 for
-    a bf16 sub-layer output added to an fp32 residual stream)."""
-    rows, dim = x.shape
-    out = torch.empty(x.shape, dtype=weight.dtype, device=x.device)
-    res_out = out
-    if residual is not None:
-        res_out = torch.empty(x.shape, dtype=torch.promote_types(x.dtype, residual.dtype), device=x.device)
-    res_in = residual if residual is not None else x
-    if rows:
-        _rms_norm_kernel[(rows,)](x, res_in, weight, out, res_out, eps, dim, x.stride(0), res_in.stride(0),
-                                  out.stride(0), res_out.stride(0), HAS_RESIDUAL=residual is not None,
-                                  BLOCK=triton.next_power_of_2(dim), num_warps=4)
-    return out if residual is None else (out, res_out)
+from hybridrl.models.rms_norm import rms_norm  # noqa: F401  (the engine's layers call it from here)
 
 
 @triton.jit
