@@ -105,3 +105,23 @@ def test_training_gradients_are_the_plain_forwards(device, remove_padding):
         grads.append(torch.cat([p.grad.float().flatten() for p in trainer.parameters()]))
     tol = 2e-2 if device == "cuda" else 1e-4
     assert (grads[0] - grads[1]).norm() <= tol * grads[0].norm()
+
+
+def test_autocast_over_fp32_master_weights_computes_as_16_bit_weights():
+    """One device trains fp32 master weights under autocast: the kernels get the weights, inputs and norm weights
+    in the autocast dtype, as the engine's 16-bit copy holds them, so the log-probs equal a 16-bit model's."""
+    from tests.triton_interpreter import INTERPRETED
+
+    if not INTERPRETED:
+        pytest.skip("runs in the TRITON_INTERPRET=1 subprocess")
+    from hybridrl.workers.forward import response_log_probs
+
+    master = tiny_model("qwen2", torch.float32, "cpu")
+    half = copy.deepcopy(master).half()
+    torch.manual_seed(1)
+    batch = trainer_rows([list(range(1, 9)), [5, 6, 7]], torch.randint(1, 256, (4, 6)).tolist(), 2)
+    with torch.no_grad():
+        want, _ = response_log_probs(invariant_trainer(half), batch, 1.0, compute_entropy=False)
+        with torch.autocast("cpu", dtype=torch.float16):
+            got, _ = response_log_probs(invariant_trainer(master), batch, 1.0, compute_entropy=False)
+    assert torch.equal(got, want)

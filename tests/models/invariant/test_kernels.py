@@ -97,8 +97,8 @@ def _paged(k: torch.Tensor, v: torch.Tensor, page: int, order: list[int]):
     return k_cache, v_cache, table
 
 
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("window", [None, 40])
+@pytest.mark.parametrize("device,window", [("cpu", 40), pytest.param("cuda", None, marks=pytest.mark.gpu),
+                                           pytest.param("cuda", 40, marks=pytest.mark.gpu)])
 def test_attention_is_the_same_in_rows_prefill_and_decode(device, window):
     """One query token's output: in a dense trainer row (left-padded), in a paged prefill and in a paged decode
     step, bit for bit; and the attention itself (SDPA, the causal or sliding-window mask)."""
