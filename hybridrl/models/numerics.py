@@ -61,7 +61,7 @@ class _ComputeDtype:
     dtype: torch.dtype | None = None
 
 
-def _compute_dtype(tensor: torch.Tensor) -> torch.dtype:
+def compute_dtype(tensor: torch.Tensor) -> torch.dtype:
     """Autocast's dtype when it is on for `tensor`'s device, else `tensor`'s own (a weight: under FSDP2 its
     unsharded copy in `param_dtype`)."""
     device_type = tensor.device.type
@@ -115,7 +115,7 @@ def keeps_fp32_residual_stream(model: nn.Module) -> bool:
 
 def _widen_embedding(compute: _ComputeDtype):
     def hook(module: nn.Module, args, output: torch.Tensor) -> torch.Tensor | None:
-        compute.dtype = _compute_dtype(output)
+        compute.dtype = compute_dtype(output)
         if not _is_16_bit(compute.dtype):
             return None
         return output.to(compute.dtype).float()  # rounded as the engine's bf16 table holds it, then widened
@@ -132,7 +132,7 @@ def _rope_in_compute_dtype(compute: _ComputeDtype):
 
 
 def _round_norm_output(module: nn.Module, args, output: torch.Tensor) -> torch.Tensor | None:
-    dtype = _compute_dtype(module.weight)
+    dtype = compute_dtype(module.weight)
     if not _is_16_bit(dtype) or output.dtype == dtype:
         return None
     return output.to(dtype)

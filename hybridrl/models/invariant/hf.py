@@ -48,9 +48,9 @@ def _needs_grad(*tensors: torch.Tensor | None) -> bool:
 def in_compute_dtype(weight: torch.Tensor, *tensors: torch.Tensor | None) -> list[torch.Tensor | None]:
     """`weight` and `tensors` in the forward's compute dtype (autocast's where it is on, as `F.linear` would cast
     them; else the weight's own: under FSDP2 its unsharded `param_dtype` copy)."""
-    from hybridrl.models.numerics import _compute_dtype
+    from hybridrl.models.numerics import compute_dtype
 
-    dtype = _compute_dtype(weight)
+    dtype = compute_dtype(weight)
     return [t.to(dtype) if t is not None else None for t in (weight, *tensors)]
 
 
