@@ -54,7 +54,9 @@ def in_compute_dtype(weight: torch.Tensor, *tensors: torch.Tensor | None) -> lis
     return [t.to(dtype) if t is not None else None for t in (weight, *tensors)]
 
 
-def _linear_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+def linear_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """A linear layer's forward (`self.weight`, `self.bias`) by `matmul.linear`, in the compute dtype; the trainer's
+    HF layers and the engine's layers alike."""
     weight, x, bias = in_compute_dtype(self.weight, x, self.bias)
     return linear(x, weight, bias)
 
@@ -174,7 +176,7 @@ def use_batch_invariant_numerics(model: nn.Module) -> None:
     body = getattr(base, base.base_model_prefix)
     for module in body.modules():
         if isinstance(module, nn.Linear):
-            module.forward = types.MethodType(_linear_forward, module)
+            module.forward = types.MethodType(linear_forward, module)
         elif type(module).__name__.endswith("RMSNorm"):
             module.forward = types.MethodType(_rms_norm_forward, module)
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads

@@ -18,8 +18,8 @@ from torch import nn
 
 from hybridrl.models.invariant import check_device
 from hybridrl.models.invariant.attention import paged_attention
+from hybridrl.models.invariant.hf import linear_forward
 from hybridrl.models.invariant.log_probs import label_log_probs
-from hybridrl.models.invariant.matmul import linear
 from hybridrl.rollout.engine.attention import AttentionBackend
 from hybridrl.rollout.engine.attention.metadata import AttentionMetadata
 from hybridrl.rollout.engine.layers import PagedAttention, RMSNorm, RowParallelLinear, SiluAndMulMLP
@@ -42,10 +42,6 @@ def _backend() -> AttentionBackend:
     return AttentionBackend("batch_invariant", store_kv_cache, _decode, _prefill)
 
 
-def _linear_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    return linear(x, self.weight, self.bias)
-
-
 def _rms_norm_forward(self: RMSNorm, x: torch.Tensor, residual: torch.Tensor | None = None):
     """`RMSNorm.forward` by the Triton kernel on any device (the trainer's RMSNorms run it too)."""
     from hybridrl.models.rms_norm import rms_norm
@@ -66,7 +62,7 @@ def use_batch_invariant_kernels(model: nn.Module) -> AttentionBackend:
             raise ValueError("actor_rollout_ref.model.batch_invariant does not support tensor-parallel rollout "
                              "(the all-reduce sums in its own order); set rollout.tensor_model_parallel_size=1")
         if isinstance(module, (nn.Linear, RowParallelLinear)):
-            module.forward = types.MethodType(_linear_forward, module)
+            module.forward = types.MethodType(linear_forward, module)
         elif isinstance(module, RMSNorm):
             module.forward = types.MethodType(_rms_norm_forward, module)
         elif isinstance(module, SiluAndMulMLP):
@@ -76,17 +72,14 @@ def use_batch_invariant_kernels(model: nn.Module) -> AttentionBackend:
     return _backend()
 
 
-def with_invariant_log_probs(sampler: Callable, specs) -> Callable:
+def with_invariant_log_probs(sampler: Callable, specs, device: torch.device) -> Callable:
     """`sampler` (logits, keys, steps) -> (tokens, log-probs), its log-probs recomputed by `label_log_probs`
     under each row's temperature (1 for greedy rows), as the trainer computes them. `specs`: the batch's
     setting (`decode_step.batch_setting`: one spec for all rows, or one per row)."""
     temps = [1.0 if spec.greedy else spec.temperature for spec in specs]
-    temperature: float | torch.Tensor | None = temps[0] if len(temps) == 1 else None
+    temperature = temps[0] if len(temps) == 1 else torch.tensor(temps, dtype=torch.float32, device=device)
 
     def sample(logits: torch.Tensor, keys: torch.Tensor, steps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        nonlocal temperature
-        if temperature is None:
-            temperature = torch.tensor(temps, dtype=torch.float32, device=logits.device)
         tokens, _ = sampler(logits, keys, steps)
         return tokens, label_log_probs(logits, tokens, temperature)
 

@@ -4,7 +4,8 @@ KV-cache write, SiLU-and-mul.
 In eager PyTorch these parts are ~34 small kernels per layer (fp32 casts, pow, mean, rsqrt, the
 rotate-half cat, ...): at decode batch sizes each moves a few hundred KB, so launch and tail latency,
 not bandwidth, sets their cost; on an H200 they were about half of a 0.5B model's decode step. Each
-kernel here (the RMSNorm one lives in models/rms_norm.py, which the trainer shares) replaces one group and rounds exactly where the HF/PyTorch code does (e.g. RMSNorm
+kernel (RMSNorm's is in models/rms_norm.py, which the trainer shares) replaces one group and rounds
+exactly where the HF/PyTorch code does (e.g. RMSNorm
 normalises in fp32, rounds to its input's dtype, then multiplies by the weight and rounds to the
 weight's dtype: twice for a bf16 input, once for the fp32 residual stream), so its output matches the
 torch path up to fp32 summation order.

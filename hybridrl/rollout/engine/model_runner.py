@@ -305,6 +305,6 @@ class ModelRunner:
             if self.batch_invariant:
                 from hybridrl.rollout.engine.batch_invariant import with_invariant_log_probs
 
-                sampler = with_invariant_log_probs(sampler, key)
+                sampler = with_invariant_log_probs(sampler, key, self.device)
             self._samplers[key] = sampler
         return sampler
