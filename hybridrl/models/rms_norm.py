@@ -11,6 +11,10 @@ import torch
 import triton
 import triton.language as tl
 
+# Launch options of kernels that round where PyTorch's elementwise code rounds: no contraction of a multiply and an
+# add into one FMA, which would skip the product's rounding (rollout/engine/fused_ops.py says what it changed).
+ROUND_AS_TORCH = {"enable_fp_fusion": False}
+
 
 @triton.jit
 def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, eps, dim, stride_x, stride_r, stride_o,
@@ -44,5 +48,5 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.
     if rows:
         _rms_norm_kernel[(rows,)](x, res_in, weight, out, res_out, eps, dim, x.stride(0), res_in.stride(0),
                                   out.stride(0), res_out.stride(0), HAS_RESIDUAL=residual is not None,
-                                  BLOCK=triton.next_power_of_2(dim), num_warps=4)
+                                  BLOCK=triton.next_power_of_2(dim), num_warps=4, **ROUND_AS_TORCH)
     return out if residual is None else (out, res_out)

@@ -48,7 +48,8 @@ def build_rotary(config: object, head_dim: int, max_positions: int) -> RotaryEmb
     if rope_type == "default":
         theta = params.get("rope_theta", getattr(config, "rope_theta", 10000.0))
         rot_dim = int(head_dim * params.get("partial_rotary_factor", 1.0))
-        inv_freq = 1.0 / theta ** (torch.arange(0, rot_dim, 2, dtype=torch.int64).float() / rot_dim)
+        # on the CPU, as HF computes it when it builds the model: `pow` rounds differently on a GPU
+        inv_freq = 1.0 / theta ** (torch.arange(0, rot_dim, 2, dtype=torch.int64, device="cpu").float() / rot_dim)
         return RotaryEmbedding(inv_freq, 1.0, max_positions)
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 

@@ -3,9 +3,10 @@
 `use_batch_invariant_kernels(model)` makes the engine compute every token the way the trainer's forward
 computes it in this mode (hybridrl/models/invariant/hf.py): the linear layers and the LM head through
 `invariant.matmul.linear`, attention through `invariant.attention.paged_attention` (`BACKEND`, prefill and
-decode alike), the RMSNorms through the engine's Triton kernel on any device (the trainer's run it too), RoPE
-and SwiGLU through the torch code the HF model runs, and the recorded log-prob of each sampled token through
+decode alike), the RMSNorms through the engine's Triton kernel on any device (the trainer's run it too), and
+the recorded log-prob of each sampled token through
 `invariant.log_probs.label_log_probs` (`with_invariant_log_probs`). Sampling itself (which token) is unchanged.
+RoPE and SwiGLU keep the engine's fused kernels: they round exactly where the HF model's torch code does.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from hybridrl.models.invariant.hf import linear_forward
 from hybridrl.models.invariant.log_probs import label_log_probs
 from hybridrl.rollout.engine.attention import AttentionBackend
 from hybridrl.rollout.engine.attention.metadata import AttentionMetadata
-from hybridrl.rollout.engine.layers import PagedAttention, RMSNorm, RowParallelLinear, SiluAndMulMLP
+from hybridrl.rollout.engine.layers import RMSNorm, RowParallelLinear
 
 
 def _decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
@@ -65,10 +66,6 @@ def use_batch_invariant_kernels(model: nn.Module) -> AttentionBackend:
             module.forward = types.MethodType(linear_forward, module)
         elif isinstance(module, RMSNorm):
             module.forward = types.MethodType(_rms_norm_forward, module)
-        elif isinstance(module, SiluAndMulMLP):
-            module.use_fused = False
-        elif isinstance(module, PagedAttention):
-            module.fused_rope = False
     return _backend()
 
 

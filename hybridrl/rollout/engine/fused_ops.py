@@ -10,6 +10,10 @@ normalises in fp32, rounds to its input's dtype, then multiplies by the weight a
 weight's dtype: twice for a bf16 input, once for the fp32 residual stream), so its output matches the
 torch path up to fp32 summation order.
 
+They launch with `enable_fp_fusion=False`: with fusion on, Triton turns "multiply, round to bf16, add" into one
+bf16 FMA (PTX `fma.rn.bf16`), which skips the product's rounding; the RoPE kernel then differed from the torch
+code in about 18% of q elements on an H200. Without it the RoPE and SiLU kernels match the torch code bit for bit.
+
 Used on CUDA (`layers.py` picks them when the tensor is on a CUDA device); the torch code in
 `layers.py` stays the reference and the CPU path. Tested against it under TRITON_INTERPRET=1.
 """
@@ -20,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hybridrl.models.rms_norm import rms_norm  # noqa: F401  (the engine's layers call it from here)
+from hybridrl.models.rms_norm import ROUND_AS_TORCH, rms_norm  # noqa: F401  (the engine's layers call rms_norm here)
 
 
 @triton.jit
@@ -42,7 +46,7 @@ def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
     block = 1024
     if rows:
         _silu_and_mul_kernel[(rows, triton.cdiv(inter, block))](gate_up, out, inter, gate_up.stride(0), out.stride(0),
-                                                                 BLOCK=block, num_warps=4)
+                                                                 BLOCK=block, num_warps=4, **ROUND_AS_TORCH)
     return out
 
 
@@ -117,7 +121,7 @@ def rotary_store_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions
             HALF_PAD=triton.next_power_of_2(rot_dim // 2), Q_HEADS_PAD=triton.next_power_of_2(q_heads),
             KV_HEADS_PAD=triton.next_power_of_2(kv_heads),
             PASS_PAD=triton.next_power_of_2(pass_dims) if pass_dims else 0,
-            ROW_PAD=triton.next_power_of_2(kv_heads * head_dim), num_warps=4)
+            ROW_PAD=triton.next_power_of_2(kv_heads * head_dim), num_warps=4, **ROUND_AS_TORCH)
     return q
 
 

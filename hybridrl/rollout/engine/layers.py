@@ -131,8 +131,6 @@ class SiluAndMulMLP(nn.Module):
     """SwiGLU MLP: down(silu(gate(x)) * up(x)) with gate and up fused (tensor parallel: each rank's slice
     of the intermediate width, column- then row-parallel)."""
 
-    use_fused = True  # False: the torch code, as the HF model runs it (batch-invariant numerics)
-
     def __init__(self, hidden_size: int, intermediate_size: int, tp: TensorParallel = SINGLE) -> None:
         super().__init__()
         tp.shard(intermediate_size, "intermediate_size")
@@ -140,7 +138,7 @@ class SiluAndMulMLP(nn.Module):
         self.down_proj = RowParallelLinear(intermediate_size, hidden_size, bias=False, tp=tp, what="intermediate_size")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        fused = fused_ops_for(x) if self.use_fused else None
+        fused = fused_ops_for(x)
         if fused is not None:
             return self.down_proj(fused.silu_and_mul(self.gate_up_proj(x)))
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
@@ -149,8 +147,6 @@ class SiluAndMulMLP(nn.Module):
 
 class PagedAttention(nn.Module):
     """Stores new K/V into this layer's paged cache, then attends (ragged prefill or batched decode)."""
-
-    fused_rope = True  # False: RoPE by the torch code, as the HF model runs it (batch-invariant numerics)
 
     def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, sliding_window: int | None) -> None:
         super().__init__()
@@ -177,7 +173,7 @@ class PagedAttention(nn.Module):
                           rotary: RotaryEmbedding, positions: torch.Tensor) -> torch.Tensor:
         """Rotate q and k, write k and v to this layer's cache; return the rotated q. One Triton kernel on
         CUDA (q rotated in place: it is a fresh view of the layer's projection or q-norm output)."""
-        fused = fused_ops_for(q) if self.fused_rope else None
+        fused = fused_ops_for(q)
         if fused is not None and q.dtype == self.k_cache.dtype:
             return fused.rotary_store_kv(q, k, v, positions, rotary.cos, rotary.sin, rotary.rot_dim,
                                          self.k_cache, self.v_cache, meta.slot_mapping)

@@ -50,6 +50,25 @@ def test_fused_projection_columns_equal_the_separate_projections():
     assert torch.equal(fused[:7], separate)
 
 
+@pytest.mark.gpu
+def test_the_tma_kernel_of_large_products_gives_the_small_products_bits(monkeypatch):
+    """A micro-batch's product goes to the TMA kernel (Hopper), a decode step's few rows to the other: same bits."""
+    from hybridrl.models.invariant import matmul
+
+    on_device("cuda")
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("the TMA kernel runs on Hopper or later")
+    torch.manual_seed(0)
+    x = torch.randn(3001, 1024, device="cuda", dtype=torch.bfloat16)  # a tail tile of rows and of columns
+    weight = torch.randn(4104, 1024, device="cuda", dtype=torch.bfloat16) / 30
+    bias = torch.randn(4104, device="cuda", dtype=torch.bfloat16)
+    assert matmul._takes_tma(x, weight, torch.empty(3001, 4104, device="cuda", dtype=torch.bfloat16))
+    full = matmul.linear(x, weight, bias)
+    assert torch.equal(matmul.linear(x[:5], weight, bias), full[:5])
+    monkeypatch.setattr(matmul, "TMA_MIN_FLOP", 1 << 62)
+    assert torch.equal(matmul.linear(x, weight, bias), full)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_linear_gradients_are_the_plain_linear_gradients(device):
     from hybridrl.models.invariant.matmul import linear

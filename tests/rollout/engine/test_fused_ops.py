@@ -20,6 +20,16 @@ def close(got, want, dtype):
     torch.testing.assert_close(got, want, **tol)
 
 
+def same_bits_on_gpu(got, want, dtype, device):
+    """Elementwise kernels without a sum, in 16 bits: on a GPU they must round exactly where the torch code does (an
+    FMA that skips a product's rounding fails here). The interpreter's fp32 -> bf16 cast truncates, so CPU gets
+    `close`; so does fp32, where Triton's exp differs from CUDA's expf in the last bits."""
+    if device == "cuda" and dtype != torch.float32:
+        assert torch.equal(got, want), f"{(got != want).float().mean().item():.1%} of the elements differ"
+    else:
+        close(got, want, dtype)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_rms_norm_with_and_without_residual(dtype, device, monkeypatch):
@@ -74,7 +84,7 @@ def test_silu_and_mul(dtype, device):
     torch.manual_seed(1)
     gate_up = (torch.randn(3, 3000, dtype=dtype) * 4).to(device)  # 1500: not a multiple of the kernel block
     gate, up = gate_up.chunk(2, dim=-1)
-    close(fused_ops.silu_and_mul(gate_up), torch.nn.functional.silu(gate) * up, dtype)
+    same_bits_on_gpu(fused_ops.silu_and_mul(gate_up), torch.nn.functional.silu(gate) * up, dtype, device)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -105,8 +115,8 @@ def test_rotary_store_kv_matches_rope_then_cache_store(dtype, head_dim, rot_dim,
 
     got = fused_ops.rotary_store_kv(q, k, v, positions, rope.cos, rope.sin, rope.rot_dim, k_cache, v_cache, slots)
     assert got.data_ptr() == q.data_ptr()
-    close(q, want_q, dtype)
-    close(k_cache, want_k_cache, dtype)
+    same_bits_on_gpu(q, want_q, dtype, device)
+    same_bits_on_gpu(k_cache, want_k_cache, dtype, device)
     assert torch.equal(v_cache, want_v_cache)  # v is copied, not computed
     assert torch.equal(v, v_before) and torch.equal(k, k_before)  # k rotated into the cache only
 
