@@ -58,6 +58,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="print the markdown table of reports this script wrote (benchmarks/README.md) and exit")
     parser.add_argument("--sweep", action="store_true",
                         help="also score it by the trainer with one module family computing in fp32 at a time")
+    parser.add_argument("--invariant-families", action="store_true",
+                        help="also score the default rollout by the default trainer with one family of its operations "
+                             "on the batch-invariant kernels at a time (CUDA)")
     args = parser.parse_args(argv)
     args.device = args.device or ("cpu" if args.quick or not torch.cuda.is_available() else "cuda")
     fill_defaults(args, dict(num_prompts=4, n=2, response_length=8, micro_batch=4, shapes="quick"),
@@ -195,6 +198,9 @@ def run_shape(name: str, args) -> dict[str, Any]:
                 result["trainer_forward_s"][trainer_numerics] = seconds
         del trainer
         release(args.device)
+    if args.invariant_families and "invariant" in rollouts:
+        batch = trainer_batch(prompts, rollouts["after"]["token_ids"], args.n, config.pad_token_id)
+        result["invariant_families"] = sweep_invariant_families(model, batch, rollouts["after"]["log_probs"], args)
     if not args.skip_reference:
         batch = trainer_batch(prompts, rollouts["after"]["token_ids"], args.n, config.pad_token_id)
         truth, seconds = reference_log_probs(model, batch, args)
@@ -221,6 +227,55 @@ def trainer_model(model, numerics: str):
     if numerics == "invariant":
         use_batch_invariant_numerics(trainer)
     return trainer
+
+
+def _linear_layers(model) -> None:
+    from hybridrl.models.invariant.hf import linear_forward
+
+    for module in model.model.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.forward = linear_forward.__get__(module)
+
+
+def _rms_norms(model) -> None:
+    from hybridrl.models.invariant.hf import _rms_norm_forward
+
+    for module in model.model.modules():
+        if type(module).__name__.endswith("RMSNorm"):
+            module.forward = _rms_norm_forward.__get__(module)
+
+
+def _attention(model) -> None:
+    from hybridrl.models.invariant.hf import ATTENTION_NAME, _register_attention
+
+    _register_attention()
+    model.config._attn_implementation = ATTENTION_NAME
+
+
+def _lm_head_and_log_probs(model) -> None:
+    from hybridrl.models.invariant import MARK
+
+    setattr(model, MARK, True)
+
+
+# what `use_batch_invariant_numerics` changes, one family at a time (the RoPE table is HF's already)
+INVARIANT_FAMILIES = {"linear": _linear_layers, "rms_norm": _rms_norms, "attention": _attention,
+                      "lm_head_log_probs": _lm_head_and_log_probs}
+
+
+def sweep_invariant_families(model, batch, rollout: list[list[float]], args) -> dict[str, Any]:
+    """The default rollout scored by the default trainer with one family of its operations on the batch-invariant
+    kernels: which of the trainer's kernels the engine's default numerics already follow (mean |delta log-prob|)."""
+    out = {}
+    for family, switch in INVARIANT_FAMILIES.items():
+        trainer = trainer_model(model, "after")
+        switch(trainer)
+        log_probs, seconds = trainer_log_probs(trainer, batch, args)
+        out[family] = {"log_probs_diff_mean": compare(rollout, log_probs)["training/rollout_log_probs_diff_mean"],
+                       "trainer_forward_s": seconds}
+        del trainer
+        release(args.device)
+    return out
 
 
 def reference_log_probs(model, batch, args) -> tuple[torch.Tensor, float]:
