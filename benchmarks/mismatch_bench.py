@@ -199,8 +199,7 @@ def run_shape(name: str, args) -> dict[str, Any]:
         del trainer
         release(args.device)
     if args.invariant_families and "invariant" in rollouts:
-        batch = trainer_batch(prompts, rollouts["after"]["token_ids"], args.n, config.pad_token_id)
-        result["invariant_families"] = sweep_invariant_families(model, batch, rollouts["after"]["log_probs"], args)
+        result["invariant_families"] = sweep_invariant_families(model, prompts, rollouts["after"], args)
     if not args.skip_reference:
         batch = trainer_batch(prompts, rollouts["after"]["token_ids"], args.n, config.pad_token_id)
         truth, seconds = reference_log_probs(model, batch, args)
@@ -263,19 +262,51 @@ INVARIANT_FAMILIES = {"linear": _linear_layers, "rms_norm": _rms_norms, "attenti
                       "lm_head_log_probs": _lm_head_and_log_probs}
 
 
-def sweep_invariant_families(model, batch, rollout: list[list[float]], args) -> dict[str, Any]:
+def sweep_invariant_families(model, prompts, rollout: dict[str, Any], args) -> dict[str, Any]:
     """The default rollout scored by the default trainer with one family of its operations on the batch-invariant
-    kernels: which of the trainer's kernels the engine's default numerics already follow (mean |delta log-prob|)."""
-    out = {}
+    kernels: which of the trainer's kernels the engine's default numerics already follow (mean |delta log-prob|);
+    then a rollout whose engine runs the batch-invariant attention kernel and nothing else, scored by the default
+    trainer, the trainer with that attention kernel, and the batch-invariant trainer."""
+    pad_id = model.config.pad_token_id
+    batch = trainer_batch(prompts, rollout["token_ids"], args.n, pad_id)
+    out: dict[str, Any] = {}
     for family, switch in INVARIANT_FAMILIES.items():
-        trainer = trainer_model(model, "after")
-        switch(trainer)
-        log_probs, seconds = trainer_log_probs(trainer, batch, args)
-        out[family] = {"log_probs_diff_mean": compare(rollout, log_probs)["training/rollout_log_probs_diff_mean"],
-                       "trainer_forward_s": seconds}
-        del trainer
-        release(args.device)
+        out[family] = score(model, batch, rollout, args, switch)
+    with engine_attention_invariant():
+        both = generate(model, prompts, args, "after")
+    batch = trainer_batch(prompts, both["token_ids"], args.n, pad_id)
+    out["engine_attention"] = {"decode_step_s": both["decode_step_s"], "prefill_time_s": both["prefill_time_s"],
+                               "trainer_after": score(model, batch, both, args, lambda trainer: None),
+                               "trainer_attention": score(model, batch, both, args, _attention),
+                               "trainer_invariant": score(model, batch, both, args, None)}
     return out
+
+
+def score(model, batch, rollout: dict[str, Any], args, switch) -> dict[str, float]:
+    """`rollout` scored by the default trainer after `switch(trainer)` (None: the batch-invariant trainer)."""
+    trainer = trainer_model(model, "after" if switch else "invariant")
+    if switch:
+        switch(trainer)
+    log_probs, seconds = trainer_log_probs(trainer, batch, args)
+    del trainer
+    release(args.device)
+    return {"log_probs_diff_mean": compare(rollout["log_probs"], log_probs)["training/rollout_log_probs_diff_mean"],
+            "trainer_forward_s": seconds}
+
+
+@contextmanager
+def engine_attention_invariant():
+    """Engines built inside attend by the batch-invariant kernel (prefill and decode; prefill without CUDA graphs,
+    as in that mode) and run every other operation as by default."""
+    from hybridrl.rollout.engine import batch_invariant, model_runner
+
+    saved = model_runner.select_backend, model_runner.CUDAGraphPrefillRunner
+    model_runner.select_backend = lambda device, head_dim: batch_invariant._backend()
+    model_runner.CUDAGraphPrefillRunner = lambda *a, **k: saved[1](*a, **{**k, "enabled": False})
+    try:
+        yield
+    finally:
+        model_runner.select_backend, model_runner.CUDAGraphPrefillRunner = saved
 
 
 def reference_log_probs(model, batch, args) -> tuple[torch.Tensor, float]:
@@ -371,9 +402,47 @@ def markdown_table(reports: list[dict[str, Any]]) -> str:
                                                                             "trainer_before", *families)]
             steps = " / ".join("-" if step.get(k) is None else f"{step[k] * 1e3:.3f}" for k in NUMERICS)
             forwards = " / ".join("-" if forward.get(k) is None else f"{forward[k]:.2f}" for k in NUMERICS[1:])
-            lines.append(f"| {name} | {gap['before']:.4f} | {gap['after']:.4f} | "
+            lines.append(f"| {shape_label(report, name)} | {gap['before']:.4f} | {gap['after']:.4f} | "
                          + " | ".join("-" if cell is None else f"{cell:.4f}" for cell in cells)
                          + f" | {steps} | {forwards} |")
+    tables = ["\n".join(lines)]
+    if any("invariant_families" in shape for report in reports for shape in report["shapes"].values()):
+        tables.append(families_table(reports))
+    return "\n\n".join(tables)
+
+
+def shape_label(report: dict[str, Any], name: str) -> str:
+    workload = report["workload"]
+    return f"{name}, {workload['num_prompts']} x {workload['n']}"
+
+
+def families_table(reports: list[dict[str, Any]]) -> str:
+    """`--invariant-families`: the default rollout's gap to the default trainer with one family of operations on the
+    batch-invariant kernels, and to the batch-invariant trainer; then the rollout of an engine that attends by the
+    batch-invariant kernel (its decode step, its gap to the default trainer, to the trainer with that attention
+    kernel, to the batch-invariant trainer)."""
+    lines = ["| shape | default trainer | " + " | ".join(f"+ {family}" for family in INVARIANT_FAMILIES)
+             + " | batch-invariant trainer | engine attention: decode step ms (default) | vs default trainer "
+               "| vs trainer + attention | vs batch-invariant trainer |",
+             "|---|---|" + "---|" * len(INVARIANT_FAMILIES) + "---|---|---|---|---|"]
+    for report in reports:
+        for name, shape in report["shapes"].items():
+            families = shape.get("invariant_families")
+            if families is None:
+                continue
+            pairs = shape["engine_vs_trainer"]
+            gaps = [pairs["engine_after__trainer_after"]] + [families[f] for f in INVARIANT_FAMILIES]
+            gaps.append(pairs["engine_after__trainer_invariant"])
+            cells = [f"{gap.get('log_probs_diff_mean', gap.get('training/rollout_log_probs_diff_mean')):.4f}"
+                     for gap in gaps]
+            engine = families.get("engine_attention")
+            if engine:
+                cells.append(f"{engine['decode_step_s'] * 1e3:.3f} ({shape['decode_step_s']['after'] * 1e3:.3f})")
+                cells += [f"{engine[k]['log_probs_diff_mean']:.4f}"
+                          for k in ("trainer_after", "trainer_attention", "trainer_invariant")]
+            else:
+                cells += ["-"] * 4
+            lines.append(f"| {shape_label(report, name)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

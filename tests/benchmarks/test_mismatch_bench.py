@@ -38,7 +38,7 @@ def test_quick_run_reports_the_gap_and_decode_time_of_both_numerics(tmp_path, ca
                for family in ("attention", "mlp"))
     mismatch_bench.main(["--table", str(tmp_path / "mismatch.json")])
     row = capsys.readouterr().out.strip().splitlines()[2]
-    assert row.startswith(f"| quick | {gaps['engine_before__trainer_before']:.4f} | {gaps['engine_after__trainer_after']:.4f} |")
+    assert row.startswith(f"| quick, 4 x 2 | {gaps['engine_before__trainer_before']:.4f} | {gaps['engine_after__trainer_after']:.4f} |")
     cells = [cell.strip() for cell in row.strip("|").split("|")]
     assert len(cells) == 12 and cells[3] == "-" and "-" not in cells[4:10]  # every sweep column filled; no
     assert cells[10].endswith("/ -") and cells[11].endswith("/ -")  # batch-invariant engine on CPU
@@ -53,3 +53,26 @@ def test_workload_must_split_into_micro_batches():
 def test_sweep_needs_the_reference():
     with pytest.raises(SystemExit):
         mismatch_bench.parse_args(["--quick", "--sweep", "--skip-reference"])
+
+
+def test_the_families_table_comes_from_the_reports_sweep():
+    """`--invariant-families` (a CUDA run): its second table, one row per shape, each cell from the report."""
+    pairs = {f"engine_after__trainer_{t}": {"training/rollout_log_probs_diff_mean": gap}
+             for t, gap in (("after", 0.0057), ("invariant", 0.0037))}
+    families = {family: {"log_probs_diff_mean": 0.001 * (i + 1), "trainer_forward_s": 1.0}
+                for i, family in enumerate(mismatch_bench.INVARIANT_FAMILIES)}
+    families["engine_attention"] = {"decode_step_s": 0.002315, "prefill_time_s": 0.03, **{
+        side: {"log_probs_diff_mean": gap, "trainer_forward_s": 1.0}
+        for side, gap in (("trainer_after", 0.0058), ("trainer_attention", 0.0043), ("trainer_invariant", 0.0))}}
+    shape = {"log_probs_diff_mean": {"before": 0.0091, "after": 0.0057, "invariant": 0.0},
+             "decode_step_s": {"before": 0.0022, "after": 0.00223, "invariant": 0.0035},
+             "trainer_forward_s": {"after": 0.64, "invariant": 0.87}, "engine_vs_trainer": pairs,
+             "invariant_families": families}
+    report = {"workload": {"num_prompts": 64, "n": 8}, "shapes": {"0.5b": shape}}
+    tables = mismatch_bench.markdown_table([report]).split("\n\n")
+    assert len(tables) == 2
+    row = tables[1].splitlines()[2]
+    assert row == ("| 0.5b, 64 x 8 | 0.0057 | 0.0010 | 0.0020 | 0.0030 | 0.0040 | 0.0037 | 2.315 (2.230) | 0.0058 "
+                   "| 0.0043 | 0.0000 |")
+    del shape["invariant_families"]
+    assert "\n\n" not in mismatch_bench.markdown_table([report])  # no sweep, no second table
