@@ -19,7 +19,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 import triton
-import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
@@ -31,34 +30,22 @@ SHAPES = {"qkv": (896, 1152), "o": (896, 896), "gate_up": (896, 9728), "down": (
           "7b_qkv": (3584, 4608), "7b_gate_up": (3584, 37888), "7b_down": (18944, 3584), "7b_lm_head": (3584, 152064)}
 
 
-@triton.jit(do_not_specialize=["M", "N"])
-def _tma_kernel(a_desc, b_desc, c_desc, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr, PERSISTENT: tl.constexpr):
-    num_m = tl.cdiv(M, BM)
-    num_n = tl.cdiv(N, BN)
-    num_tiles = num_m * num_n
-    for tile in tl.range(tl.program_id(0), num_tiles, NUM_SMS if PERSISTENT else num_tiles, flatten=False):
-        first_m = tile // (GROUP_M * num_n) * GROUP_M
-        size_m = min(num_m - first_m, GROUP_M)
-        pid_m = first_m + tile % size_m
-        pid_n = tile % (GROUP_M * num_n) // size_m
-        acc = tl.zeros((BM, BN), dtype=tl.float32)
-        for k in range(0, K, BK):
-            acc = tl.dot(a_desc.load([pid_m * BM, k]), b_desc.load([pid_n * BN, k]).T, acc)
-        c_desc.store([pid_m * BM, pid_n * BN], acc.to(c_desc.dtype))
-
-
 def tma_linear(x: torch.Tensor, w: torch.Tensor, config: tuple) -> torch.Tensor:
+    """x @ w.T by hybridrl's TMA kernel (matmul.py) in `config`; not persistent: one program per output tile."""
     from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from hybridrl.models.invariant.matmul import _tma_linear_kernel
 
     bm, bn, bk, group_m, num_warps, num_stages, persistent = config
     out = torch.empty(x.shape[0], w.shape[0], dtype=x.dtype, device=x.device)
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count
     tiles = triton.cdiv(x.shape[0], bm) * triton.cdiv(w.shape[0], bn)
-    _tma_kernel[(min(sms, tiles) if persistent else tiles,)](
+    programs = min(sms, tiles) if persistent else tiles
+    _tma_linear_kernel[(programs,)](
         TensorDescriptor.from_tensor(x, [bm, bk]), TensorDescriptor.from_tensor(w, [bn, bk]),
-        TensorDescriptor.from_tensor(out, [bm, bn]), x.shape[0], w.shape[0], x.shape[1], BM=bm, BN=bn, BK=bk,
-        GROUP_M=group_m, NUM_SMS=sms, PERSISTENT=persistent, num_warps=num_warps, num_stages=num_stages)
+        TensorDescriptor.from_tensor(out, [bm, bn]), w, x.shape[0], w.shape[0], x.shape[1], HAS_BIAS=False,
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group_m, NUM_PROGRAMS=programs, num_warps=num_warps,
+        num_stages=num_stages)
     return out
 
 
