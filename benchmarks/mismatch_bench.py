@@ -228,38 +228,15 @@ def trainer_model(model, numerics: str):
     return trainer
 
 
-def _linear_layers(model) -> None:
-    from hybridrl.models.invariant.hf import linear_forward
-
-    for module in model.model.modules():
-        if isinstance(module, torch.nn.Linear):
-            module.forward = linear_forward.__get__(module)
+# the families of `use_batch_invariant_numerics` a sweep switches one at a time (the RoPE table is HF's already)
+INVARIANT_FAMILIES = ("linear", "rms_norm", "attention", "lm_head_log_probs")
 
 
-def _rms_norms(model) -> None:
-    from hybridrl.models.invariant.hf import _rms_norm_forward
+def invariant_family(name: str):
+    """`models/invariant/hf.FAMILIES[name]`: switches that family of a trainer model to the batch-invariant kernels."""
+    from hybridrl.models.invariant.hf import FAMILIES
 
-    for module in model.model.modules():
-        if type(module).__name__.endswith("RMSNorm"):
-            module.forward = _rms_norm_forward.__get__(module)
-
-
-def _attention(model) -> None:
-    from hybridrl.models.invariant.hf import ATTENTION_NAME, _register_attention
-
-    _register_attention()
-    model.config._attn_implementation = ATTENTION_NAME
-
-
-def _lm_head_and_log_probs(model) -> None:
-    from hybridrl.models.invariant import MARK
-
-    setattr(model, MARK, True)
-
-
-# what `use_batch_invariant_numerics` changes, one family at a time (the RoPE table is HF's already)
-INVARIANT_FAMILIES = {"linear": _linear_layers, "rms_norm": _rms_norms, "attention": _attention,
-                      "lm_head_log_probs": _lm_head_and_log_probs}
+    return FAMILIES[name]
 
 
 def sweep_invariant_families(model, prompts, rollout: dict[str, Any], args) -> dict[str, Any]:
@@ -270,14 +247,14 @@ def sweep_invariant_families(model, prompts, rollout: dict[str, Any], args) -> d
     pad_id = model.config.pad_token_id
     batch = trainer_batch(prompts, rollout["token_ids"], args.n, pad_id)
     out: dict[str, Any] = {}
-    for family, switch in INVARIANT_FAMILIES.items():
-        out[family] = score(model, batch, rollout, args, switch)
+    for family in INVARIANT_FAMILIES:
+        out[family] = score(model, batch, rollout, args, invariant_family(family))
     with engine_attention_invariant():
         both = generate(model, prompts, args, "after")
     batch = trainer_batch(prompts, both["token_ids"], args.n, pad_id)
     out["engine_attention"] = {"decode_step_s": both["decode_step_s"], "prefill_time_s": both["prefill_time_s"],
                                "trainer_after": score(model, batch, both, args, lambda trainer: None),
-                               "trainer_attention": score(model, batch, both, args, _attention),
+                               "trainer_attention": score(model, batch, both, args, invariant_family("attention")),
                                "trainer_invariant": score(model, batch, both, args, None)}
     return out
 

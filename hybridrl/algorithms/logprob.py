@@ -53,25 +53,32 @@ def _chunk_token_stats(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.T
 
     `batch_invariant`: the logits and log-probs by the kernels the rollout engine shares (models/invariant)."""
     if batch_invariant:
-        from hybridrl.models.invariant.hf import in_compute_dtype
-        from hybridrl.models.invariant.log_probs import label_log_probs
-        from hybridrl.models.invariant.matmul import linear
-
-        head_weight, head_input, head_bias = in_compute_dtype(weight, hidden, bias)
-        head_logits = linear(head_input, head_weight, head_bias)
-        log_probs = label_log_probs(head_logits, labels, temperature)
+        head_logits, log_probs = _invariant_head(hidden, weight, bias, labels, temperature)
+        if not (compute_entropy or compute_sum_pi_squared):
+            return log_probs, None, None
     else:
-        head_logits = F.linear(hidden.to(weight.dtype), weight, bias)
+        head_logits, log_probs = F.linear(hidden.to(weight.dtype), weight, bias), None
     logits = head_logits.float() / temperature  # (C, V)
     log_normalizer = torch.logsumexp(logits, dim=-1)
-    if not batch_invariant:
-        label_logits = torch.gather(logits, dim=-1, index=labels.unsqueeze(-1)).squeeze(-1)
-        log_probs = label_logits - log_normalizer
+    if log_probs is None:
+        log_probs = torch.gather(logits, dim=-1, index=labels.unsqueeze(-1)).squeeze(-1) - log_normalizer
     entropy = log_normalizer - torch.sum(F.softmax(logits, dim=-1) * logits, dim=-1) if compute_entropy else None
     sum_pi_squared = None
     if compute_sum_pi_squared:  # the same chunk's logits; 2·lse(l) is 2·log_normalizer
         sum_pi_squared = torch.exp(torch.logsumexp(2.0 * logits, dim=-1) - 2.0 * log_normalizer).detach()
     return log_probs, entropy, sum_pi_squared
+
+
+def _invariant_head(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, labels: torch.Tensor,
+                    temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logits in the compute dtype, the labels' fp32 log-probs), both by the batch-invariant kernels."""
+    from hybridrl.models.invariant.hf import in_compute_dtype
+    from hybridrl.models.invariant.log_probs import label_log_probs
+    from hybridrl.models.invariant.matmul import linear
+
+    head_weight, head_input, head_bias = in_compute_dtype(weight, hidden, bias)
+    head_logits = linear(head_input, head_weight, head_bias)
+    return head_logits, label_log_probs(head_logits, labels, temperature)
 
 
 @functools.cache

@@ -27,6 +27,11 @@ def check_device(tensor: torch.Tensor) -> None:
                          f"forward is on {tensor.device}. Run on a GPU or set it to false")
 
 
+def needs_grad(*tensors: torch.Tensor | None) -> bool:
+    """Whether autograd records an operation on `tensors` (the kernels then pair their value with a gradient)."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
 def uses_batch_invariant_numerics(model: nn.Module) -> bool:
     """Whether `hf.use_batch_invariant_numerics` set `model` (or its PEFT wrapper's base) up."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model

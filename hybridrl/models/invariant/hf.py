@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hybridrl.models.invariant import MARK
+from hybridrl.models.invariant import MARK, needs_grad
 from hybridrl.models.invariant.attention import dense_causal_attention
 from hybridrl.models.invariant.matmul import linear
 
@@ -41,10 +41,6 @@ class ValueOf(torch.autograd.Function):
         return None, grad
 
 
-def _needs_grad(*tensors: torch.Tensor | None) -> bool:
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
-
-
 def in_compute_dtype(weight: torch.Tensor, *tensors: torch.Tensor | None) -> list[torch.Tensor | None]:
     """`weight` and `tensors` in the forward's compute dtype (autocast's where it is on, as `F.linear` would cast
     them; else the weight's own: under FSDP2 its unsharded `param_dtype` copy)."""
@@ -54,7 +50,7 @@ def in_compute_dtype(weight: torch.Tensor, *tensors: torch.Tensor | None) -> lis
     return [t.to(dtype) if t is not None else None for t in (weight, *tensors)]
 
 
-def linear_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+def linear_module_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """A linear layer's forward (`self.weight`, `self.bias`) by `matmul.linear`, in the compute dtype; the trainer's
     HF layers and the engine's layers alike."""
     weight, x, bias = in_compute_dtype(self.weight, x, self.bias)
@@ -68,7 +64,7 @@ def _rms_norm_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
     eps = getattr(self, "variance_epsilon", getattr(self, "eps", 1e-6))
     weight, = in_compute_dtype(self.weight)
     value = rms_norm(x.reshape(-1, x.shape[-1]), weight, eps).view(*x.shape[:-1], x.shape[-1])
-    if not _needs_grad(x, self.weight):
+    if not needs_grad(x, self.weight):
         return value
     return ValueOf.apply(value, type(self).forward(self, x).to(value.dtype))
 
@@ -126,7 +122,7 @@ def batch_invariant_attention(module: nn.Module, query: torch.Tensor, key: torch
     starts = attention_mask  # `_row_starts_mask`'s
     rows = starts if starts is not None else torch.zeros(query.shape[0], dtype=torch.int32, device=query.device)
     out = dense_causal_attention(query, key, value, rows, scale, sliding_window)
-    if _needs_grad(query, key, value):
+    if needs_grad(query, key, value):
         out = ValueOf.apply(out, _reference_attention(query, key, value, starts, scale, sliding_window))
     return out, None
 
@@ -161,26 +157,52 @@ class _EngineRope:
         return table.cos[position_ids].to(cos.dtype), table.sin[position_ids].to(sin.dtype)
 
 
+def _linears(base: nn.Module) -> None:
+    for module in _body(base).modules():
+        if isinstance(module, nn.Linear):
+            module.forward = types.MethodType(linear_module_forward, module)
+
+
+def _rms_norms(base: nn.Module) -> None:
+    for module in _body(base).modules():
+        if type(module).__name__.endswith("RMSNorm"):
+            module.forward = types.MethodType(_rms_norm_forward, module)
+
+
+def _attention(base: nn.Module) -> None:
+    _register_attention()
+    base.config._attn_implementation = ATTENTION_NAME
+
+
+def _rope(base: nn.Module) -> None:
+    config = base.config
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    _body(base).rotary_emb.register_forward_hook(_EngineRope(config, head_dim))
+
+
+def _lm_head_and_log_probs(base: nn.Module) -> None:
+    setattr(base, MARK, True)  # workers/forward.py reads it (`uses_batch_invariant_numerics`)
+
+
+def _body(base: nn.Module) -> nn.Module:
+    return getattr(base, base.base_model_prefix)
+
+
+# What `use_batch_invariant_numerics` switches, family by family (benchmarks/mismatch_bench.py switches one at a time)
+FAMILIES = {"linear": _linears, "rms_norm": _rms_norms, "attention": _attention, "rope": _rope,
+            "lm_head_log_probs": _lm_head_and_log_probs}
+
+
 def use_batch_invariant_numerics(model: nn.Module) -> None:
     """Route `model`'s batch-dependent operations through the engine's batch-invariant kernels (module doc)."""
     from hybridrl.models.numerics import ENGINE_MODEL_TYPES, keeps_fp32_residual_stream
 
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    config = base.config
-    if config.model_type not in ENGINE_MODEL_TYPES:
-        raise ValueError(f"actor_rollout_ref.model.batch_invariant: model type {config.model_type!r} is not one the "
-                         f"rollout engine runs ({', '.join(sorted(ENGINE_MODEL_TYPES))}); set it to false")
+    if base.config.model_type not in ENGINE_MODEL_TYPES:
+        raise ValueError(f"actor_rollout_ref.model.batch_invariant: model type {base.config.model_type!r} is not one "
+                         f"the rollout engine runs ({', '.join(sorted(ENGINE_MODEL_TYPES))}); set it to false")
     if not keeps_fp32_residual_stream(base):
         raise ValueError("actor_rollout_ref.model.batch_invariant needs actor_rollout_ref.model.fp32_residual_stream"
                          "=true (the engine's residual stream is fp32 in this mode)")
-    body = getattr(base, base.base_model_prefix)
-    for module in body.modules():
-        if isinstance(module, nn.Linear):
-            module.forward = types.MethodType(linear_forward, module)
-        elif type(module).__name__.endswith("RMSNorm"):
-            module.forward = types.MethodType(_rms_norm_forward, module)
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    body.rotary_emb.register_forward_hook(_EngineRope(config, head_dim))
-    _register_attention()
-    config._attn_implementation = ATTENTION_NAME
-    setattr(base, MARK, True)
+    for switch in FAMILIES.values():
+        switch(base)

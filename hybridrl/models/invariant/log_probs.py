@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hybridrl.models.invariant import check_device
+from hybridrl.models.invariant import check_device, needs_grad
 
 VOCAB_BLOCK = 4096
 
@@ -75,7 +75,7 @@ def label_log_probs(logits: torch.Tensor, labels: torch.Tensor, temperature: flo
                     ) -> torch.Tensor:
     """log softmax(logits / temperature)[labels], fp32 (N,), batch-invariant (differentiable in `logits` for a
     float temperature)."""
-    if torch.is_grad_enabled() and logits.requires_grad:
+    if needs_grad(logits):
         if isinstance(temperature, torch.Tensor):
             raise TypeError("label_log_probs: per-row temperatures are for the engine's sampling (no gradient)")
         return _LabelLogProbs.apply(logits, labels, temperature)

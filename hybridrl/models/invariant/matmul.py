@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hybridrl.models.invariant import check_device
+from hybridrl.models.invariant import check_device, needs_grad
 
 BLOCK_K = 64  # the reduction's step: fixed, so every output element is summed in the same order
 # (BLOCK_M, BLOCK_N, num_warps, num_stages): how the output is cut into tiles, which changes neither the order nor
@@ -151,6 +151,6 @@ class _InvariantLinear(torch.autograd.Function):
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """`F.linear` with the batch-invariant forward (differentiable; plain matmuls in backward)."""
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
+    if needs_grad(x, weight, bias):
         return _InvariantLinear.apply(x, weight, bias)
     return linear_forward(x, weight, bias)

@@ -19,7 +19,7 @@ from torch import nn
 
 from hybridrl.models.invariant import check_device
 from hybridrl.models.invariant.attention import paged_attention
-from hybridrl.models.invariant.hf import linear_forward
+from hybridrl.models.invariant.hf import linear_module_forward
 from hybridrl.models.invariant.log_probs import label_log_probs
 from hybridrl.rollout.engine.attention import AttentionBackend
 from hybridrl.rollout.engine.attention.metadata import AttentionMetadata
@@ -63,7 +63,7 @@ def use_batch_invariant_kernels(model: nn.Module) -> AttentionBackend:
             raise ValueError("actor_rollout_ref.model.batch_invariant does not support tensor-parallel rollout "
                              "(the all-reduce sums in its own order); set rollout.tensor_model_parallel_size=1")
         if isinstance(module, (nn.Linear, RowParallelLinear)):
-            module.forward = types.MethodType(linear_forward, module)
+            module.forward = types.MethodType(linear_module_forward, module)
         elif isinstance(module, RMSNorm):
             module.forward = types.MethodType(_rms_norm_forward, module)
     return _backend()
