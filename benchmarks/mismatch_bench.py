@@ -102,6 +102,7 @@ def generate(model, prompts: list[list[int]], args, numerics: str) -> dict[str, 
     with one seed (the same tokens each time); the fastest call's decode step time counts."""
     from hybridrl.rollout.base import SamplingParams
 
+    checked_before = set(cublas_agreement(numerics))
     engine = build_engine(model, args, numerics, max(map(len, prompts)))
     params = SamplingParams(temperature=args.temperature, n=args.n, max_new_tokens=args.response_length,
                             ignore_eos=True, seed=args.seed)
@@ -115,8 +116,19 @@ def generate(model, prompts: list[list[int]], args, numerics: str) -> dict[str, 
     out = calls[0]
     del engine
     release(args.device)
+    agreement = {key: agrees for key, agrees in cublas_agreement(numerics).items() if key not in checked_before}
     return {"token_ids": out.token_ids, "log_probs": out.log_probs, "decode_step_s": min(step_s),
-            "decode_step_s_calls": step_s, "prefill_time_s": out.metrics.get("rollout/prefill_time_s")}
+            "decode_step_s_calls": step_s, "prefill_time_s": out.metrics.get("rollout/prefill_time_s"),
+            "cublas_agreement": agreement}
+
+
+def cublas_agreement(numerics: str) -> dict[str, bool]:
+    """The batch-invariant engine's record of the linear layouts where cuBLAS gave its kernel's bits."""
+    if numerics != "invariant":
+        return {}
+    from hybridrl.models.invariant.matmul import cublas_agreement
+
+    return cublas_agreement()
 
 
 def release(device: str) -> None:
@@ -145,10 +157,13 @@ def trainer_batch(prompts: list[list[int]], token_ids: list[list[int]], n: int, 
 @torch.no_grad()
 def trainer_log_probs(model, batch, args) -> tuple[torch.Tensor, float]:
     """The trainer's old_log_prob forward (workers/forward.py: remove_padding, chunked LM head), in
-    micro-batches of `--micro-batch` rows, on a bf16 model as rl_step_bench's in-process trainer runs it."""
+    micro-batches of `--micro-batch` rows, on a bf16 model as rl_step_bench's in-process trainer runs it; timed
+    after a warm-up forward of the first micro-batch (Triton compiles its kernels there)."""
     from hybridrl.workers.forward import response_log_probs
 
     parts = []
+    first = batch.split(args.micro_batch)[0]
+    response_log_probs(model, first.to(args.device), args.temperature, compute_entropy=False, remove_padding=True)
     sync(args.device)
     start = time.perf_counter()
     for micro in batch.split(args.micro_batch):
@@ -184,7 +199,9 @@ def run_shape(name: str, args) -> dict[str, Any]:
     result: dict[str, Any] = {"decode_step_s": {k: r["decode_step_s"] for k, r in rollouts.items()},
                               "decode_step_s_calls": {k: r["decode_step_s_calls"] for k, r in rollouts.items()},
                               "prefill_time_s": {k: r["prefill_time_s"] for k, r in rollouts.items()},
-                              "trainer_forward_s": {}, "engine_vs_trainer": {}}
+                              "trainer_forward_s": {}, "engine_vs_trainer": {},
+                              # the batch-invariant engine's linear layouts: whether cuBLAS gave the kernel's bits
+                              "cublas_agreement": rollouts.get("invariant", {}).get("cublas_agreement", {})}
     scored = {}
     for trainer_numerics in rollouts:
         trainer = trainer_model(model, trainer_numerics)

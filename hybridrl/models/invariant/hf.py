@@ -51,8 +51,8 @@ def in_compute_dtype(weight: torch.Tensor, *tensors: torch.Tensor | None) -> lis
 
 
 def linear_module_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """A linear layer's forward (`self.weight`, `self.bias`) by `matmul.linear`, in the compute dtype; the trainer's
-    HF layers and the engine's layers alike."""
+    """A linear layer's forward (`self.weight`, `self.bias`) by `matmul.linear`, in the compute dtype (the
+    engine's layers: `agreeing_linear`, the same bits)."""
     weight, x, bias = in_compute_dtype(self.weight, x, self.bias)
     return linear(x, weight, bias)
 

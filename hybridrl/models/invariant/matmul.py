@@ -8,6 +8,11 @@ weight alone, so the engine's fused q/k/v (or gate/up) projection and the traine
 bit for bit. The bias is added to the fp32 accumulator before the single rounding to the output dtype.
 
 The backward (trainer only) is the plain matmuls: gradients need no invariance.
+
+`agreeing_linear` (the engine's decode steps): cuBLAS's result at the shapes where cuBLAS sums each element in
+this kernel's order (it does whenever it picks a kernel without split-K, which is most shapes), checked once
+per shape on random rows against the kernel; the kernel elsewhere. Same bits as `linear_forward`, at cuBLAS's
+speed where it agrees.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import os
 
 import torch
+import torch.nn.functional as F
 import triton
 import triton.language as tl
 
@@ -130,6 +136,60 @@ def _tma_linear(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
 def tiles_for(rows: int, cols: int) -> tuple[int, int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps, num_stages) for an output of `rows` x `cols`."""
     return NARROW_TILES if rows <= SMALL_M and cols <= NARROW_N else WIDE_TILES
+
+
+# Whether cuBLAS gives the kernel's bits, per (rows, weight, bias) layout: `agreeing_linear`'s record
+_CUBLAS_AGREES: dict[tuple, bool] = {}
+CUBLAS_CHECK_MAX_ROWS = 1024  # products of more rows (prefill chunks, all distinct) run the kernel unchecked
+
+
+def agreeing_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """`linear_forward(x, weight, bias)`'s bits, computed by cuBLAS (`F.linear`) at the layouts where cuBLAS gives
+    them: checked (`_cublas_agrees`) the first time a layout is seen outside a CUDA-graph capture. A layout first
+    seen inside a capture, and products of more than CUBLAS_CHECK_MAX_ROWS rows, run the kernel."""
+    rows = x.reshape(-1, x.shape[-1])
+    key = _layout(rows, weight, bias)
+    agrees = _CUBLAS_AGREES.get(key) if key is not None else False
+    if agrees is None and not (rows.is_cuda and torch.cuda.is_current_stream_capturing()):
+        agrees = _CUBLAS_AGREES[key] = _cublas_agrees(rows, weight, bias)
+    if agrees:
+        return F.linear(rows, weight, bias).view(*x.shape[:-1], weight.shape[0])
+    return linear_forward(x, weight, bias)
+
+
+def _layout(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> tuple | None:
+    """What cuBLAS picks its kernel by: shapes, strides, dtype, device and 16-byte alignment (None: unchecked)."""
+    aligned = all(t.data_ptr() % 16 == 0 for t in (rows, weight, bias) if t is not None)
+    if not aligned or not 0 < rows.shape[0] <= CUBLAS_CHECK_MAX_ROWS or rows.dtype != weight.dtype:
+        return None
+    return rows.shape, rows.stride(), weight.shape, weight.stride(), rows.dtype, str(rows.device), bias is not None
+
+
+PROBE_TERM = 2.0 ** 12  # its square, 2**24, leaves fp32 sums of it a resolution of 2: about a random term
+
+
+def _cublas_agrees(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
+    """Whether cuBLAS sums in the kernel's order at this layout: both run a probe of the same layout whose every
+    output element adds +2**24 at its first k and -2**24 at its last, with random terms between, so its rounding
+    records how the terms were grouped (two orders disagree in most elements; one order agrees in all). A probe
+    the device has no memory for leaves the layout to the kernel."""
+    generator = torch.Generator(rows.device).manual_seed(0)  # leaves the device's default generator alone
+    try:
+        x = torch.empty_strided(rows.shape, rows.stride(), dtype=rows.dtype, device=rows.device)
+        w = torch.empty_strided(weight.shape, weight.stride(), dtype=weight.dtype, device=weight.device)
+        b = torch.empty_like(bias).normal_(generator=generator) if bias is not None else None
+    except torch.OutOfMemoryError:
+        return False
+    x.normal_(generator=generator)
+    w.normal_(generator=generator)
+    x[:, 0], x[:, -1], w[:, 0], w[:, -1] = PROBE_TERM, PROBE_TERM, PROBE_TERM, -PROBE_TERM
+    return torch.equal(F.linear(x, w, b), linear_forward(x, w, b))
+
+
+def cublas_agreement() -> dict[str, bool]:
+    """`agreeing_linear`'s record so far, "rows x in -> out" per checked layout (benchmarks report it)."""
+    return {f"{key[0][0]} x {key[2][1]} -> {key[2][0]}{' + bias' if key[6] else ''}": agrees
+            for key, agrees in _CUBLAS_AGREES.items()}
 
 
 class _InvariantLinear(torch.autograd.Function):

@@ -70,6 +70,65 @@ def test_the_tma_kernel_of_large_products_gives_the_small_products_bits(monkeypa
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_agreeing_linear_gives_the_kernels_bits_and_records_each_layout(device):
+    """The engine's linear: cuBLAS (CPU: PyTorch's own GEMM) where it gives the kernel's bits, else the kernel;
+    either way the kernel's bits. The check draws its probe from its own generator."""
+    from hybridrl.models.invariant import matmul
+
+    device = on_device(device)
+    dtype = dtype_on(device)
+    torch.manual_seed(0)
+    weight, bias = torch.randn(80, 96, device=device, dtype=dtype) / 10, torch.randn(80, device=device, dtype=dtype)
+    for rows in (7, 64):
+        x = torch.randn(rows, 96, device=device, dtype=dtype)
+        rng = torch.cuda.get_rng_state() if device == "cuda" else torch.get_rng_state()
+        assert torch.equal(matmul.agreeing_linear(x, weight, bias), matmul.linear_forward(x, weight, bias))
+        assert torch.equal(rng, torch.cuda.get_rng_state() if device == "cuda" else torch.get_rng_state())
+        assert f"{rows} x 96 -> 80 + bias" in matmul.cublas_agreement()
+    many = torch.randn(matmul.CUBLAS_CHECK_MAX_ROWS + 1, 96, device=device, dtype=dtype)
+    assert torch.equal(matmul.agreeing_linear(many, weight), matmul.linear_forward(many, weight))
+    assert f"{len(many)} x 96 -> 80" not in matmul.cublas_agreement()  # more rows: the kernel, unchecked
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_agreement_probe_tells_two_summation_orders_apart(device):
+    """Even a one-row product: the probe's rounding differs between the kernel's order and a split-K sum of the
+    same terms (two halves of K summed apart, then added), where random rows can round alike."""
+    from hybridrl.models.invariant import matmul
+
+    device = on_device(device)
+    dtype = dtype_on(device)
+    x = torch.empty(1, 896, device=device, dtype=dtype)
+    w = torch.empty(128, 896, device=device, dtype=dtype)
+    generator = torch.Generator(device).manual_seed(1)
+    x.normal_(generator=generator)
+    w.normal_(generator=generator)
+    x[:, 0], x[:, -1], w[:, 0], w[:, -1] = (matmul.PROBE_TERM,) * 3 + (-matmul.PROBE_TERM,)
+    halves = (matmul.linear_forward(x[:, :448].float(), w[:, :448].float())
+              + matmul.linear_forward(x[:, 448:].float(), w[:, 448:].float())).to(dtype)
+    ordered = matmul.linear_forward(x, w)
+    assert (halves != ordered).float().mean() > 0.4
+    assert torch.equal(matmul.linear_forward(x.repeat(9, 1), w)[:1], ordered)  # one order: the same bits
+
+
+@pytest.mark.gpu
+def test_agreeing_linear_runs_the_kernel_for_a_layout_first_seen_in_a_graph_capture():
+    from hybridrl.models.invariant import matmul
+
+    on_device("cuda")
+    torch.manual_seed(0)
+    x = torch.randn(33, 256, device="cuda", dtype=torch.bfloat16)
+    weight = torch.randn(512, 256, device="cuda", dtype=torch.bfloat16) / 16
+    matmul.linear_forward(x, weight)  # compiles the kernel outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = matmul.agreeing_linear(x, weight)
+    graph.replay()
+    assert torch.equal(out, matmul.linear_forward(x, weight))
+    assert "33 x 256 -> 512" not in matmul.cublas_agreement()
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_linear_gradients_are_the_plain_linear_gradients(device):
     from hybridrl.models.invariant.matmul import linear
 
