@@ -9,10 +9,10 @@ bit for bit. The bias is added to the fp32 accumulator before the single roundin
 
 The backward (trainer only) is the plain matmuls: gradients need no invariance.
 
-`agreeing_linear` (the engine's decode steps): cuBLAS's result at the shapes where cuBLAS sums each element in
-this kernel's order (it does whenever it picks a kernel without split-K, which is most shapes), checked once
-per shape on random rows against the kernel; the kernel elsewhere. Same bits as `linear_forward`, at cuBLAS's
-speed where it agrees.
+`agreeing_linear` (the engine's layers): cuBLAS's result at the layouts where cuBLAS sums each element in this
+kernel's order (it does whenever it picks a kernel without split-K, which is most shapes), checked once per layout
+on a probe that shows the summation order; the kernel elsewhere. Same bits as `linear_forward`, at cuBLAS's speed
+where it agrees.
 """
 
 from __future__ import annotations
@@ -178,12 +178,12 @@ def _cublas_agrees(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
         x = torch.empty_strided(rows.shape, rows.stride(), dtype=rows.dtype, device=rows.device)
         w = torch.empty_strided(weight.shape, weight.stride(), dtype=weight.dtype, device=weight.device)
         b = torch.empty_like(bias).normal_(generator=generator) if bias is not None else None
+        x.normal_(generator=generator)
+        w.normal_(generator=generator)
+        x[:, 0], x[:, -1], w[:, 0], w[:, -1] = PROBE_TERM, PROBE_TERM, PROBE_TERM, -PROBE_TERM
+        return torch.equal(F.linear(x, w, b), linear_forward(x, w, b))
     except torch.OutOfMemoryError:
         return False
-    x.normal_(generator=generator)
-    w.normal_(generator=generator)
-    x[:, 0], x[:, -1], w[:, 0], w[:, -1] = PROBE_TERM, PROBE_TERM, PROBE_TERM, -PROBE_TERM
-    return torch.equal(F.linear(x, w, b), linear_forward(x, w, b))
 
 
 def cublas_agreement() -> dict[str, bool]:
