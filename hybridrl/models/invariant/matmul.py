@@ -18,6 +18,7 @@ where it agrees.
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -138,8 +139,19 @@ def tiles_for(rows: int, cols: int) -> tuple[int, int, int, int]:
     return NARROW_TILES if rows <= SMALL_M and cols <= NARROW_N else WIDE_TILES
 
 
-# Whether cuBLAS gives the kernel's bits, per (rows, weight, bias) layout: `agreeing_linear`'s record
-_CUBLAS_AGREES: dict[tuple, bool] = {}
+class Layout(NamedTuple):
+    """What cuBLAS picks its kernel by (besides 16-byte alignment, which `agreeing_linear` requires)."""
+
+    rows: tuple[int, int]
+    rows_stride: tuple[int, int]
+    weight: tuple[int, int]  # (out, in)
+    weight_stride: tuple[int, int]
+    dtype: torch.dtype
+    device: str
+    has_bias: bool
+
+
+_CUBLAS_AGREES: dict[Layout, bool] = {}  # whether cuBLAS gives the kernel's bits: `agreeing_linear`'s record
 CUBLAS_CHECK_MAX_ROWS = 1024  # products of more rows (prefill chunks, all distinct) run the kernel unchecked
 
 
@@ -148,21 +160,22 @@ def agreeing_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     them: checked (`_cublas_agrees`) the first time a layout is seen outside a CUDA-graph capture. A layout first
     seen inside a capture, and products of more than CUBLAS_CHECK_MAX_ROWS rows, run the kernel."""
     rows = x.reshape(-1, x.shape[-1])
-    key = _layout(rows, weight, bias)
-    agrees = _CUBLAS_AGREES.get(key) if key is not None else False
+    layout = _layout(rows, weight, bias)
+    agrees = _CUBLAS_AGREES.get(layout) if layout is not None else False
     if agrees is None and not (rows.is_cuda and torch.cuda.is_current_stream_capturing()):
-        agrees = _CUBLAS_AGREES[key] = _cublas_agrees(rows, weight, bias)
+        agrees = _CUBLAS_AGREES[layout] = _cublas_agrees(rows, weight, bias)
     if agrees:
         return F.linear(rows, weight, bias).view(*x.shape[:-1], weight.shape[0])
     return linear_forward(x, weight, bias)
 
 
-def _layout(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> tuple | None:
-    """What cuBLAS picks its kernel by: shapes, strides, dtype, device and 16-byte alignment (None: unchecked)."""
+def _layout(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> Layout | None:
+    """The product's layout, or None for one left unchecked (unaligned, no rows or too many, mixed dtypes)."""
     aligned = all(t.data_ptr() % 16 == 0 for t in (rows, weight, bias) if t is not None)
     if not aligned or not 0 < rows.shape[0] <= CUBLAS_CHECK_MAX_ROWS or rows.dtype != weight.dtype:
         return None
-    return rows.shape, rows.stride(), weight.shape, weight.stride(), rows.dtype, str(rows.device), bias is not None
+    return Layout(tuple(rows.shape), rows.stride(), tuple(weight.shape), weight.stride(), rows.dtype, str(rows.device),
+                  bias is not None)
 
 
 PROBE_TERM = 2.0 ** 12  # its square, 2**24, leaves fp32 sums of it a resolution of 2: about a random term
@@ -188,8 +201,8 @@ def _cublas_agrees(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
 
 def cublas_agreement() -> dict[str, bool]:
     """`agreeing_linear`'s record so far, "rows x in -> out" per checked layout (benchmarks report it)."""
-    return {f"{key[0][0]} x {key[2][1]} -> {key[2][0]}{' + bias' if key[6] else ''}": agrees
-            for key, agrees in _CUBLAS_AGREES.items()}
+    return {f"{layout.rows[0]} x {layout.weight[1]} -> {layout.weight[0]}{' + bias' if layout.has_bias else ''}": agrees
+            for layout, agrees in _CUBLAS_AGREES.items()}
 
 
 class _InvariantLinear(torch.autograd.Function):
