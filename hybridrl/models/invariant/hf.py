@@ -50,11 +50,11 @@ def in_compute_dtype(weight: torch.Tensor, *tensors: torch.Tensor | None) -> lis
     return [t.to(dtype) if t is not None else None for t in (weight, *tensors)]
 
 
-def linear_module_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """A linear layer's forward (`self.weight`, `self.bias`) by `matmul.linear`, in the compute dtype (the
-    engine's layers: `agreeing_linear`, the same bits)."""
+def linear_module_forward(self: nn.Module, x: torch.Tensor, product=linear) -> torch.Tensor:
+    """A linear layer's forward (`self.weight`, `self.bias`) in the compute dtype by `product`: `matmul.linear` in
+    the trainer, `matmul.agreeing_linear` (the same bits) in the engine."""
     weight, x, bias = in_compute_dtype(self.weight, x, self.bias)
-    return linear(x, weight, bias)
+    return product(x, weight, bias)
 
 
 def _rms_norm_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:

@@ -171,8 +171,9 @@ def agreeing_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
 
 def _layout(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> Layout | None:
     """The product's layout, or None for one left unchecked (unaligned, no rows or too many, mixed dtypes)."""
-    aligned = all(t.data_ptr() % 16 == 0 for t in (rows, weight, bias) if t is not None)
-    if not aligned or not 0 < rows.shape[0] <= CUBLAS_CHECK_MAX_ROWS or rows.dtype != weight.dtype:
+    if not 0 < rows.shape[0] <= CUBLAS_CHECK_MAX_ROWS or rows.dtype != weight.dtype:
+        return None
+    if any(t.data_ptr() % 16 for t in (rows, weight, bias) if t is not None):
         return None
     return Layout(tuple(rows.shape), rows.stride(), tuple(weight.shape), weight.stride(), rows.dtype, str(rows.device),
                   bias is not None)
@@ -191,12 +192,18 @@ def _cublas_agrees(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
         x = torch.empty_strided(rows.shape, rows.stride(), dtype=rows.dtype, device=rows.device)
         w = torch.empty_strided(weight.shape, weight.stride(), dtype=weight.dtype, device=weight.device)
         b = torch.empty_like(bias).normal_(generator=generator) if bias is not None else None
-        x.normal_(generator=generator)
-        w.normal_(generator=generator)
-        x[:, 0], x[:, -1], w[:, 0], w[:, -1] = PROBE_TERM, PROBE_TERM, PROBE_TERM, -PROBE_TERM
+        fill_probe(x, w, generator)
         return torch.equal(F.linear(x, w, b), linear_forward(x, w, b))
     except torch.OutOfMemoryError:
         return False
+
+
+def fill_probe(x: torch.Tensor, w: torch.Tensor, generator: torch.Generator) -> None:
+    """Rows `x` (M, K) and weight `w` (N, K), in place: random terms, with +PROBE_TERM**2 at k = 0 and
+    -PROBE_TERM**2 at k = K - 1 in every output element."""
+    x.normal_(generator=generator)
+    w.normal_(generator=generator)
+    x[:, 0], x[:, -1], w[:, 0], w[:, -1] = PROBE_TERM, PROBE_TERM, PROBE_TERM, -PROBE_TERM
 
 
 def cublas_agreement() -> dict[str, bool]:

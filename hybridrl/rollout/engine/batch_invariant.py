@@ -2,15 +2,17 @@
 
 `use_batch_invariant_kernels(model)` makes the engine compute every token the way the trainer's forward
 computes it in this mode (hybridrl/models/invariant/hf.py): the linear layers and the LM head with
-`invariant.matmul.linear`'s bits (`agreeing_linear`: by cuBLAS at the decode shapes where cuBLAS gives them), attention through `invariant.attention.paged_attention` (`BACKEND`, prefill and
-decode alike), the RMSNorms through the engine's Triton kernel on any device (the trainer's run it too), and
-the recorded log-prob of each sampled token through
-`invariant.log_probs.label_log_probs` (`with_invariant_log_probs`). Sampling itself (which token) is unchanged.
+`invariant.matmul.linear`'s bits (`agreeing_linear`: by cuBLAS at the layouts where cuBLAS gives them), attention
+through `invariant.attention.paged_attention` (`BACKEND`, prefill and decode alike), the RMSNorms through the
+engine's Triton kernel on any device (the trainer's run it too), and the recorded log-prob of each sampled token
+through `invariant.log_probs.label_log_probs` (`with_invariant_log_probs`). Sampling itself (which token) is
+unchanged.
 RoPE and SwiGLU keep the engine's fused kernels: they round exactly where the HF model's torch code does.
 """
 
 from __future__ import annotations
 
+import functools
 import types
 from typing import Callable
 
@@ -19,7 +21,7 @@ from torch import nn
 
 from hybridrl.models.invariant import check_device
 from hybridrl.models.invariant.attention import paged_attention
-from hybridrl.models.invariant.hf import in_compute_dtype
+from hybridrl.models.invariant.hf import linear_module_forward
 from hybridrl.models.invariant.log_probs import label_log_probs
 from hybridrl.models.invariant.matmul import agreeing_linear
 from hybridrl.rollout.engine.attention import AttentionBackend
@@ -44,9 +46,7 @@ def _backend() -> AttentionBackend:
     return AttentionBackend("batch_invariant", store_kv_cache, _decode, _prefill)
 
 
-def _linear_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    weight, x, bias = in_compute_dtype(self.weight, x, self.bias)
-    return agreeing_linear(x, weight, bias)
+_ENGINE_LINEAR = functools.partial(linear_module_forward, product=agreeing_linear)
 
 
 def _rms_norm_forward(self: RMSNorm, x: torch.Tensor, residual: torch.Tensor | None = None):
@@ -69,7 +69,7 @@ def use_batch_invariant_kernels(model: nn.Module) -> AttentionBackend:
             raise ValueError("actor_rollout_ref.model.batch_invariant does not support tensor-parallel rollout "
                              "(the all-reduce sums in its own order); set rollout.tensor_model_parallel_size=1")
         if isinstance(module, (nn.Linear, RowParallelLinear)):
-            module.forward = types.MethodType(_linear_forward, module)
+            module.forward = types.MethodType(_ENGINE_LINEAR, module)
         elif isinstance(module, RMSNorm):
             module.forward = types.MethodType(_rms_norm_forward, module)
     return _backend()
