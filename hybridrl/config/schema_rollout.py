@@ -159,7 +159,8 @@ class RolloutConfig:
                                          "new tokens per sequence (agent turns). Debugging: eager decode is several "
                                          "times slower.")
     cudagraph_capture_sizes: list[int] | None = setting(None, "Decode batch sizes with a CUDA graph (a batch pads to the next; "
-                                                        "max_num_seqs is always added); null = 1, 2, 4, ..., 32, every 16.")
+                                                        "max_num_seqs is always added); null = 1, 2, 4, ..., 32, every 16 up "
+                                                        "to 512, then eight per doubling.")
     free_cache_engine: bool = setting(True, "Free the KV cache between generation phases.")
     keep_decode_graphs: bool = setting(True, "hybridrl: keep the decode CUDA graphs (and their activation pool, about "
                                              "max_num_seqs x vocab x 2 bytes) and the short-prefill graphs while the "

@@ -12,6 +12,8 @@ the running ones in the burst after it (continuous batching).
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +40,7 @@ class RunStats:
     prefill_tokens: int = 0  # tokens computed by prefills (prompt tokens the prefix cache did not hold)
     num_preempted: int = 0
     prefix_cache_hit_tokens: int = 0
+    graph_capture_s: float = 0.0  # CUDA graphs captured on the way (lazily, per decode batch size met)
 
     def see_blocks(self, used: int) -> None:
         """After each scheduling decision (its blocks are booked): the peak of blocks held."""
@@ -67,6 +70,8 @@ class RunStats:
             # the cache's num_kv_blocks: how close this batch came to preempting
             "rollout/kv_cache_peak_blocks_max": float(self.peak_blocks),
             "rollout/kv_cache_peak_usage_max": self.peak_blocks / num_kv_blocks,
+            # graphs are captured lazily (decode: per batch size); again after a wake-up only when the KV cache moved
+            "rollout/graph_capture_s": self.graph_capture_s,
         }
 
 
@@ -126,9 +131,17 @@ class EngineCore:
         self.stats.prefill_tokens += sum(map(prefill_tokens, seqs))
         self.stats.prefill_steps += 1
         graphed_before = self.runner.prefill_graphs.num_runs
-        prefill = self.runner.launch_prefill(seqs)
+        with self._capture_time_counted():
+            prefill = self.runner.launch_prefill(seqs)
         self.stats.prefill_steps_graphed += self.runner.prefill_graphs.num_runs - graphed_before
         return prefill
+
+    @contextmanager
+    def _capture_time_counted(self) -> Iterator[None]:
+        """Adds the graph captures of a launch to the statistics."""
+        captured_before = self.runner.graphs_capture_time_s
+        yield
+        self.stats.graph_capture_s += self.runner.graphs_capture_time_s - captured_before
 
     def _next_burst(self, burst: LaunchedStep | None, prefill: LaunchedStep | None) -> LaunchedStep | None:
         """The burst of every running row, queued behind the burst and prefill in flight (None when nothing
@@ -149,7 +162,8 @@ class EngineCore:
             length, limits, ahead, sources = 1, [len(seq) for seq in rows], [0] * len(rows), []
         self.stats.see_blocks(self.block_manager.num_used_blocks)
         self.stats.add_burst(length, chained=burst is not None)
-        return self.runner.launch_burst(rows, length, limits, np.asarray(ahead, dtype=np.int64), sources)
+        with self._capture_time_counted():
+            return self.runner.launch_burst(rows, length, limits, np.asarray(ahead, dtype=np.int64), sources)
 
     def _burst_rows(self, burst: LaunchedStep | None, prefill: LaunchedStep | None
                     ) -> tuple[list[Sequence], list[int], list[tuple[LaunchedStep, list[int], list[int]]]]:

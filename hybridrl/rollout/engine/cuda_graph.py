@@ -44,12 +44,26 @@ def smallest_at_least(sizes: list[int], n: int) -> int | None:
 DecodeFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
+FINE_LADDER_END = 512  # every 16 rows up to here; beyond it, eight sizes per doubling
+
+
 def default_capture_sizes(max_batch_size: int) -> list[int]:
-    """1, 2, 4, 8, 16, 32, then every 16 up to max_batch_size (which is always included)."""
+    """1, 2, 4, 8, 16, 32, every 16 up to 512, then eight sizes per doubling (every 64 up to 1024, every 128 up
+    to 2048, ...), and max_batch_size itself.
+
+    Asynchronous training keeps several batches' rows in flight (max_num_seqs in the thousands), and its decode
+    batch takes most sizes between one and all of them as rows finish and others are admitted: each size met
+    costs a capture. Past 512 rows the step is long enough that padding by at most an eighth costs less than
+    the captures that every-16 sizes would take.
+    """
     if max_batch_size < 1:
         raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
     sizes = [s for s in (1, 2, 4, 8, 16, 32) if s < max_batch_size]
-    sizes += range(48, max_batch_size, 16)
+    sizes += range(48, min(max_batch_size, FINE_LADDER_END + 1), 16)
+    size = FINE_LADDER_END
+    while size < max_batch_size:
+        size += 2 ** (size.bit_length() - 4)  # an eighth of the power of two at or below it
+        sizes.append(min(size, max_batch_size))
     return sorted(set(sizes) | {max_batch_size})
 
 
@@ -164,11 +178,14 @@ class CUDAGraphDecodeRunner:
             # Lazily, per size: RL rollouts decode at a handful of batch sizes per generation; the
             # graphs outlive a sleep unless the KV cache moves (kv_cache.py).
             # The first size of a pool is its base (output buffer, pool memory); a batch larger than
-            # the base (rows admitted after others finished) starts a fresh pool from it.
+            # the base (rows admitted after others finished) starts a fresh pool from the largest size,
+            # so that no later batch outgrows it (each restart recaptures every size met again).
+            sizes = [size]
             if self._graphs and size > self._outputs.shape[0]:
                 torch.cuda.synchronize(self.device)  # a burst in flight may still replay the graphs released here
                 self.release()
-            self.capture([size])
+                sizes.append(self.capture_sizes[-1])
+            self.capture(sizes)
         self._stage(size, input_ids, positions, block_tables, context_lens, slot_mapping)
         return size
 

@@ -214,7 +214,6 @@ class LLMEngine:
         request_stats = core.take_stats()  # the request API's numbers stay apart from this call's
         for seq in seqs:
             core.add(seq)
-        captured_before = self.runner.graphs_capture_time_s
         try:
             while core.has_work:
                 core.step()
@@ -225,8 +224,6 @@ class LLMEngine:
             stats = core.take_stats()
             core.restore_stats(request_stats)
         metrics = stats.metrics(self.num_kv_blocks)
-        # Graphs are captured lazily (decode: per batch size); again after a wake-up only when the KV cache moved.
-        metrics["rollout/graph_capture_s"] = self.runner.graphs_capture_time_s - captured_before
         return RolloutOutput([s.completion_token_ids for s in seqs], [s.output_logprobs for s in seqs], metrics)
 
     def _awake_core(self, action: str) -> EngineCore:

@@ -29,6 +29,7 @@ class FakeDevice:
         self.kv: dict[int, tuple[int, ...]] = {}
         self.ids: dict[int, list[int]] = {}  # id(seq) -> its tokens as the device holds them (junk included)
         self.prefill_graphs = SimpleNamespace(num_runs=0)
+        self.graphs_capture_time_s = 0.0
 
     def _slot(self, seq, pos):
         assert pos // self.block_size < len(seq.block_table), "a step has no KV block for its token"
@@ -151,6 +152,32 @@ def test_budgets_respected_and_stop_tokens_end_sequences():
     for out in outs:
         assert len(out) <= 12
         assert all(t not in {10, 11, 12} for t in out[:-1])
+
+
+class CapturingDevice(FakeDevice):
+    """Captures a graph (as the runner's cumulative clock shows) at its first prefill and at each burst."""
+
+    def launch_prefill(self, seqs):
+        self.graphs_capture_time_s += 0.0 if self.prefill_graphs.num_runs else 0.5
+        self.prefill_graphs.num_runs += 1
+        return super().launch_prefill(seqs)
+
+    def launch_burst(self, seqs, num_steps, limits, ahead, sources):
+        self.graphs_capture_time_s += 0.25
+        return super().launch_burst(seqs, num_steps, limits, ahead, sources)
+
+
+def test_graph_captures_inside_launches_are_reported_per_take():
+    """rollout/graph_capture_s: the capture time of the launches since the last take (batch calls and the
+    request API alike: asynchronous training reads it through the request API)."""
+    core = EngineCore(CapturingDevice(4), BlockManager(64, 4, False), 8, 32, 4, queue_bursts=True)
+    run(core, [Sequence(0, [1, 2, 3], 10, seed=0)])
+    metrics = core.take_stats().metrics(64)
+    bursts = metrics["rollout/decode_bursts"]
+    assert bursts > 0 and metrics["rollout/graph_capture_s"] == 0.5 + 0.25 * bursts
+    run(core, [Sequence(1, [4, 5], 3, seed=0)])
+    again = core.take_stats().metrics(64)
+    assert again["rollout/graph_capture_s"] == 0.25 * again["rollout/decode_bursts"]  # not the first take's again
 
 
 def test_long_prompt_runs_alone_over_the_token_budget():

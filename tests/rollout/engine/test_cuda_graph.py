@@ -40,6 +40,11 @@ def test_default_capture_sizes():
     assert default_capture_sizes(100) == [1, 2, 4, 8, 16, 32, 48, 64, 80, 96, 100]
     sizes = default_capture_sizes(512)
     assert sizes[:7] == [1, 2, 4, 8, 16, 32, 48] and sizes[-1] == 512 and len(sizes) == 36
+    # past 512: eight sizes per doubling, so thousands of rows in flight (asynchronous training) need few graphs
+    assert default_capture_sizes(4096)[:36] == sizes
+    assert default_capture_sizes(4096)[35:44] == [512, 576, 640, 704, 768, 832, 896, 960, 1024]
+    assert default_capture_sizes(4096)[-9:] == [2048, 2304, 2560, 2816, 3072, 3328, 3584, 3840, 4096]
+    assert default_capture_sizes(1000)[-3:] == [896, 960, 1000] and default_capture_sizes(520)[-2:] == [512, 520]
     with pytest.raises(ValueError):
         default_capture_sizes(0)
 
@@ -146,10 +151,13 @@ def test_first_replay_after_capture_reads_the_staged_batch(monkeypatch):
     torch.testing.assert_close(out, decode(*inputs))
     torch.testing.assert_close(runner.run(*make_inputs(2)), decode(*make_inputs(2)))  # size 2 joins the pool
     assert sorted(runner._graphs) == [2, 4]
-    # A batch larger than the base (rows admitted after others finished) restarts the pool from its size.
+    # A batch larger than the base (rows admitted after others finished) restarts the pool from the largest
+    # size, so that no later batch restarts it again.
     runner.capture_time_s = captured = 100.0  # as if much had been captured before the restart
     torch.testing.assert_close(runner.run(*make_inputs(7, offset=9)), decode(*make_inputs(7, offset=9)))
-    assert list(runner._graphs) == [8] and runner._outputs.shape[0] == 8
+    assert sorted(runner._graphs) == [8, 16] and runner._outputs.shape[0] == 16
+    torch.testing.assert_close(runner.run(*make_inputs(13, offset=2)), decode(*make_inputs(13, offset=2)))
+    assert sorted(runner._graphs) == [8, 16]  # 13 pads to 16: no new pool, no new graph
     assert runner.capture_time_s >= captured  # cumulative across pool restarts (the engine reports differences)
     runner.release()
     assert runner.capture_time_s >= captured
