@@ -16,6 +16,7 @@ Each sample records the policy versions that produced its tokens: a generation s
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -71,8 +72,9 @@ class _Sample:
     index: int
     prompt_ids: list[int]
     params: SamplingParams
-    token_ids: list[int] = field(default_factory=list)
-    log_probs: list[float] = field(default_factory=list)
+    # arrays: parked samples live across steps, and the garbage collector walks every item of a list (sequence.py)
+    token_ids: array = field(default_factory=lambda: array("q"))
+    log_probs: array = field(default_factory=lambda: array("d"))
     min_version: int | None = None
     max_version: int | None = None
     segments: int = 0  # generation segments started (1 + resumes)
@@ -85,8 +87,8 @@ class _Sample:
 
     def take(self, output: TokenOutput) -> None:
         """A segment's output joins what the sample kept; its version counts when it produced a token."""
-        self.token_ids += output.token_ids
-        self.log_probs += output.log_probs
+        self.token_ids.extend(output.token_ids)
+        self.log_probs.extend(output.log_probs)
         if output.token_ids:
             self.min_version = self.segment_version if self.min_version is None else self.min_version
             self.max_version = self.segment_version
@@ -167,7 +169,8 @@ class RequestPool:
     def _hand_back(self, group_id: str) -> FinishedGroup:
         samples = self.groups.pop(group_id)
         return FinishedGroup(
-            group_id=group_id, token_ids=[s.token_ids for s in samples], log_probs=[s.log_probs for s in samples],
+            group_id=group_id, token_ids=[s.token_ids.tolist() for s in samples],
+            log_probs=[s.log_probs.tolist() for s in samples],
             min_versions=[_version(s.min_version, s.segment_version) for s in samples],
             max_versions=[_version(s.max_version, s.segment_version) for s in samples],
             num_resumes=[s.segments - 1 for s in samples])

@@ -12,6 +12,7 @@ is where the samples diverge anyway.
 from __future__ import annotations
 
 import hashlib
+import threading
 from array import array
 from collections import OrderedDict
 
@@ -27,16 +28,49 @@ def _digest(prefix: bytes, block: bytes) -> bytes:
     return hashlib.blake2b(prefix + block, digest_size=16).digest()
 
 
-def prompt_hash_chain(token_ids: list[int], block_size: int) -> list[bytes]:
+def prompt_hash_chain(token_ids: list[int] | array, block_size: int, known: list[bytes] = ()) -> list[bytes]:
     """The chained hashes of every full block of `token_ids` (what `Sequence.prompt_block_hashes` caches),
     computed ahead of scheduling: the request front end does it while a step runs. The ids are packed once
-    (each turn of an agent loop hashes its whole conversation again)."""
+    (each turn of an agent loop hashes its whole conversation again). `known`: the chain of its leading blocks,
+    hashed before (a resumed request's, by the sequence it resumes), extended here."""
     data, width = array("q", token_ids).tobytes(), 8 * block_size
-    chain, prefix = [], b""
-    for start in range(0, len(data) - width + 1, width):
+    chain = list(known)
+    prefix = chain[-1] if chain else b""
+    for start in range(len(chain) * width, len(data) - width + 1, width):
         prefix = _digest(prefix, data[start:start + width])
         chain.append(prefix)
     return chain
+
+
+class ResumedChains:
+    """The hash chains of aborted requests' written blocks, by their tokens, for the requests that resume them.
+
+    A resumed request's prompt is the aborted one's tokens (`rollout.base.resume_request`), so its chain is the
+    aborted one's plus at most one block: asynchronous training resumes thousands of requests after every weight
+    update, and hashing each one's whole context again, block by block, took a tenth of a second a step on the host.
+    A chain is taken once; past `capacity` the oldest go (requests never resumed). Thread-safe: the asyncio front
+    end builds requests on its caller's thread."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._chains: dict[bytes, list[bytes]] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._chains)
+
+    def remember(self, seq: Sequence) -> None:
+        if seq.written_block_hashes:
+            with self._lock:
+                self._chains[_digest(b"", seq.token_ids.tobytes())] = seq.written_block_hashes
+                while len(self._chains) > self.capacity:
+                    del self._chains[next(iter(self._chains))]
+
+    def take(self, token_ids: list[int]) -> list[bytes]:
+        """The chain remembered for exactly these tokens (and forgotten), or []."""
+        key = _digest(b"", array("q", token_ids).tobytes())
+        with self._lock:
+            return self._chains.pop(key, [])
 
 
 class Block:
@@ -46,7 +80,7 @@ class Block:
         self.block_id = block_id
         self.ref_count = 0
         self.hash: bytes | None = None
-        self.token_ids: list[int] = []
+        self.token_ids = array("q")  # compared with `Sequence.block_tokens`
 
 
 class BlockManager:
@@ -86,12 +120,12 @@ class BlockManager:
         block = self.blocks[self.free_block_ids.popitem(last=False)[0]]
         if block.hash is not None and self.hash_to_block_id.get(block.hash) == block.block_id:
             del self.hash_to_block_id[block.hash]  # its old contents are about to be overwritten
-        block.hash, block.token_ids, block.ref_count = None, [], 1
+        block.hash, block.token_ids, block.ref_count = None, array("q"), 1
         return block
 
     def _register(self, block: Block, token_ids: list[int], h: bytes) -> bytes:
         block.hash = h
-        block.token_ids = list(token_ids)
+        block.token_ids = array("q", token_ids)
         self.hash_to_block_id[h] = block.block_id
         return h
 
@@ -163,13 +197,15 @@ class BlockManager:
         part may still receive a queued burst's junk, so it is left out."""
         if not self.enable_prefix_caching:
             return
-        prefix = b""
+        chain, prefix = [], b""
         for i in range((len(seq) - 1) // self.block_size):
             block = self.blocks[seq.block_table[i]]
             if block.hash is None:
                 tokens = seq.block_tokens(i, self.block_size)
                 self._register(block, tokens, hash_block(tokens, prefix))
             prefix = block.hash
+            chain.append(prefix)
+        seq.written_block_hashes = chain
 
     def deallocate(self, seq: Sequence) -> None:
         for block_id in reversed(seq.block_table):  # tail first: prefix blocks stay cached longest

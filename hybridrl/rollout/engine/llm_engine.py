@@ -16,7 +16,7 @@ import torch
 
 from hybridrl.logging.log import get_logger
 from hybridrl.rollout.base import RolloutOutput, SamplingParams, TokenOutput
-from hybridrl.rollout.engine.block_manager import BlockManager, prompt_hash_chain
+from hybridrl.rollout.engine.block_manager import BlockManager, ResumedChains, prompt_hash_chain
 from hybridrl.rollout.engine.async_engine import AsyncLLMEngine
 from hybridrl.rollout.engine.core import EngineCore
 from hybridrl.rollout.engine.kv_memory import MARGIN_BYTES, blocks_for_generation, fitting_blocks
@@ -88,6 +88,7 @@ class LLMEngine:
         self.core: EngineCore | None = None  # the step loop (core.py), built at the first wake-up
         self.block_manager: BlockManager | None = None
         self.requests: dict[str, Sequence] = {}  # request API: request id -> its sequence, while in flight
+        self.resumed_chains = ResumedChains(max_num_seqs)  # aborted requests' block hashes, for their resumption
         self._async_engine: AsyncLLMEngine | None = None
         self.wake_up()
         if self.device.type == "cuda":
@@ -224,7 +225,7 @@ class LLMEngine:
             stats = core.take_stats()
             core.restore_stats(request_stats)
         metrics = stats.metrics(self.num_kv_blocks)
-        return RolloutOutput([s.completion_token_ids for s in seqs], [s.output_logprobs for s in seqs], metrics)
+        return RolloutOutput([s.completion_token_ids for s in seqs], [s.output_logprobs.tolist() for s in seqs], metrics)
 
     def _awake_core(self, action: str) -> EngineCore:
         if self.block_manager is None or self.core is None:
@@ -269,7 +270,8 @@ class LLMEngine:
         self._check_fits(len(prompt_ids), max_new_tokens)
         seed, row = (params.seed, params.row_offset) if params.seed is not None else (self._unseeded_call_seed(), 0)
         prompt = list(prompt_ids)
-        hashes = prompt_hash_chain(prompt, self.block_size) if self.enable_prefix_caching else []
+        hashes = (prompt_hash_chain(prompt, self.block_size, self.resumed_chains.take(prompt))
+                  if self.enable_prefix_caching else [])
         return Sequence(row, prompt, max_new_tokens, row_key(seed, row), stop_token_set(self.eos_ids, params), hashes,
                         sampling=sampling_spec(params), request_id=request_id, cache_on_finish=True)
 
@@ -289,6 +291,7 @@ class LLMEngine:
             return None
         assert self.core is not None, "a request in flight without the step loop"
         self.core.abort(seq)
+        self.resumed_chains.remember(seq)
         return token_output(seq)
 
     def step(self) -> list[tuple[str, TokenOutput]]:

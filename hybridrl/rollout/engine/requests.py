@@ -49,6 +49,6 @@ def check_request(params: SamplingParams, prompt_len: int, max_model_len: int, r
 def token_output(seq: Sequence) -> TokenOutput:
     """What a request returns: its generated ids and log-probs, why it ended, and its cache / preemption counts."""
     assert seq.stop_reason is not None, "token_output of a sequence still running"
-    return TokenOutput(token_ids=seq.completion_token_ids, log_probs=list(seq.output_logprobs),
+    return TokenOutput(token_ids=seq.completion_token_ids, log_probs=seq.output_logprobs.tolist(),
                        stop_reason=seq.stop_reason, num_preempted=seq.num_preempted,
                        prefix_cache_hit_tokens=seq.prefix_cache_hit_tokens or 0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 from enum import Enum, auto
 
@@ -54,7 +55,9 @@ class Sequence:
         self.row = row
         self.slot = row if slot is None else slot
         self.request_id = request_id
-        self.token_ids = list(prompt_ids)
+        # Arrays, not lists: the garbage collector walks every item of every list it tracks, and the sequences in
+        # flight (thousands in asynchronous training, hundreds of tokens each) live across many collections.
+        self.token_ids = array("q", prompt_ids)
         self.num_prompt_tokens = len(prompt_ids)
         self.max_new_tokens = max_new_tokens
         self.seed = seed
@@ -67,10 +70,12 @@ class Sequence:
         self.num_cached_tokens = 0  # leading tokens whose KV is already in the cache (prefix hits)
         self.prefix_cache_hit_tokens: int | None = None  # num_cached_tokens at its first admission
         self.num_preempted = 0
-        self.output_logprobs: list[float] = []
+        self.output_logprobs = array("d")
         # Prefix-cache hashes of the prompt's full blocks, filled by the block manager; pass one list to
         # every sample of a prompt so each block is hashed once per prompt, not once per sample.
         self.prompt_block_hashes = prompt_block_hashes if prompt_block_hashes is not None else []
+        # The chain of its written full blocks, recorded when it leaves with cache_on_finish (the block manager)
+        self.written_block_hashes: list[bytes] = []
 
     def __len__(self) -> int:
         return len(self.token_ids)
@@ -85,7 +90,7 @@ class Sequence:
 
     @property
     def completion_token_ids(self) -> list[int]:
-        return self.token_ids[self.num_prompt_tokens:]
+        return self.token_ids[self.num_prompt_tokens:].tolist()
 
     @property
     def num_remaining_tokens(self) -> int:
@@ -99,7 +104,7 @@ class Sequence:
     def num_blocks(self, block_size: int) -> int:
         return (len(self.token_ids) + block_size - 1) // block_size
 
-    def block_tokens(self, i: int, block_size: int) -> list[int]:
+    def block_tokens(self, i: int, block_size: int) -> array:
         return self.token_ids[i * block_size:(i + 1) * block_size]
 
     def append_token(self, token_id: int, logprob: float) -> bool:

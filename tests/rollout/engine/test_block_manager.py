@@ -1,6 +1,6 @@
 """BlockManager: ref counts, prefix sharing across samples and calls, freeing."""
 
-from hybridrl.rollout.engine.block_manager import BlockManager
+from hybridrl.rollout.engine.block_manager import BlockManager, ResumedChains, prompt_hash_chain
 from hybridrl.rollout.engine.sequence import Sequence
 
 
@@ -67,7 +67,7 @@ def test_append_allocates_at_block_boundary_and_registers_full_blocks():
     twin = make_seq([1, 2, 3, 4, 9])
     bm.allocate(twin)  # hits the block completed during decode
     assert twin.num_cached_tokens == 4 and twin.block_table[0] == seq.block_table[0]
-    seq.token_ids += [6, 7, 8, 9]
+    seq.token_ids.extend([6, 7, 8, 9])
     assert not bm.can_append(seq)  # needs a 3rd block, none left
 
 
@@ -103,8 +103,8 @@ def test_a_finished_sequences_written_blocks_serve_its_extension():
     seq = make_seq(list(range(6)))
     bm.allocate(seq)
     bm.reserve(seq, 10)  # one burst of 10 decode steps
-    seq.token_ids += list(range(50, 60))  # 16 tokens: position 15 (the last) has no KV yet
-    extension = make_seq(seq.token_ids + [99], row=1)
+    seq.token_ids.extend(range(50, 60))  # 16 tokens: position 15 (the last) has no KV yet
+    extension = make_seq([*seq.token_ids, 99], row=1)
     assert bm.num_cached_tokens(extension) == 4  # only the prompt's full block was hashed
     bm.cache_written_blocks(seq)
     bm.deallocate(seq)
@@ -123,3 +123,34 @@ def test_a_precomputed_hash_chain_is_the_one_allocate_registers():
     assert chain == [bm.blocks[b].hash for b in seq.block_table[:2]] and len(chain) == 2
     seeded = Sequence(1, list(range(11)), 8, seed=0, prompt_block_hashes=list(chain))
     assert bm.num_cached_tokens(seeded) == 8
+
+
+def test_a_known_chain_is_extended_to_the_chain_of_the_whole_prompt():
+    tokens = list(range(100, 139))  # 9 full blocks of 4, 3 tokens over
+    whole = prompt_hash_chain(tokens, 4)
+    assert len(whole) == 9
+    for known in (0, 1, 8, 9):
+        assert prompt_hash_chain(tokens, 4, whole[:known]) == whole
+
+
+def test_an_aborted_sequences_written_chain_serves_the_request_that_resumes_it():
+    """cache_written_blocks records the chain it walked; ResumedChains hands it once to a prompt of exactly the
+    sequence's tokens, and forgets the oldest past its capacity."""
+    bm = BlockManager(num_blocks=16, block_size=4)
+    seq = make_seq(list(range(6)))
+    bm.allocate(seq)
+    bm.reserve(seq, 10)
+    seq.token_ids.extend(range(50, 60))  # 16 tokens: blocks 0-2 written, the last token's KV not yet
+    bm.cache_written_blocks(seq)
+    tokens = seq.token_ids.tolist()
+    assert seq.written_block_hashes == prompt_hash_chain(tokens, 4)[:3]
+    chains = ResumedChains(capacity=2)
+    chains.remember(seq)
+    assert chains.take(tokens[:-1]) == []  # other tokens: nothing
+    assert chains.take(tokens) == seq.written_block_hashes and chains.take(tokens) == []  # taken once
+    for row in range(3):
+        other = make_seq(list(range(row, row + 9)), row=row + 1)
+        bm.allocate(other)
+        bm.cache_written_blocks(other)
+        chains.remember(other)
+    assert chains.take(list(range(0, 9))) == [] and len(chains.take(list(range(2, 11)))) == 2  # oldest gone

@@ -197,7 +197,7 @@ def agent_turns(queue, burst, num_blocks=256, max_num_seqs=8):
         turns.setdefault(seq.row, []).append(seq.completion_token_ids)
         if seq.stop_reason != "stop" or len(turns[seq.row]) == 4:
             return None
-        nxt = Sequence(seq.row, seq.token_ids + [seq.row % 7 + 1, 2, 3], 9, seed=0, stop_ids=stop,
+        nxt = Sequence(seq.row, [*seq.token_ids, seq.row % 7 + 1, 2, 3], 9, seed=0, stop_ids=stop,
                        cache_on_finish=True, slot=100 + 4 * seq.row + len(turns[seq.row]))
         return nxt
 

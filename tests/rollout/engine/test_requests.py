@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from hybridrl.rollout.base import SamplingParams, TokenOutput, resume_request
+from hybridrl.rollout.engine.block_manager import prompt_hash_chain
 from tests.rollout.engine.helpers import PROMPTS, hf_generate_greedy, make_engine, make_model
 
 # Three batch calls with different settings; a request (seed, row_offset=row) samples that call's row.
@@ -167,7 +168,11 @@ def test_a_resumed_request_continues_as_if_never_interrupted(model, do_sample, s
     engine.update_weights(model.named_parameters())
     engine.wake_up()
     prompt, rest = resume_request(PROMPTS[0], params, partial)
-    engine.add_request("r-resumed", prompt, rest)
+    waiting = len(engine.resumed_chains)  # the aborted requests' written blocks' chains ("other"'s: if it has one)
+    request = engine.make_request("r-resumed", prompt, rest)  # its prefix hashes: "r"'s chain, extended
+    assert request.prompt_block_hashes == prompt_hash_chain(prompt, engine.block_size) != []
+    assert waiting >= 1 and len(engine.resumed_chains) == waiting - 1
+    engine.submit_request(request)
     resumed = run_until_done(engine)["r-resumed"]
     assert 0 < len(partial.token_ids) < 24
     assert partial.token_ids + resumed.token_ids == whole.token_ids

@@ -64,4 +64,4 @@ def test_append_tokens_matches_token_by_token(burst, stop, want_tokens, finished
     assert fast.append_tokens(burst, [-0.5] * len(burst)) is finished
     assert any(slow.append_token(t, -0.5) for t in burst) is finished
     assert fast.completion_token_ids == slow.completion_token_ids == want_tokens
-    assert fast.output_logprobs == slow.output_logprobs == [-0.5] * len(want_tokens)
+    assert fast.output_logprobs.tolist() == slow.output_logprobs.tolist() == [-0.5] * len(want_tokens)
