@@ -19,9 +19,9 @@ from collections import OrderedDict
 from hybridrl.rollout.engine.sequence import Sequence
 
 
-def hash_block(token_ids: list[int], prefix: bytes) -> bytes:
-    """Chained hash: a block's identity includes every token before it."""
-    return _digest(prefix, array("q", token_ids).tobytes())
+def hash_block(token_ids: array, prefix: bytes) -> bytes:
+    """Chained hash: a block's identity includes every token before it (`Sequence.block_tokens`'s int64 array)."""
+    return _digest(prefix, token_ids.tobytes())
 
 
 def _digest(prefix: bytes, block: bytes) -> bytes:
@@ -123,9 +123,10 @@ class BlockManager:
         block.hash, block.token_ids, block.ref_count = None, array("q"), 1
         return block
 
-    def _register(self, block: Block, token_ids: list[int], h: bytes) -> bytes:
+    def _register(self, block: Block, token_ids: array, h: bytes) -> bytes:
+        """`token_ids`: `Sequence.block_tokens`'s copy of the block's tokens (kept, not copied again)."""
         block.hash = h
-        block.token_ids = array("q", token_ids)
+        block.token_ids = token_ids
         self.hash_to_block_id[h] = block.block_id
         return h
 

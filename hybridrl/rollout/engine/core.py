@@ -169,16 +169,18 @@ class EngineCore:
                     ) -> tuple[list[Sequence], list[int], list[tuple[LaunchedStep, list[int], list[int]]]]:
         """The running rows with budget left after the tokens the steps in flight sample for them; per row,
         how many those are; per step in flight, (step, its row indices, the burst's row indices)."""
-        in_flight = {id(seq): (step, i) for step in (burst, prefill) if step is not None
-                     for i, seq in enumerate(step.seqs)}
+        # Keyed by the objects (sequences hash by identity), not by id(): id() is an audit event, and an audit hook
+        # (filelock installs one on Python 3.12+) would run Python code for every row of every burst.
+        steps = [step for step in (burst, prefill) if step is not None]
+        in_flight = {seq: (k, i) for k, step in enumerate(steps) for i, seq in enumerate(step.seqs)}
         rows, ahead, sources = [], [], {}
         for seq in self.scheduler.running:
-            step, index = in_flight.get(id(seq), (None, 0))
-            unseen = step.num_steps if step is not None else 0
+            k, index = in_flight.get(seq, (None, 0))
+            unseen = steps[k].num_steps if k is not None else 0
             if seq.num_remaining_tokens <= unseen:  # it finishes in the step in flight
                 continue
-            if step is not None:
-                _, from_rows, into_rows = sources.setdefault(id(step), (step, [], []))
+            if k is not None:
+                _, from_rows, into_rows = sources.setdefault(k, (steps[k], [], []))
                 from_rows.append(index)
                 into_rows.append(len(rows))
             rows.append(seq)
