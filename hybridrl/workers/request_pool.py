@@ -162,7 +162,7 @@ class RequestPool:
     def _resume(self, version: int) -> None:
         parked, self.parked = self.parked, []
         for sample in parked:
-            kept = TokenOutput(sample.token_ids, sample.log_probs, "abort")
+            kept = TokenOutput(sample.token_ids.tolist(), sample.log_probs.tolist(), "abort")
             prompt_ids, params = resume_request(sample.prompt_ids, sample.params, kept)
             self._start(sample, prompt_ids, params, version)
 
