@@ -83,8 +83,25 @@ def _backward_kernel(logits_ptr, labels_ptr, lse_ptr, entropy_ptr, grad_lp_ptr, 
         tl.store(base + ids, (grad * inv_temperature).to(logits_ptr.dtype.element_ty), mask=mask)
 
 
-def _logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def _logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, batch_invariant: bool
+            ) -> torch.Tensor:
+    """A chunk's logits; `batch_invariant`: by the rollout engine's LM-head kernel (models/invariant), in the
+    forward's compute dtype as the engine holds the weights, for the forward and its recomputation alike."""
+    if batch_invariant:
+        from hybridrl.models.invariant.hf import in_compute_dtype
+        from hybridrl.models.invariant.matmul import linear_forward
+
+        weight, hidden, bias = in_compute_dtype(weight, hidden, bias)
+        return linear_forward(hidden, weight, bias)
     return F.linear(hidden.to(weight.dtype) if not torch.is_autocast_enabled() else hidden, weight, bias).contiguous()
+
+
+def _label_log_probs(logits: torch.Tensor, labels: torch.Tensor, temperature: float, out: torch.Tensor) -> None:
+    """The labels' log-probs by the engine's batch-invariant kernel (the engine records these for the tokens it
+    samples), into `out`, over `_row_stats`' own."""
+    from hybridrl.models.invariant.log_probs import label_log_probs_forward
+
+    out.copy_(label_log_probs_forward(logits, labels, temperature))
 
 
 def _row_stats(logits: torch.Tensor, labels: torch.Tensor, temperature: float, flags: tuple[bool, bool],
@@ -104,16 +121,19 @@ class FusedLinearLogprob(torch.autograd.Function):
     @staticmethod
     @torch.amp.custom_fwd(device_type="cuda")
     def forward(ctx, hidden, weight, bias, labels, temperature: float, chunk_size: int, compute_entropy: bool,
-                compute_sum_pi_squared: bool):
+                compute_sum_pi_squared: bool, batch_invariant: bool):
         lse, logprobs, entropy, sum_sq = (torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
                                           for _ in range(4))
         for start in range(0, hidden.shape[0], chunk_size):
             end = start + chunk_size
-            _row_stats(_logits(hidden[start:end], weight, bias), labels[start:end], temperature,
-                       (compute_entropy, compute_sum_pi_squared),
+            logits = _logits(hidden[start:end], weight, bias, batch_invariant)
+            _row_stats(logits, labels[start:end], temperature, (compute_entropy, compute_sum_pi_squared),
                        (lse[start:end], logprobs[start:end], entropy[start:end], sum_sq[start:end]))
+            if batch_invariant:
+                _label_log_probs(logits, labels[start:end], temperature, logprobs[start:end])
         ctx.save_for_backward(hidden, weight, bias, labels, lse, entropy)
         ctx.temperature, ctx.chunk_size, ctx.compute_entropy = temperature, chunk_size, compute_entropy
+        ctx.batch_invariant = batch_invariant
         if not compute_entropy:
             entropy = entropy[:0]
         sum_sq = sum_sq if compute_sum_pi_squared else sum_sq[:0]
@@ -133,7 +153,7 @@ class FusedLinearLogprob(torch.autograd.Function):
         for start in range(0, hidden.shape[0], ctx.chunk_size):
             end = start + ctx.chunk_size
             h = hidden[start:end]
-            grad_logits = _logits(h, weight, bias)  # recomputed, then overwritten with its gradient
+            grad_logits = _logits(h, weight, bias, ctx.batch_invariant)  # recomputed, then overwritten with its gradient
             rows, vocab = grad_logits.shape
             _backward_kernel[(rows,)](grad_logits, labels[start:end], lse[start:end], entropy[start:end],
                                       grad_logprobs[start:end], grad_entropy[start:end], vocab, grad_logits.stride(0),
@@ -146,14 +166,17 @@ class FusedLinearLogprob(torch.autograd.Function):
                 grad_bias += grad_logits.float().sum(0)
         grad_weight = grad_weight.to(weight.dtype) if grad_weight is not None else None
         grad_bias = grad_bias.to(bias.dtype) if grad_bias is not None else None
-        return grad_hidden, grad_weight, grad_bias, None, None, None, None, None
+        return grad_hidden, grad_weight, grad_bias, None, None, None, None, None, None
 
 
 def fused_token_stats(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, temperature: float,
                       chunk_size: int, compute_entropy: bool, compute_sum_pi_squared: bool = False,
-                      bias: torch.Tensor | None = None
+                      bias: torch.Tensor | None = None, batch_invariant: bool = False
                       ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """`logprob.token_stats_from_hidden` through the Triton row kernels: (log-probs, entropy, Σπ²), each (N,)."""
+    """`logprob.token_stats_from_hidden` through the Triton row kernels: (log-probs, entropy, Σπ²), each (N,).
+    `batch_invariant`: the logits and the log-probs by the rollout engine's kernels (the entropy and Σπ², which
+    the engine does not compute, and the gradients by this file's)."""
     logprobs, entropy, sum_sq = FusedLinearLogprob.apply(hidden, weight, bias, labels.contiguous(), temperature,
-                                                         chunk_size, compute_entropy, compute_sum_pi_squared)
+                                                         chunk_size, compute_entropy, compute_sum_pi_squared,
+                                                         batch_invariant)
     return logprobs, (entropy if compute_entropy else None), (sum_sq if compute_sum_pi_squared else None)

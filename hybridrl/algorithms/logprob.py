@@ -47,38 +47,17 @@ class TokenStats:
 
 
 def _chunk_token_stats(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, labels: torch.Tensor,
-                       temperature: float, compute_entropy: bool, compute_sum_pi_squared: bool,
-                       batch_invariant: bool = False) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """One chunk: logits = (h @ Wᵀ + b) in W's dtype, then fp32 / temperature.  `(C, H)` → three `(C,)`.
-
-    `batch_invariant`: the logits and log-probs by the kernels the rollout engine shares (models/invariant)."""
-    if batch_invariant:
-        head_logits, log_probs = _invariant_head(hidden, weight, bias, labels, temperature)
-        if not (compute_entropy or compute_sum_pi_squared):
-            return log_probs, None, None
-    else:
-        head_logits, log_probs = F.linear(hidden.to(weight.dtype), weight, bias), None
-    logits = head_logits.float() / temperature  # (C, V)
+                       temperature: float, compute_entropy: bool, compute_sum_pi_squared: bool
+                       ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """One chunk: logits = (h @ Wᵀ + b) in W's dtype, then fp32 / temperature.  `(C, H)` → three `(C,)`."""
+    logits = F.linear(hidden.to(weight.dtype), weight, bias).float() / temperature  # (C, V)
     log_normalizer = torch.logsumexp(logits, dim=-1)
-    if log_probs is None:
-        log_probs = torch.gather(logits, dim=-1, index=labels.unsqueeze(-1)).squeeze(-1) - log_normalizer
+    log_probs = torch.gather(logits, dim=-1, index=labels.unsqueeze(-1)).squeeze(-1) - log_normalizer
     entropy = log_normalizer - torch.sum(F.softmax(logits, dim=-1) * logits, dim=-1) if compute_entropy else None
     sum_pi_squared = None
     if compute_sum_pi_squared:  # the same chunk's logits; 2·lse(l) is 2·log_normalizer
         sum_pi_squared = torch.exp(torch.logsumexp(2.0 * logits, dim=-1) - 2.0 * log_normalizer).detach()
     return log_probs, entropy, sum_pi_squared
-
-
-def _invariant_head(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, labels: torch.Tensor,
-                    temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(logits in the compute dtype, the labels' fp32 log-probs), both by the batch-invariant kernels."""
-    from hybridrl.models.invariant.hf import in_compute_dtype
-    from hybridrl.models.invariant.log_probs import label_log_probs
-    from hybridrl.models.invariant.matmul import linear
-
-    head_weight, head_input, head_bias = in_compute_dtype(weight, hidden, bias)
-    head_logits = linear(head_input, head_weight, head_bias)
-    return head_logits, label_log_probs(head_logits, labels, temperature)
 
 
 @functools.cache
@@ -112,24 +91,24 @@ def token_stats_from_hidden(hidden: torch.Tensor, lm_head_weight: torch.Tensor, 
     time; entropy and Σπ² come from the same chunk's logits (divided by `temperature`). `fused` (default: on
     CUDA when Triton imports): Triton row kernels over logits kept in the GEMM's dtype (fused_logprob.py);
     else torch ops on fp32 logits, each chunk recomputed in backward (non-reentrant checkpoint).
-    `batch_invariant`: the torch path with the LM head and the log-probs by the rollout engine's batch-invariant
-    kernels (`actor_rollout_ref.model.batch_invariant`).
+    `batch_invariant` (`actor_rollout_ref.model.batch_invariant`): the Triton path with the LM head and the
+    log-probs by the rollout engine's batch-invariant kernels (on CUDA, or on CPU under TRITON_INTERPRET=1).
     """
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1 (got {chunk_size})")
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 to scale logits (got {temperature}); greedy uses 1.0 here")
-    if not batch_invariant and (fused if fused is not None else _fused_available(hidden)):
+    if batch_invariant or (fused if fused is not None else _fused_available(hidden)):
         from hybridrl.algorithms.fused_logprob import fused_token_stats
 
         return TokenStats(*fused_token_stats(hidden, lm_head_weight, labels, temperature, chunk_size,
-                                             compute_entropy, compute_sum_pi_squared, lm_head_bias))
+                                             compute_entropy, compute_sum_pi_squared, lm_head_bias, batch_invariant))
     inputs_need_grad = any(t is not None and t.requires_grad for t in (hidden, lm_head_weight, lm_head_bias))
     use_checkpoint = torch.is_grad_enabled() and inputs_need_grad
     chunks = []
     for start in range(0, hidden.shape[0], chunk_size):
         args = (hidden[start:start + chunk_size], lm_head_weight, lm_head_bias, labels[start:start + chunk_size],
-                temperature, compute_entropy, compute_sum_pi_squared, batch_invariant)
+                temperature, compute_entropy, compute_sum_pi_squared)
         chunks.append(checkpoint(_chunk_token_stats, *args, use_reentrant=False) if use_checkpoint
                       else _chunk_token_stats(*args))
     if not chunks:  # N == 0

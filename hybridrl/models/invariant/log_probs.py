@@ -1,9 +1,10 @@
 """Batch-invariant token log-probs: log softmax(logits / temperature)[label], one row per program.
 
 The engine records the log-prob of each token it samples; the trainer recomputes it from its own forward.
-Both call `label_log_probs` on the LM head's logits (16-bit, from the batch-invariant linear): each row is
-read in VOCAB_BLOCK tiles in order, with a running max and sum in fp32, so the value depends on the row alone,
-not on how many rows share the launch. The backward (trainer) is the softmax formula in torch.
+Both call this kernel on the LM head's logits (16-bit, from the batch-invariant linear): each row is read in
+VOCAB_BLOCK tiles in order, with a running max and sum in fp32, so the value depends on the row alone, not on how
+many rows share the launch. The trainer's gradient comes from algorithms/fused_logprob.py, whose forward takes
+its log-probs from here.
 """
 
 from __future__ import annotations
@@ -55,28 +56,11 @@ def label_log_probs_forward(logits: torch.Tensor, labels: torch.Tensor, temperat
     return out
 
 
-class _LabelLogProbs(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, logits: torch.Tensor, labels: torch.Tensor, temperature: float) -> torch.Tensor:
-        ctx.save_for_backward(logits, labels)
-        ctx.temperature = temperature
-        return label_log_probs_forward(logits, labels, temperature)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        logits, labels = ctx.saved_tensors
-        scaled = logits.float() / ctx.temperature
-        grad_scaled = -torch.softmax(scaled, dim=-1) * grad[:, None]
-        grad_scaled.scatter_add_(1, labels[:, None].long(), grad[:, None])
-        return (grad_scaled / ctx.temperature).to(logits.dtype), None, None
-
-
 def label_log_probs(logits: torch.Tensor, labels: torch.Tensor, temperature: float | torch.Tensor = 1.0
                     ) -> torch.Tensor:
-    """log softmax(logits / temperature)[labels], fp32 (N,), batch-invariant (differentiable in `logits` for a
-    float temperature)."""
+    """log softmax(logits / temperature)[labels], fp32 (N,), batch-invariant; a value, not differentiable (the
+    trainer takes the gradient from algorithms/fused_logprob.py's kernels)."""
     if needs_grad(logits):
-        if isinstance(temperature, torch.Tensor):
-            raise TypeError("label_log_probs: per-row temperatures are for the engine's sampling (no gradient)")
-        return _LabelLogProbs.apply(logits, labels, temperature)
+        raise TypeError("label_log_probs gives values only; the trainer's differentiable log-probs are "
+                        "algorithms.logprob.token_stats_from_hidden(..., batch_invariant=True)")
     return label_log_probs_forward(logits, labels, temperature)

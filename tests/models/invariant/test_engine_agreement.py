@@ -84,8 +84,9 @@ def test_engine_log_probs_are_the_trainers(device, model_type, remove_padding):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("remove_padding", [True, False])
 def test_training_gradients_are_the_plain_forwards(device, remove_padding):
-    """A training forward takes each kernel's value and the plain operation's gradient: the gradients match the
-    model without the mode (fp32 stream) to rounding."""
+    """A training forward takes each kernel's value and the plain operation's gradient: the gradients (of the
+    log-probs and of the entropy, which the engine does not compute) match the model without the mode (fp32 stream)
+    to rounding."""
     from hybridrl.models.numerics import keep_residual_stream_fp32
     from hybridrl.workers.forward import response_log_probs
 
@@ -98,13 +99,16 @@ def test_training_gradients_are_the_plain_forwards(device, remove_padding):
     torch.manual_seed(1)
     prompts = [list(range(1, 9)), [5, 6, 7]]
     batch = trainer_rows(prompts, torch.randint(1, 256, (4, 12)).tolist(), 2).to(device)
-    grads = []
+    grads, entropies = [], []
     for trainer in (plain, invariant):
-        log_probs, _ = response_log_probs(trainer, batch, 1.0, compute_entropy=False, remove_padding=remove_padding)
-        log_probs.sum().backward()
+        log_probs, entropy = response_log_probs(trainer, batch, 1.0, compute_entropy=True,
+                                                remove_padding=remove_padding)
+        (log_probs.sum() - 0.1 * entropy.sum()).backward()
         grads.append(torch.cat([p.grad.float().flatten() for p in trainer.parameters()]))
+        entropies.append(entropy.detach().float())
     tol = 2e-2 if device == "cuda" else 1e-4
     assert (grads[0] - grads[1]).norm() <= tol * grads[0].norm()
+    torch.testing.assert_close(entropies[1], entropies[0], atol=tol, rtol=tol)
 
 
 def test_autocast_over_fp32_master_weights_computes_as_16_bit_weights():

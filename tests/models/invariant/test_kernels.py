@@ -189,7 +189,7 @@ def test_attention_is_the_same_in_rows_prefill_and_decode(device, window):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_label_log_probs_and_their_gradient(device):
+def test_label_log_probs_are_log_softmax_rows_whatever_shares_the_launch(device):
     from hybridrl.models.invariant.log_probs import label_log_probs
 
     device = on_device(device)
@@ -206,11 +206,8 @@ def test_label_log_probs_and_their_gradient(device):
     assert torch.equal(per_row[1], full[1])
     torch.testing.assert_close(per_row, torch.log_softmax(logits.float() / temps[:, None], -1).gather(
         1, labels[:, None])[:, 0], atol=1e-5, rtol=1e-5)
-    leaf = logits.float().requires_grad_()
-    grad_want, = torch.autograd.grad(torch.log_softmax(leaf / 0.7, -1).gather(1, labels[:, None]).sum(), leaf)
-    leaf16 = logits.clone().requires_grad_()
-    grad_got, = torch.autograd.grad(label_log_probs(leaf16, labels, 0.7).sum(), leaf16)
-    torch.testing.assert_close(grad_got.float(), grad_want, atol=1e-2, rtol=1e-2)
+    with pytest.raises(TypeError, match="values only"):
+        label_log_probs(logits.clone().requires_grad_(), labels, 0.7)
 
 
 def test_the_kernels_refuse_a_cpu_tensor_outside_the_interpreter():
