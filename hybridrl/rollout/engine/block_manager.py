@@ -28,13 +28,14 @@ def _digest(prefix: bytes, block: bytes) -> bytes:
     return hashlib.blake2b(prefix + block, digest_size=16).digest()
 
 
-def prompt_hash_chain(token_ids: list[int] | array, block_size: int, known: list[bytes] = ()) -> list[bytes]:
+def prompt_hash_chain(token_ids: list[int] | array, block_size: int, known: list[bytes] | None = None
+                      ) -> list[bytes]:
     """The chained hashes of every full block of `token_ids` (what `Sequence.prompt_block_hashes` caches),
     computed ahead of scheduling: the request front end does it while a step runs. The ids are packed once
     (each turn of an agent loop hashes its whole conversation again). `known`: the chain of its leading blocks,
     hashed before (a resumed request's, by the sequence it resumes), extended here."""
     data, width = array("q", token_ids).tobytes(), 8 * block_size
-    chain = list(known)
+    chain = list(known or [])
     prefix = chain[-1] if chain else b""
     for start in range(len(chain) * width, len(data) - width + 1, width):
         prefix = _digest(prefix, data[start:start + width])
@@ -203,8 +204,9 @@ class BlockManager:
             block = self.blocks[seq.block_table[i]]
             if block.hash is None:
                 tokens = seq.block_tokens(i, self.block_size)
-                self._register(block, tokens, hash_block(tokens, prefix))
-            prefix = block.hash
+                prefix = self._register(block, tokens, hash_block(tokens, prefix))
+            else:
+                prefix = block.hash
             chain.append(prefix)
         seq.written_block_hashes = chain
 

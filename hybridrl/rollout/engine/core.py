@@ -173,7 +173,9 @@ class EngineCore:
         # (filelock installs one on Python 3.12+) would run Python code for every row of every burst.
         steps = [step for step in (burst, prefill) if step is not None]
         in_flight = {seq: (k, i) for k, step in enumerate(steps) for i, seq in enumerate(step.seqs)}
-        rows, ahead, sources = [], [], {}
+        rows: list[Sequence] = []
+        ahead: list[int] = []
+        sources: dict[int, tuple[LaunchedStep, list[int], list[int]]] = {}
         for seq in self.scheduler.running:
             k, index = in_flight.get(seq, (None, 0))
             unseen = steps[k].num_steps if k is not None else 0
