@@ -10,7 +10,8 @@ every operation whose rounding depends on the batch through the kernels the engi
 SwiGLU, the residual adds and the embedding are elementwise: PyTorch computes them the same way at any batch.
 
 In a training forward each operation's value is the invariant kernel's and its gradient the plain operation's
-(`ValueOf`: the plain one runs beside it; a no-grad forward, such as old_log_prob's, runs only the kernel).
+(`ValueOf`: the plain one runs beside it; the RMSNorm's gradient by its formula, `RMSNormValue`; a no-grad forward,
+such as old_log_prob's, runs only the kernel).
 """
 
 from __future__ import annotations
@@ -57,16 +58,44 @@ def linear_module_forward(self: nn.Module, x: torch.Tensor, product=linear) -> t
     return product(x, weight, bias)
 
 
-def _rms_norm_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """The engine's RMSNorm kernel, with the weight in the compute dtype as the engine holds it."""
+def _engine_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     from hybridrl.models.rms_norm import rms_norm
 
+    return rms_norm(x.reshape(-1, x.shape[-1]), weight, eps).view(*x.shape[:-1], x.shape[-1])
+
+
+class RMSNormValue(torch.autograd.Function):
+    """`RMSNormValue.apply(x, weight, eps)`: the engine's RMSNorm kernel's value, with the gradient of HF's formula
+    y = w * round(x * r), r = rsqrt(mean(x^2) + eps), computed in fp32 from x (no second, plain forward to
+    differentiate): dx = r * (g' - x̂ * mean(g' * x̂)) with g' = g * w and x̂ = x * r; dw = sum over rows of
+    g * round(x̂)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)
+        ctx.eps = eps
+        return _engine_rms_norm(x, weight, eps)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        x, weight = ctx.saved_tensors
+        h = x.float()
+        inv = torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + ctx.eps)
+        normed = h * inv
+        grad = grad.float()
+        grad_normed = grad * weight.float()
+        grad_x = inv * (grad_normed - normed * (grad_normed * normed).mean(-1, keepdim=True))
+        grad_weight = (grad * normed.to(x.dtype).float()).reshape(-1, x.shape[-1]).sum(0)
+        return grad_x.to(x.dtype), grad_weight.to(weight.dtype), None
+
+
+def _rms_norm_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The engine's RMSNorm kernel, with the weight in the compute dtype as the engine holds it."""
     eps = getattr(self, "variance_epsilon", getattr(self, "eps", 1e-6))
     weight, = in_compute_dtype(self.weight)
-    value = rms_norm(x.reshape(-1, x.shape[-1]), weight, eps).view(*x.shape[:-1], x.shape[-1])
-    if not needs_grad(x, self.weight):
-        return value
-    return ValueOf.apply(value, type(self).forward(self, x).to(value.dtype))
+    if not needs_grad(x, weight):
+        return _engine_rms_norm(x, weight, eps)
+    return RMSNormValue.apply(x, weight, eps)
 
 
 def row_starts(attention_mask: torch.Tensor) -> torch.Tensor:

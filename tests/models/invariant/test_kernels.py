@@ -141,6 +141,33 @@ def test_linear_gradients_are_the_plain_linear_gradients(device):
         torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, "16-bit"])
+def test_rms_norm_gradients_are_the_hf_norms(device, dtype):
+    """The trainer's RMSNorm in this mode: the engine kernel's value, the gradient of HF's formula (fp32 for the
+    fp32 residual stream, 16-bit otherwise), for the input and the weight."""
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2RMSNorm
+
+    from hybridrl.models.invariant.hf import _rms_norm_forward
+
+    device = on_device(device)
+    dtype = dtype_on(device) if dtype == "16-bit" else dtype
+    torch.manual_seed(0)
+    norm = Qwen2RMSNorm(48, eps=1e-6).to(device)
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(48) * 0.5 + 1)
+    x = (torch.randn(3, 5, 48, device=device) * 3).to(dtype).requires_grad_()
+    grad = torch.randn(3, 5, 48, device=device)
+    plain = norm.forward(x)
+    want = torch.autograd.grad(plain, (x, norm.weight), grad.to(plain.dtype))
+    value = _rms_norm_forward(norm, x)
+    got = torch.autograd.grad(value, (x, norm.weight), grad.to(value.dtype))
+    torch.testing.assert_close(value.float(), plain.float(), atol=1e-2, rtol=1e-2)
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.float(), w.float(), atol=tol, rtol=tol)
+
+
 def _paged(k: torch.Tensor, v: torch.Tensor, page: int, order: list[int]):
     """Row 0 of k/v (1, Hkv, T, D) written into a paged cache whose pages come in `order`."""
     _, num_kv, width, dim = k.shape
