@@ -10,8 +10,8 @@ every operation whose rounding depends on the batch through the kernels the engi
 SwiGLU, the residual adds and the embedding are elementwise: PyTorch computes them the same way at any batch.
 
 In a training forward each operation's value is the invariant kernel's and its gradient the plain operation's
-(`ValueOf`: the plain one runs beside it; the RMSNorm's gradient by its formula, `RMSNormValue`; a no-grad forward,
-such as old_log_prob's, runs only the kernel).
+(attention: `AttentionValue`, SDPA run in backward; RMSNorm: its formula's, `RMSNormValue`; a no-grad forward, such
+as old_log_prob's, runs only the kernel).
 """
 
 from __future__ import annotations
@@ -28,18 +28,6 @@ from hybridrl.models.invariant.attention import dense_causal_attention
 from hybridrl.models.invariant.matmul import linear
 
 ATTENTION_NAME = "hybridrl_batch_invariant"
-
-
-class ValueOf(torch.autograd.Function):
-    """`ValueOf.apply(value, differentiable)`: `value`, with the gradient `differentiable` would get."""
-
-    @staticmethod
-    def forward(ctx, value: torch.Tensor, differentiable: torch.Tensor) -> torch.Tensor:
-        return value
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        return None, grad
 
 
 def in_compute_dtype(weight: torch.Tensor, *tensors: torch.Tensor | None) -> list[torch.Tensor | None]:
@@ -61,7 +49,9 @@ def linear_module_forward(self: nn.Module, x: torch.Tensor, product=linear) -> t
 def _engine_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     from hybridrl.models.rms_norm import rms_norm
 
-    return rms_norm(x.reshape(-1, x.shape[-1]), weight, eps).view(*x.shape[:-1], x.shape[-1])
+    rows = rms_norm(x.reshape(-1, x.shape[-1]), weight, eps)
+    assert isinstance(rows, torch.Tensor)  # without a residual: the normalised rows alone
+    return rows.view(*x.shape[:-1], x.shape[-1])
 
 
 class RMSNormValue(torch.autograd.Function):
@@ -138,6 +128,32 @@ def _reference_attention(query, key, value, starts, scaling, sliding_window) -> 
     return out.transpose(1, 2)
 
 
+class AttentionValue(torch.autograd.Function):
+    """`AttentionValue.apply(q, k, v, starts, scale, sliding_window)`: the batch-invariant kernel's attention, with
+    the gradient of PyTorch's SDPA over the same rows (`_reference_attention`), which runs in backward only: under
+    activation checkpointing the forward runs twice and the reference once, not twice."""
+
+    @staticmethod
+    def forward(ctx, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, starts: torch.Tensor | None,
+                scale: float, sliding_window: int | None) -> torch.Tensor:
+        ctx.save_for_backward(query, key, value, starts)
+        ctx.scale, ctx.sliding_window = scale, sliding_window
+        return _kernel_attention(query, key, value, starts, scale, sliding_window)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        query, key, value, starts = ctx.saved_tensors
+        q, k, v = (t.detach().requires_grad_() for t in (query, key, value))
+        with torch.enable_grad():
+            out = _reference_attention(q, k, v, starts, ctx.scale, ctx.sliding_window)
+        return (*torch.autograd.grad(out, (q, k, v), grad), None, None, None)
+
+
+def _kernel_attention(query, key, value, starts, scale, sliding_window) -> torch.Tensor:
+    rows = starts if starts is not None else torch.zeros(query.shape[0], dtype=torch.int32, device=query.device)
+    return dense_causal_attention(query, key, value, rows, scale, sliding_window)
+
+
 def batch_invariant_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                               attention_mask: torch.Tensor | None, scaling: float | None = None,
                               dropout: float = 0.0, sliding_window: int | None = None, **kwargs
@@ -149,11 +165,9 @@ def batch_invariant_attention(module: nn.Module, query: torch.Tensor, key: torch
                          "model's attention_dropout to 0")
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     starts = attention_mask  # `_row_starts_mask`'s
-    rows = starts if starts is not None else torch.zeros(query.shape[0], dtype=torch.int32, device=query.device)
-    out = dense_causal_attention(query, key, value, rows, scale, sliding_window)
     if needs_grad(query, key, value):
-        out = ValueOf.apply(out, _reference_attention(query, key, value, starts, scale, sliding_window))
-    return out, None
+        return AttentionValue.apply(query, key, value, starts, scale, sliding_window), None
+    return _kernel_attention(query, key, value, starts, scale, sliding_window), None
 
 
 @functools.cache

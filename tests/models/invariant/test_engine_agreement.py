@@ -82,8 +82,8 @@ def test_engine_log_probs_are_the_trainers(device, model_type, remove_padding):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("remove_padding", [True, False])
-def test_training_gradients_are_the_plain_forwards(device, remove_padding):
+@pytest.mark.parametrize("remove_padding,checkpointing", [(True, False), (False, False), (True, True)])
+def test_training_gradients_are_the_plain_forwards(device, remove_padding, checkpointing):
     """A training forward takes each kernel's value and the plain operation's gradient: the gradients (of the
     log-probs and of the entropy, which the engine does not compute) match the model without the mode (fp32 stream)
     to rounding."""
@@ -96,6 +96,12 @@ def test_training_gradients_are_the_plain_forwards(device, remove_padding):
     plain = copy.deepcopy(model)
     keep_residual_stream_fp32(plain)
     invariant = invariant_trainer(model)
+    if checkpointing:  # the layers' forward runs again in backward (the kernels' custom gradients included)
+        from hybridrl.models.hf import enable_activation_checkpointing
+
+        for trainer in (plain, invariant):
+            enable_activation_checkpointing(trainer)
+            trainer.train()
     torch.manual_seed(1)
     prompts = [list(range(1, 9)), [5, 6, 7]]
     batch = trainer_rows(prompts, torch.randint(1, 256, (4, 12)).tolist(), 2).to(device)
