@@ -148,11 +148,19 @@ def run(args, paths: dict[str, Path], mode: str) -> dict[str, Any]:
     result = rl_step_hybridrl.summarize(steps, args.warmup_steps)
     steady = steps[args.warmup_steps:] or steps
     result["phases_s"] = {p: sum(s.get(f"timing_s/{p}", 0.0) for s in steady) / len(steady) for p in PHASES}
+    result["tokens_per_s_last_half"] = later_half_tokens_per_s(steady)
     result.update({k: sum(s[k] for s in steady) / len(steady) for k in OFF_POLICY if k in steady[-1]})
     result["build_s"] = build_s
     del trainer
     rl_step_hybridrl.release_memory()
     return result
+
+
+def later_half_tokens_per_s(steps: list[dict[str, float]]) -> float:
+    """Tokens per second over the later half of `steps` (the middle step with it when their count is odd): the
+    asynchronous modes' steps grow while the groups in flight accumulate, and the later half shows the plateau."""
+    late = steps[len(steps) // 2:]
+    return sum(s["perf/total_num_tokens"] for s in late) / sum(s["timing_s/step"] for s in late)
 
 
 def comparison(runs: dict[str, Any]) -> dict[str, float]:
@@ -162,16 +170,21 @@ def comparison(runs: dict[str, Any]) -> dict[str, float]:
         if fast in runs and base in runs:
             out[f"{name}_over_sync_tokens_per_s"] = runs[fast]["tokens_per_s"] / runs[base]["tokens_per_s"]
             out[f"{name}_over_sync_tokens_per_s_median"] = runs[fast]["tokens_per_s_median"] / runs[base]["tokens_per_s_median"]
+            if "tokens_per_s_last_half" in runs[fast] and "tokens_per_s_last_half" in runs[base]:
+                out[f"{name}_over_sync_tokens_per_s_last_half"] = (runs[fast]["tokens_per_s_last_half"]
+                                                                   / runs[base]["tokens_per_s_last_half"])
     return out
 
 
 def markdown_table(reports: list[dict[str, Any]]) -> str:
     """One row per mode of each report: its threshold, tokens/s and step time (medians), the step-time
     breakdown, the engine's prefill and decode, staleness, the engine-trainer log-prob gap, and the mode over
-    its synchronous baseline."""
+    its synchronous baseline: by mean tokens/s (by the median step), and over the later half of the measured
+    steps ("-" in reports from before it was recorded)."""
     lines = ["| threshold | mode | tokens/s (median) | step s (median) | gen s | ref s | update_actor s | prefill "
-             "tokens | prefill s | decode s (steps) | staleness mean | log-prob gap | over sync (median) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "tokens | prefill s | decode s (steps) | staleness mean | log-prob gap | over sync (median) | "
+             "over sync, later half |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for report in reports:
         for mode, run in report["runs"].items():
             phases = run["phases_s"]
@@ -182,12 +195,17 @@ def markdown_table(reports: list[dict[str, Any]]) -> str:
                 f"{run['rollout/prefill_time_s']:.2f} | {run['rollout/decode_time_s']:.2f} "
                 f"({run['rollout/decode_steps']:.0f}) | {_cell(run.get('training/off_policy/trajectory_staleness/mean'))}"
                 f" | {_cell(run.get('training/rollout_log_probs_diff_mean'), '.4f')} | "
-                f"{_ratio_cell(report['comparison'], mode)} |")
+                f"{_ratio_cell(report['comparison'], mode)} | {_late_ratio_cell(report['comparison'], mode)} |")
     return "\n".join(lines)
 
 
 def _cell(value: float | None, spec: str = ".2f") -> str:
     return "-" if value is None else format(value, spec)
+
+
+def _late_ratio_cell(comparison: dict[str, float], mode: str) -> str:
+    name = BASELINES[mode][0] if mode in BASELINES else None
+    return _cell(comparison.get(f"{name}_over_sync_tokens_per_s_last_half"))
 
 
 def _ratio_cell(comparison: dict[str, float], mode: str) -> str:

@@ -35,10 +35,25 @@ def test_quick_run_compares_colocate_async_with_sync(tmp_path, capsys):
     async_bench.main(["--table", str(tmp_path / "async.json")])
     rows = capsys.readouterr().out.strip().splitlines()[2:]
     assert [row.split(" | ")[1] for row in rows] == ["sync", "colocate_async", "colocate_async_kept_kv"]
-    assert rows[1].endswith(f"| {ratio:.2f} ({report['comparison']['async_over_sync_tokens_per_s_median']:.2f}) |")
+    late = report["comparison"]["async_over_sync_tokens_per_s_last_half"]
+    assert late == colocated["tokens_per_s_last_half"] / sync["tokens_per_s_last_half"]
+    assert rows[1].endswith(
+        f"| {ratio:.2f} ({report['comparison']['async_over_sync_tokens_per_s_median']:.2f}) | {late:.2f} |")
     kept_ratio = report["comparison"]["kept_kv_over_sync_tokens_per_s"]
     assert kept_ratio == kept["tokens_per_s"] / sync["tokens_per_s"] and rows[2].endswith(
-        f"| {kept_ratio:.2f} ({report['comparison']['kept_kv_over_sync_tokens_per_s_median']:.2f}) |")
+        f"| {kept_ratio:.2f} ({report['comparison']['kept_kv_over_sync_tokens_per_s_median']:.2f}) | "
+        f"{report['comparison']['kept_kv_over_sync_tokens_per_s_last_half']:.2f} |")
+
+
+def test_the_later_half_is_the_plateau_and_older_reports_show_a_dash():
+    steps = [{"perf/total_num_tokens": tokens, "timing_s/step": seconds}
+             for tokens, seconds in ((100, 1.0), (100, 2.0), (300, 3.0), (100, 1.0), (200, 4.0))]
+    assert async_bench.later_half_tokens_per_s(steps) == 600 / 8.0  # the last three (the odd middle one with them)
+    assert async_bench.later_half_tokens_per_s(steps[:1]) == 100.0
+    old = {"sync": {"tokens_per_s": 1.0, "tokens_per_s_median": 1.0},
+           "colocate_async": {"tokens_per_s": 2.0, "tokens_per_s_median": 2.0}}
+    assert "async_over_sync_tokens_per_s_last_half" not in async_bench.comparison(old)
+    assert async_bench._late_ratio_cell(async_bench.comparison(old), "colocate_async") == "-"
 
 
 @pytest.mark.slow  # two two-rank trainers (25 s); separate_async itself is in the default suite (test_async_trainer.py)
