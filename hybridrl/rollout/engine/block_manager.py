@@ -28,13 +28,11 @@ def _digest(prefix: bytes, block: bytes) -> bytes:
     return hashlib.blake2b(prefix + block, digest_size=16).digest()
 
 
-def prompt_hash_chain(token_ids: list[int] | array, block_size: int, known: list[bytes] | None = None
-                      ) -> list[bytes]:
-    """The chained hashes of every full block of `token_ids` (what `Sequence.prompt_block_hashes` caches),
-    computed ahead of scheduling: the request front end does it while a step runs. The ids are packed once
-    (each turn of an agent loop hashes its whole conversation again). `known`: the chain of its leading blocks,
-    hashed before (a resumed request's, by the sequence it resumes), extended here."""
-    data, width = array("q", token_ids).tobytes(), 8 * block_size
+def prompt_hash_chain(token_ids: array, block_size: int, known: list[bytes] | None = None) -> list[bytes]:
+    """The chained hashes of every full block of `token_ids` (an int64 array: what `Sequence.prompt_block_hashes`
+    caches), computed ahead of scheduling: the request front end does it while a step runs. `known`: the chain of
+    its leading blocks, hashed before (a resumed request's, by the sequence it resumes), extended here."""
+    data, width = token_ids.tobytes(), 8 * block_size
     chain = list(known or [])
     prefix = chain[-1] if chain else b""
     for start in range(len(chain) * width, len(data) - width + 1, width):
@@ -67,9 +65,9 @@ class ResumedChains:
                 while len(self._chains) > self.capacity:
                     del self._chains[next(iter(self._chains))]
 
-    def take(self, token_ids: list[int]) -> list[bytes]:
-        """The chain remembered for exactly these tokens (and forgotten), or []."""
-        key = _digest(b"", array("q", token_ids).tobytes())
+    def take(self, token_ids: array) -> list[bytes]:
+        """The chain remembered for exactly these tokens (an int64 array; the chain is forgotten), or []."""
+        key = _digest(b"", token_ids.tobytes())
         with self._lock:
             return self._chains.pop(key, [])
 

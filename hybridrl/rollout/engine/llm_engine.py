@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import math
+from array import array
 from typing import Iterable
 
 import torch
@@ -269,7 +270,7 @@ class LLMEngine:
         max_new_tokens = min(params.max_new_tokens, self.max_model_len - len(prompt_ids))
         self._check_fits(len(prompt_ids), max_new_tokens)
         seed, row = (params.seed, params.row_offset) if params.seed is not None else (self._unseeded_call_seed(), 0)
-        prompt = list(prompt_ids)
+        prompt = array("q", prompt_ids)  # packed once: the hashes and the sequence read it (sequence.py)
         hashes = (prompt_hash_chain(prompt, self.block_size, self.resumed_chains.take(prompt))
                   if self.enable_prefix_caching else [])
         return Sequence(row, prompt, max_new_tokens, row_key(seed, row), stop_token_set(self.eos_ids, params), hashes,

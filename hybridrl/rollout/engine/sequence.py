@@ -46,7 +46,7 @@ class Sequence:
     preempted, so a follow-up turn whose prompt extends it finds its KV.
     """
 
-    def __init__(self, row: int, prompt_ids: list[int], max_new_tokens: int, seed: int,
+    def __init__(self, row: int, prompt_ids: list[int] | array, max_new_tokens: int, seed: int,
                  stop_ids: frozenset[int] = frozenset(), prompt_block_hashes: list[bytes] | None = None, *,
                  sampling: SamplingSpec = GREEDY, request_id: str | None = None, slot: int | None = None,
                  cache_on_finish: bool = False) -> None:

@@ -1,5 +1,7 @@
 """BlockManager: ref counts, prefix sharing across samples and calls, freeing."""
 
+from array import array
+
 from hybridrl.rollout.engine.block_manager import BlockManager, ResumedChains, prompt_hash_chain
 from hybridrl.rollout.engine.sequence import Sequence
 
@@ -114,19 +116,17 @@ def test_a_finished_sequences_written_blocks_serve_its_extension():
 
 
 def test_a_precomputed_hash_chain_is_the_one_allocate_registers():
-    from hybridrl.rollout.engine.block_manager import prompt_hash_chain
-
     bm = BlockManager(num_blocks=16, block_size=4)
     seq = make_seq(list(range(11)))  # 2 full blocks + 3 tokens
     bm.allocate(seq)
-    chain = prompt_hash_chain(list(range(11)), 4)
+    chain = prompt_hash_chain(array("q", range(11)), 4)
     assert chain == [bm.blocks[b].hash for b in seq.block_table[:2]] and len(chain) == 2
     seeded = Sequence(1, list(range(11)), 8, seed=0, prompt_block_hashes=list(chain))
     assert bm.num_cached_tokens(seeded) == 8
 
 
 def test_a_known_chain_is_extended_to_the_chain_of_the_whole_prompt():
-    tokens = list(range(100, 139))  # 9 full blocks of 4, 3 tokens over
+    tokens = array("q", range(100, 139))  # 9 full blocks of 4, 3 tokens over
     whole = prompt_hash_chain(tokens, 4)
     assert len(whole) == 9
     for known in (0, 1, 8, 9):
@@ -142,7 +142,7 @@ def test_an_aborted_sequences_written_chain_serves_the_request_that_resumes_it()
     bm.reserve(seq, 10)
     seq.token_ids.extend(range(50, 60))  # 16 tokens: blocks 0-2 written, the last token's KV not yet
     bm.cache_written_blocks(seq)
-    tokens = seq.token_ids.tolist()
+    tokens = seq.token_ids
     assert seq.written_block_hashes == prompt_hash_chain(tokens, 4)[:3]
     chains = ResumedChains(capacity=2)
     chains.remember(seq)
@@ -153,4 +153,4 @@ def test_an_aborted_sequences_written_chain_serves_the_request_that_resumes_it()
         bm.allocate(other)
         bm.cache_written_blocks(other)
         chains.remember(other)
-    assert chains.take(list(range(0, 9))) == [] and len(chains.take(list(range(2, 11)))) == 2  # oldest gone
+    assert chains.take(array("q", range(0, 9))) == [] and len(chains.take(array("q", range(2, 11)))) == 2  # oldest gone

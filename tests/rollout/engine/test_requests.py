@@ -1,6 +1,7 @@
 """The engine's request API (add / abort / step): per-request sampling parameters in one running batch,
 stop ids and budgets, abort and exact resume, prefix-cache reuse by follow-up turns."""
 
+from array import array
 from dataclasses import replace
 
 import pytest
@@ -170,7 +171,7 @@ def test_a_resumed_request_continues_as_if_never_interrupted(model, do_sample, s
     prompt, rest = resume_request(PROMPTS[0], params, partial)
     waiting = len(engine.resumed_chains)  # the aborted requests' written blocks' chains ("other"'s: if it has one)
     request = engine.make_request("r-resumed", prompt, rest)  # its prefix hashes: "r"'s chain, extended
-    assert request.prompt_block_hashes == prompt_hash_chain(prompt, engine.block_size) != []
+    assert request.prompt_block_hashes == prompt_hash_chain(array("q", prompt), engine.block_size) != []
     assert waiting >= 1 and len(engine.resumed_chains) == waiting - 1
     engine.submit_request(request)
     resumed = run_until_done(engine)["r-resumed"]
