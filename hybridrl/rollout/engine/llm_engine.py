@@ -243,7 +243,7 @@ class LLMEngine:
         spec = sampling_spec(params)  # one object for every row: the sampler's all-same fast path
         hashes: list[list[bytes]] = [[] for _ in prompts]  # one prefix-hash cache per prompt, shared by its n samples
         samples = ((p, h) for p, h in zip(prompts, hashes) for _ in range(params.n))
-        return [Sequence(row, list(p), params.max_new_tokens, row_key(seed, params.row_offset + row), stop_ids, h,
+        return [Sequence(row, p, params.max_new_tokens, row_key(seed, params.row_offset + row), stop_ids, h,
                          sampling=spec) for row, (p, h) in enumerate(samples)]
 
     def _unseeded_call_seed(self) -> int:
