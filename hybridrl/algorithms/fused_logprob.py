@@ -19,6 +19,10 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from hybridrl.models.invariant.hf import in_compute_dtype
+from hybridrl.models.invariant.log_probs import label_log_probs
+from hybridrl.models.invariant.matmul import linear_forward
+
 BLOCK_V = 2048
 
 
@@ -88,20 +92,9 @@ def _logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     """A chunk's logits; `batch_invariant`: by the rollout engine's LM-head kernel (models/invariant), in the
     forward's compute dtype as the engine holds the weights, for the forward and its recomputation alike."""
     if batch_invariant:
-        from hybridrl.models.invariant.hf import in_compute_dtype
-        from hybridrl.models.invariant.matmul import linear_forward
-
         weight, hidden, bias = in_compute_dtype(weight, hidden, bias)
         return linear_forward(hidden, weight, bias)
     return F.linear(hidden.to(weight.dtype) if not torch.is_autocast_enabled() else hidden, weight, bias).contiguous()
-
-
-def _label_log_probs(logits: torch.Tensor, labels: torch.Tensor, temperature: float, out: torch.Tensor) -> None:
-    """The labels' log-probs by the engine's batch-invariant kernel (the engine records these for the tokens it
-    samples), into `out`, over `_row_stats`' own."""
-    from hybridrl.models.invariant.log_probs import label_log_probs_forward
-
-    out.copy_(label_log_probs_forward(logits, labels, temperature))
 
 
 def _row_stats(logits: torch.Tensor, labels: torch.Tensor, temperature: float, flags: tuple[bool, bool],
@@ -129,8 +122,8 @@ class FusedLinearLogprob(torch.autograd.Function):
             logits = _logits(hidden[start:end], weight, bias, batch_invariant)
             _row_stats(logits, labels[start:end], temperature, (compute_entropy, compute_sum_pi_squared),
                        (lse[start:end], logprobs[start:end], entropy[start:end], sum_sq[start:end]))
-            if batch_invariant:
-                _label_log_probs(logits, labels[start:end], temperature, logprobs[start:end])
+            if batch_invariant:  # the log-probs the engine records for the tokens it samples: its kernel's
+                logprobs[start:end] = label_log_probs(logits, labels[start:end], temperature)
         ctx.save_for_backward(hidden, weight, bias, labels, lse, entropy)
         ctx.temperature, ctx.chunk_size, ctx.compute_entropy = temperature, chunk_size, compute_entropy
         ctx.batch_invariant = batch_invariant

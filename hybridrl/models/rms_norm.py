@@ -7,6 +7,8 @@ the weight's dtype (twice for a 16-bit input, once for the fp32 residual stream)
 
 from __future__ import annotations
 
+from typing import overload
+
 import torch
 import triton
 import triton.language as tl
@@ -34,6 +36,15 @@ def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, eps, dim, stri
     tl.store(out_ptr + row * stride_o + cols, (w * normed).to(out_ptr.dtype.element_ty), mask=mask)
 
 
+@overload
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: None = None) -> torch.Tensor: ...
+
+
+@overload
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor
+             ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
              ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """`layers.RMSNorm.forward` for 2-D x (N, D): normalised x, or (normalised x + residual, x + residual).
@@ -50,3 +61,22 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.
                                   out.stride(0), res_out.stride(0), HAS_RESIDUAL=residual is not None,
                                   BLOCK=triton.next_power_of_2(dim), num_warps=4, **ROUND_AS_TORCH)
     return out if residual is None else (out, res_out)
+
+
+@overload
+def rms_norm_rows(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: None = None) -> torch.Tensor: ...
+
+
+@overload
+def rms_norm_rows(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+def rms_norm_rows(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
+                  ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """`rms_norm` over the last dimension of an x of any shape (its other dimensions are the rows)."""
+    rows = x.reshape(-1, x.shape[-1])
+    if residual is None:
+        return rms_norm(rows, weight, eps).view(x.shape)
+    out, summed = rms_norm(rows, weight, eps, residual.reshape(rows.shape))
+    return out.view(x.shape), summed.view(x.shape)

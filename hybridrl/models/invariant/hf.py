@@ -26,6 +26,7 @@ from torch import nn
 from hybridrl.models.invariant import MARK, needs_grad
 from hybridrl.models.invariant.attention import dense_causal_attention
 from hybridrl.models.invariant.matmul import linear
+from hybridrl.models.rms_norm import rms_norm_rows
 
 ATTENTION_NAME = "hybridrl_batch_invariant"
 
@@ -46,14 +47,6 @@ def linear_module_forward(self: nn.Module, x: torch.Tensor, product=linear) -> t
     return product(x, weight, bias)
 
 
-def _engine_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    from hybridrl.models.rms_norm import rms_norm
-
-    rows = rms_norm(x.reshape(-1, x.shape[-1]), weight, eps)
-    assert isinstance(rows, torch.Tensor)  # without a residual: the normalised rows alone
-    return rows.view(*x.shape[:-1], x.shape[-1])
-
-
 class RMSNormValue(torch.autograd.Function):
     """`RMSNormValue.apply(x, weight, eps)`: the engine's RMSNorm kernel's value, with the gradient of HF's formula
     y = w * round(x * r), r = rsqrt(mean(x^2) + eps), computed in fp32 from x (no second, plain forward to
@@ -64,7 +57,7 @@ class RMSNormValue(torch.autograd.Function):
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         ctx.save_for_backward(x, weight)
         ctx.eps = eps
-        return _engine_rms_norm(x, weight, eps)
+        return rms_norm_rows(x, weight, eps)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
@@ -84,7 +77,7 @@ def _rms_norm_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
     eps = getattr(self, "variance_epsilon", getattr(self, "eps", 1e-6))
     weight, = in_compute_dtype(self.weight)
     if not needs_grad(x, weight):
-        return _engine_rms_norm(x, weight, eps)
+        return rms_norm_rows(x, weight, eps)
     return RMSNormValue.apply(x, weight, eps)
 
 

@@ -40,9 +40,14 @@ def _label_log_probs_kernel(logits_ptr, labels_ptr, temps_ptr, out_ptr, vocab, s
     tl.store(out_ptr + row, picked - row_max - tl.log(total))
 
 
-def label_log_probs_forward(logits: torch.Tensor, labels: torch.Tensor, temperature: float | torch.Tensor
-                            ) -> torch.Tensor:
-    """logits (N, V), labels (N,) int, temperature a float or fp32 (N,) -> fp32 (N,) log-probs."""
+def label_log_probs(logits: torch.Tensor, labels: torch.Tensor, temperature: float | torch.Tensor = 1.0
+                    ) -> torch.Tensor:
+    """log softmax(logits / temperature)[labels]: logits (N, V), labels (N,) int, temperature a float or fp32 (N,)
+    -> fp32 (N,), batch-invariant; a value, not differentiable (the trainer takes the gradient from
+    algorithms/fused_logprob.py's kernels)."""
+    if needs_grad(logits):
+        raise TypeError("label_log_probs gives values only; the trainer's differentiable log-probs are "
+                        "algorithms.logprob.token_stats_from_hidden(..., batch_invariant=True)")
     check_device(logits)
     rows, vocab = logits.shape
     if logits.stride(-1) != 1:
@@ -54,13 +59,3 @@ def label_log_probs_forward(logits: torch.Tensor, labels: torch.Tensor, temperat
         _label_log_probs_kernel[(rows,)](logits, labels, temps.float(), out, vocab, logits.stride(0),
                                          BLOCK=VOCAB_BLOCK, num_warps=8)
     return out
-
-
-def label_log_probs(logits: torch.Tensor, labels: torch.Tensor, temperature: float | torch.Tensor = 1.0
-                    ) -> torch.Tensor:
-    """log softmax(logits / temperature)[labels], fp32 (N,), batch-invariant; a value, not differentiable (the
-    trainer takes the gradient from algorithms/fused_logprob.py's kernels)."""
-    if needs_grad(logits):
-        raise TypeError("label_log_probs gives values only; the trainer's differentiable log-probs are "
-                        "algorithms.logprob.token_stats_from_hidden(..., batch_invariant=True)")
-    return label_log_probs_forward(logits, labels, temperature)
