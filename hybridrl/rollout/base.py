@@ -11,6 +11,7 @@ sampling parameters, for agent loops and asynchronous training).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
 from typing import Iterable, Protocol
 
 import torch
@@ -100,11 +101,18 @@ def resume_request(prompt_ids: list[int], params: SamplingParams, partial: Token
     if partial.stop_reason != "abort":
         raise ValueError(f"resume_request: the request ended with stop_reason {partial.stop_reason!r}; only an "
                          "aborted one (`abort`) has anything left to generate")
-    remaining = params.max_new_tokens - len(partial.token_ids)
+    return continuation(prompt_ids, params, partial.token_ids)
+
+
+def continuation(prompt_ids: Sequence[int], params: SamplingParams, kept_token_ids: Sequence[int]
+                 ) -> tuple[list[int], SamplingParams]:
+    """`resume_request` from the tokens an aborted request kept (any sequence of ints: a caller that keeps them in
+    an array needs no `TokenOutput` and no list of their log-probs)."""
+    remaining = params.max_new_tokens - len(kept_token_ids)
     if remaining < 1:
-        raise ValueError(f"resume_request: the aborted request already generated {len(partial.token_ids)} of its "
+        raise ValueError(f"resume_request: the aborted request already generated {len(kept_token_ids)} of its "
                          f"max_new_tokens={params.max_new_tokens}; nothing is left to resume")
-    return list(prompt_ids) + list(partial.token_ids), replace(params, max_new_tokens=remaining)
+    return [*prompt_ids, *kept_token_ids], replace(params, max_new_tokens=remaining)
 
 
 class RolloutBackend(Protocol):

@@ -7,7 +7,7 @@ request API (`LLMEngine.make_request` / `submit_request` / `abort_request` / `st
 sample. `advance` steps the engine and hands back the groups whose every sample has finished. `park` aborts the
 requests in flight and keeps what each generated (tokens and log-probs): the engine can then sleep and take new
 weights. The next `advance` resumes each parked sample as a new request of its prompt + kept tokens with the
-budget left (`rollout.base.resume_request`; prefill rebuilds its KV). With unchanged weights a resumed sample
+budget left (`rollout.base.resume_request`'s `continuation`; prefill rebuilds its KV). With unchanged weights a resumed sample
 continues exactly as if never interrupted (the sampling noise is keyed by seed, row and absolute position).
 
 Each sample records the policy versions that produced its tokens: a generation segment started at version v
@@ -20,7 +20,7 @@ from array import array
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from hybridrl.rollout.base import SamplingParams, TokenOutput, resume_request
+from hybridrl.rollout.base import SamplingParams, TokenOutput, continuation
 
 
 class RequestCore(Protocol):
@@ -161,9 +161,8 @@ class RequestPool:
 
     def _resume(self, version: int) -> None:
         parked, self.parked = self.parked, []
-        for sample in parked:
-            kept = TokenOutput(sample.token_ids.tolist(), sample.log_probs.tolist(), "abort")
-            prompt_ids, params = resume_request(sample.prompt_ids, sample.params, kept)
+        for sample in parked:  # parked by an abort (`park`): what resume_request resumes
+            prompt_ids, params = continuation(sample.prompt_ids, sample.params, sample.token_ids)
             self._start(sample, prompt_ids, params, version)
 
     def _hand_back(self, group_id: str) -> FinishedGroup:
