@@ -47,36 +47,18 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
              ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """`layers.RMSNorm.forward` for 2-D x (N, D): normalised x, or (normalised x + residual, x + residual).
-    The normalised output is in the weight's dtype, the sum in the wider of x's and the residual's (fp32 for
-    a bf16 sub-layer output added to an fp32 residual stream)."""
-    rows, dim = x.shape
-    out = torch.empty(x.shape, dtype=weight.dtype, device=x.device)
+    """`layers.RMSNorm.forward` over the last dimension of x (..., D): normalised x, or (normalised x + residual,
+    x + residual), shaped as x. The normalised output is in the weight's dtype, the sum in the wider of x's and the
+    residual's (fp32 for a bf16 sub-layer output added to an fp32 residual stream)."""
+    rows_in = x.reshape(-1, x.shape[-1])
+    rows, dim = rows_in.shape
+    res_in = residual.reshape(rows_in.shape) if residual is not None else rows_in
+    out = torch.empty(rows_in.shape, dtype=weight.dtype, device=x.device)
     res_out = out
     if residual is not None:
-        res_out = torch.empty(x.shape, dtype=torch.promote_types(x.dtype, residual.dtype), device=x.device)
-    res_in = residual if residual is not None else x
+        res_out = torch.empty(rows_in.shape, dtype=torch.promote_types(x.dtype, residual.dtype), device=x.device)
     if rows:
-        _rms_norm_kernel[(rows,)](x, res_in, weight, out, res_out, eps, dim, x.stride(0), res_in.stride(0),
-                                  out.stride(0), res_out.stride(0), HAS_RESIDUAL=residual is not None,
+        _rms_norm_kernel[(rows,)](rows_in, res_in, weight, out, res_out, eps, dim, rows_in.stride(0),
+                                  res_in.stride(0), out.stride(0), res_out.stride(0), HAS_RESIDUAL=residual is not None,
                                   BLOCK=triton.next_power_of_2(dim), num_warps=4, **ROUND_AS_TORCH)
-    return out if residual is None else (out, res_out)
-
-
-@overload
-def rms_norm_rows(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: None = None) -> torch.Tensor: ...
-
-
-@overload
-def rms_norm_rows(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor
-                  ) -> tuple[torch.Tensor, torch.Tensor]: ...
-
-
-def rms_norm_rows(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
-                  ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """`rms_norm` over the last dimension of an x of any shape (its other dimensions are the rows)."""
-    rows = x.reshape(-1, x.shape[-1])
-    if residual is None:
-        return rms_norm(rows, weight, eps).view(x.shape)
-    out, summed = rms_norm(rows, weight, eps, residual.reshape(rows.shape))
-    return out.view(x.shape), summed.view(x.shape)
+    return out.view(x.shape) if residual is None else (out.view(x.shape), res_out.view(x.shape))

@@ -26,7 +26,7 @@ from torch import nn
 from hybridrl.models.invariant import MARK, needs_grad
 from hybridrl.models.invariant.attention import dense_causal_attention
 from hybridrl.models.invariant.matmul import linear
-from hybridrl.models.rms_norm import rms_norm_rows
+from hybridrl.models.rms_norm import rms_norm
 
 ATTENTION_NAME = "hybridrl_batch_invariant"
 
@@ -57,7 +57,7 @@ class RMSNormValue(torch.autograd.Function):
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         ctx.save_for_backward(x, weight)
         ctx.eps = eps
-        return rms_norm_rows(x, weight, eps)
+        return rms_norm(x, weight, eps)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
@@ -77,7 +77,7 @@ def _rms_norm_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
     eps = getattr(self, "variance_epsilon", getattr(self, "eps", 1e-6))
     weight, = in_compute_dtype(self.weight)
     if not needs_grad(x, weight):
-        return rms_norm_rows(x, weight, eps)
+        return rms_norm(x, weight, eps)
     return RMSNormValue.apply(x, weight, eps)
 
 

@@ -51,9 +51,9 @@ _ENGINE_LINEAR = functools.partial(linear_module_forward, product=agreeing_linea
 
 def _rms_norm_forward(self: RMSNorm, x: torch.Tensor, residual: torch.Tensor | None = None):
     """`RMSNorm.forward` by the Triton kernel on any device (the trainer's RMSNorms run it too)."""
-    from hybridrl.models.rms_norm import rms_norm_rows
+    from hybridrl.models.rms_norm import rms_norm
 
-    return rms_norm_rows(x, self.weight, self.eps, residual)
+    return rms_norm(x, self.weight, self.eps, residual)
 
 
 def use_batch_invariant_kernels(model: nn.Module) -> AttentionBackend:

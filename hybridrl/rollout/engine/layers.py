@@ -62,7 +62,7 @@ class RMSNorm(nn.Module):
         fused = fused_ops_for(x)
         if fused is not None:
             if residual is None:
-                return fused.rms_norm(x.reshape(-1, x.shape[-1]), self.weight, self.eps).view(*x.shape)
+                return fused.rms_norm(x, self.weight, self.eps)
             if x.dim() == 2:
                 return fused.rms_norm(x, self.weight, self.eps, residual)
         if residual is not None:
