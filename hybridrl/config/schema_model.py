@@ -79,8 +79,8 @@ class ModelConfig:
         "batch-invariant Triton kernels for the linear layers, attention and token log-probs, so the log-prob the "
         "rollout records equals the trainer's old_log_prob bit for bit (rollout/trainer mismatch 0; vLLM's "
         "VLLM_BATCH_INVARIANT, slime's true on-policy). Costs training speed (no torch.compile, Triton GEMMs, attention "
-        "twice for its gradient): on one H200 at the Qwen2.5-0.5B shape a GRPO step measured 1.9x the default's "
-        "(docs/config.md: on which code; not re-measured since), the decode step 1.04x (1.00x at 7B). Needs CUDA, fp32_residual_stream=true and the hybrid "
+        "twice for its gradient): on one H200 at the Qwen2.5-0.5B shape a GRPO step measured 1.47x the default's "
+        "(docs/config.md), the decode step 1.04x (1.00x at 7B). Needs CUDA, fp32_residual_stream=true and the hybrid "
         "engine without tensor parallelism."
     )
     use_remove_padding: bool = setting(

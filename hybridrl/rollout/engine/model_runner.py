@@ -102,7 +102,7 @@ class ModelRunner:
             graph_sizes(capture_sizes, max_num_seqs), enforce_eager=graphs_off, eager_reason=eager_reason)
         self.prefill_graphs = CUDAGraphPrefillRunner(
             self.prefill_hidden, max_num_seqs, self.max_blocks_per_seq, token_sizes_for(max_num_batched_tokens),
-            self.device, enabled=device.type == "cuda" and not graphs_off and not batch_invariant)
+            self.device, enabled=device.type == "cuda" and not graphs_off)
 
     # --- KV cache -------------------------------------------------------------------------------
     @property

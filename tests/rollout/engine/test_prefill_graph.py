@@ -45,9 +45,10 @@ def test_only_short_steps_with_room_take_a_graph():
     assert off.accepts(step_meta([3]), 3) is None
 
 
-def follow_up_turns(engine, turns: int = 3) -> dict[str, list[int]]:
+def follow_up_turns(engine, turns: int = 3, log_probs: dict[str, list[float]] | None = None) -> dict[str, list[int]]:
     """Every prompt's conversation over `turns` turns, 3 observation tokens between them (prefix-cache hits,
-    steps of different sizes, so each staging follows a larger one); the sampled ids per conversation."""
+    steps of different sizes, so each staging follows a larger one); the sampled ids per conversation (and
+    their log-probs into `log_probs`, when given)."""
     params = SamplingParams(seed=3, temperature=1.2, max_new_tokens=6, ignore_eos=True)
     conversations = {str(i): list(prompt) for i, prompt in enumerate(PROMPTS)}
     sampled = {key: [] for key in conversations}
@@ -60,6 +61,8 @@ def follow_up_turns(engine, turns: int = 3) -> dict[str, list[int]]:
                 key = request_id.split("/")[0]
                 conversations[key] += out.token_ids + [5, 6, 7]
                 sampled[key] += out.token_ids
+                if log_probs is not None:
+                    log_probs.setdefault(key, []).extend(out.log_probs)
     return sampled
 
 
@@ -118,3 +121,19 @@ def test_on_cuda_graphed_follow_up_turns_equal_eager_ones():
     graphed.wake_up()
     assert follow_up_turns(graphed) == expected
     assert graphed.runner.graphs_capture_time_s == captures
+
+
+@pytest.mark.gpu
+def test_on_cuda_batch_invariant_graphed_follow_up_turns_equal_eager_ones_bit_for_bit():
+    """With batch_invariant a token's numerics do not depend on what shares its step, padding included: the
+    graphed follow-up turns sample the eager ones' tokens with the same log-probs, bit for bit."""
+    model = make_model("qwen2", scale=1.0, hidden_size=64, num_heads=4, num_kv_heads=2)  # head_dim 16
+    kwargs = dict(device="cuda", dtype=torch.bfloat16, num_kv_blocks=128, block_size=4, max_num_seqs=16,
+                  batch_invariant=True)
+    graphed, eager = make_engine(model, **kwargs), make_engine(model, **kwargs)
+    eager.runner.prefill_graphs.enabled = False
+    eager_log_probs, graphed_log_probs = {}, {}
+    expected = follow_up_turns(eager, log_probs=eager_log_probs)
+    assert follow_up_turns(graphed, log_probs=graphed_log_probs) == expected
+    assert graphed_log_probs == eager_log_probs
+    assert graphed.take_metrics()["rollout/prefill_steps_graphed"] >= 3
