@@ -10,8 +10,8 @@ sampling parameters, for agent loops and asynchronous training).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
 from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Protocol
 
 import torch

@@ -61,10 +61,7 @@ class RMSNorm(nn.Module):
         """
         fused = fused_ops_for(x)
         if fused is not None:
-            if residual is None:
-                return fused.rms_norm(x, self.weight, self.eps)
-            if x.dim() == 2:
-                return fused.rms_norm(x, self.weight, self.eps, residual)
+            return fused.rms_norm(x, self.weight, self.eps, residual)
         if residual is not None:
             x = x + residual
             residual = x
