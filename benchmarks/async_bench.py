@@ -48,6 +48,10 @@ OFF_POLICY = ("training/off_policy/trajectory_staleness/mean", "training/off_pol
               "training/off_policy/evicted_samples", "response_length/mean", "response_length/max",
               "fully_async/trainer/idle_ratio", "fully_async/rollouter/idle_ratio",
               "training/rollout_log_probs_diff_mean", "rollout_corr/log_ppl_abs_diff", "rollout_corr/kl")
+# trained tokens (prompts and responses) and the engine's generated tokens, in-flight requests' included: a
+# step of an asynchronous mode trains fewer tokens than it generates until its in-flight inventory is full
+TRAINED, GENERATED = "perf/total_num_tokens", "rollout/num_generated_tokens"
+PER_STEP = ("timing_s/step", "timing_s/gen", TRAINED, GENERATED, "response_length/mean", "rollout/mean_decode_rows")
 MEDIAN_OVER_MEAN = 0.69  # geometric lengths: median = ln 2 x mean
 
 
@@ -148,7 +152,10 @@ def run(args, paths: dict[str, Path], mode: str) -> dict[str, Any]:
     result = rl_step_hybridrl.summarize(steps, args.warmup_steps)
     steady = steps[args.warmup_steps:] or steps
     result["phases_s"] = {p: sum(s.get(f"timing_s/{p}", 0.0) for s in steady) / len(steady) for p in PHASES}
-    result["tokens_per_s_last_half"] = later_half_tokens_per_s(steady)
+    result["tokens_per_s_last_half"] = later_half_per_s(steady, TRAINED)
+    result["generated_tokens_per_s"] = per_s(steady, GENERATED)
+    result["generated_tokens_per_s_last_half"] = later_half_per_s(steady, GENERATED)
+    result["per_step"] = {key: [s.get(key, 0.0) for s in steps] for key in PER_STEP}
     result.update({k: sum(s[k] for s in steady) / len(steady) for k in OFF_POLICY if k in steady[-1]})
     result["build_s"] = build_s
     del trainer
@@ -156,11 +163,15 @@ def run(args, paths: dict[str, Path], mode: str) -> dict[str, Any]:
     return result
 
 
-def later_half_tokens_per_s(steps: list[dict[str, float]]) -> float:
-    """Tokens per second over the later half of `steps` (the middle step with it when their count is odd): the
+def per_s(steps: list[dict[str, float]], key: str) -> float:
+    """`key` summed over `steps` per second of their step time."""
+    return sum(s.get(key, 0.0) for s in steps) / sum(s["timing_s/step"] for s in steps)
+
+
+def later_half_per_s(steps: list[dict[str, float]], key: str) -> float:
+    """`per_s` over the later half of `steps` (the middle step with it when their count is odd): the
     asynchronous modes' steps grow while the groups in flight accumulate, and the later half shows the plateau."""
-    late = steps[len(steps) // 2:]
-    return sum(s["perf/total_num_tokens"] for s in late) / sum(s["timing_s/step"] for s in late)
+    return per_s(steps[len(steps) // 2:], key)
 
 
 def comparison(runs: dict[str, Any]) -> dict[str, float]:
@@ -170,21 +181,22 @@ def comparison(runs: dict[str, Any]) -> dict[str, float]:
         if fast in runs and base in runs:
             out[f"{name}_over_sync_tokens_per_s"] = runs[fast]["tokens_per_s"] / runs[base]["tokens_per_s"]
             out[f"{name}_over_sync_tokens_per_s_median"] = runs[fast]["tokens_per_s_median"] / runs[base]["tokens_per_s_median"]
-            if "tokens_per_s_last_half" in runs[fast] and "tokens_per_s_last_half" in runs[base]:
-                out[f"{name}_over_sync_tokens_per_s_last_half"] = (runs[fast]["tokens_per_s_last_half"]
-                                                                   / runs[base]["tokens_per_s_last_half"])
+            for key in ("tokens_per_s_last_half", "generated_tokens_per_s", "generated_tokens_per_s_last_half"):
+                if key in runs[fast] and key in runs[base]:
+                    out[f"{name}_over_sync_{key}"] = runs[fast][key] / runs[base][key]
     return out
 
 
 def markdown_table(reports: list[dict[str, Any]]) -> str:
     """One row per mode of each report: its threshold, tokens/s and step time (medians), the step-time
     breakdown, the engine's prefill and decode, staleness, the engine-trainer log-prob gap, and the mode over
-    its synchronous baseline: by mean tokens/s (by the median step), and over the later half of the measured
-    steps ("-" in reports from before it was recorded)."""
+    its synchronous baseline: by mean tokens/s (by the median step), over the later half of the measured
+    steps, and by the engine's generated tokens/s (in-flight tokens included) over the later half ("-" in
+    reports from before each was recorded)."""
     lines = ["| threshold | mode | tokens/s (median) | step s (median) | gen s | ref s | update_actor s | prefill "
              "tokens | prefill s | decode s (steps) | staleness mean | log-prob gap | over sync (median) | "
-             "over sync, later half |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "over sync, later half | generated over sync, later half |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for report in reports:
         for mode, run in report["runs"].items():
             phases = run["phases_s"]
@@ -195,7 +207,8 @@ def markdown_table(reports: list[dict[str, Any]]) -> str:
                 f"{run['rollout/prefill_time_s']:.2f} | {run['rollout/decode_time_s']:.2f} "
                 f"({run['rollout/decode_steps']:.0f}) | {_cell(run.get('training/off_policy/trajectory_staleness/mean'))}"
                 f" | {_cell(run.get('training/rollout_log_probs_diff_mean'), '.4f')} | "
-                f"{_ratio_cell(report['comparison'], mode)} | {_late_ratio_cell(report['comparison'], mode)} |")
+                f"{_ratio_cell(report['comparison'], mode)} | {_late_ratio_cell(report['comparison'], mode)} | "
+                f"{_late_ratio_cell(report['comparison'], mode, 'generated_tokens_per_s_last_half')} |")
     return "\n".join(lines)
 
 
@@ -203,9 +216,9 @@ def _cell(value: float | None, spec: str = ".2f") -> str:
     return "-" if value is None else format(value, spec)
 
 
-def _late_ratio_cell(comparison: dict[str, float], mode: str) -> str:
+def _late_ratio_cell(comparison: dict[str, float], mode: str, key: str = "tokens_per_s_last_half") -> str:
     name = BASELINES[mode][0] if mode in BASELINES else None
-    return _cell(comparison.get(f"{name}_over_sync_tokens_per_s_last_half"))
+    return _cell(comparison.get(f"{name}_over_sync_{key}"))
 
 
 def _ratio_cell(comparison: dict[str, float], mode: str) -> str:

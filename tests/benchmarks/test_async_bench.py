@@ -37,19 +37,27 @@ def test_quick_run_compares_colocate_async_with_sync(tmp_path, capsys):
     assert [row.split(" | ")[1] for row in rows] == ["sync", "colocate_async", "colocate_async_kept_kv"]
     late = report["comparison"]["async_over_sync_tokens_per_s_last_half"]
     assert late == colocated["tokens_per_s_last_half"] / sync["tokens_per_s_last_half"]
-    assert rows[1].endswith(
-        f"| {ratio:.2f} ({report['comparison']['async_over_sync_tokens_per_s_median']:.2f}) | {late:.2f} |")
+    generated = report["comparison"]["async_over_sync_generated_tokens_per_s_last_half"]
+    assert generated == colocated["generated_tokens_per_s_last_half"] / sync["generated_tokens_per_s_last_half"]
+    assert rows[1].endswith(f"| {ratio:.2f} ({report['comparison']['async_over_sync_tokens_per_s_median']:.2f}) | "
+                            f"{late:.2f} | {generated:.2f} |")
     kept_ratio = report["comparison"]["kept_kv_over_sync_tokens_per_s"]
     assert kept_ratio == kept["tokens_per_s"] / sync["tokens_per_s"] and rows[2].endswith(
         f"| {kept_ratio:.2f} ({report['comparison']['kept_kv_over_sync_tokens_per_s_median']:.2f}) | "
-        f"{report['comparison']['kept_kv_over_sync_tokens_per_s_last_half']:.2f} |")
+        f"{report['comparison']['kept_kv_over_sync_tokens_per_s_last_half']:.2f} | "
+        f"{report['comparison']['kept_kv_over_sync_generated_tokens_per_s_last_half']:.2f} |")
+    # sync trains what it generated that step: its responses' tokens are all of its generated tokens
+    num_rows = report["workload"]["num_prompts"] * report["workload"]["n"]
+    responses = [round(mean * num_rows) for mean in sync["per_step"]["response_length/mean"]]
+    assert sync["per_step"]["rollout/num_generated_tokens"] == responses and min(responses) > 0
 
 
 def test_the_later_half_is_the_plateau_and_older_reports_show_a_dash():
     steps = [{"perf/total_num_tokens": tokens, "timing_s/step": seconds}
              for tokens, seconds in ((100, 1.0), (100, 2.0), (300, 3.0), (100, 1.0), (200, 4.0))]
-    assert async_bench.later_half_tokens_per_s(steps) == 600 / 8.0  # the last three (the odd middle one with them)
-    assert async_bench.later_half_tokens_per_s(steps[:1]) == 100.0
+    trained = async_bench.TRAINED
+    assert async_bench.later_half_per_s(steps, trained) == 600 / 8.0  # the last three (the odd middle one with them)
+    assert async_bench.later_half_per_s(steps[:1], trained) == 100.0
     old = {"sync": {"tokens_per_s": 1.0, "tokens_per_s_median": 1.0},
            "colocate_async": {"tokens_per_s": 2.0, "tokens_per_s_median": 2.0}}
     assert "async_over_sync_tokens_per_s_last_half" not in async_bench.comparison(old)

@@ -34,6 +34,8 @@ class RunStats:
     prefill_steps_graphed: int = 0  # of them, replayed as a CUDA graph (short steps: follow-up turns)
     decode_s: float = 0.0  # device time of the decode bursts
     decode_steps: int = 0
+    decode_row_steps: int = 0  # rows x steps summed over the bursts (junk rows of a stop in flight included)
+    generated_tokens: int = 0  # tokens the sequences kept (finished or not, whether or not trained this step)
     bursts: int = 0
     chained: int = 0
     peak_blocks: int = 0
@@ -46,8 +48,9 @@ class RunStats:
         """After each scheduling decision (its blocks are booked): the peak of blocks held."""
         self.peak_blocks = max(self.peak_blocks, used)
 
-    def add_burst(self, num_steps: int, chained: bool) -> None:
+    def add_burst(self, num_rows: int, num_steps: int, chained: bool) -> None:
         self.decode_steps += num_steps
+        self.decode_row_steps += num_rows * num_steps
         self.bursts += 1
         self.chained += int(chained)
 
@@ -64,6 +67,11 @@ class RunStats:
             # bursts queued behind the previous one before its tokens reached the host
             "rollout/decode_bursts_chained": float(self.chained),
             "rollout/mean_decode_step_s": self.decode_s / max(self.decode_steps, 1),
+            # rows per decode step: how full continuous batching kept the engine
+            "rollout/mean_decode_rows": self.decode_row_steps / max(self.decode_steps, 1),
+            # every token sampled and kept, in-flight requests' included: the engine's output, which an
+            # asynchronous trainer's trained tokens per step only match once its in-flight inventory is full
+            "rollout/num_generated_tokens": float(self.generated_tokens),
             "rollout/num_preempted": float(self.num_preempted),
             "rollout/prefix_cache_hit_tokens": float(self.prefix_cache_hit_tokens),
             # the most blocks held at once (prompt blocks shared by a prompt's n samples count once), of
@@ -161,7 +169,7 @@ class EngineCore:
             rows = self.scheduler.schedule_single_step()
             length, limits, ahead, sources = 1, [len(seq) for seq in rows], [0] * len(rows), []
         self.stats.see_blocks(self.block_manager.num_used_blocks)
-        self.stats.add_burst(length, chained=burst is not None)
+        self.stats.add_burst(len(rows), length, chained=burst is not None)
         with self._capture_time_counted():
             return self.runner.launch_burst(rows, length, limits, np.asarray(ahead, dtype=np.int64), sources)
 
@@ -216,7 +224,8 @@ class EngineCore:
         stats, self.stats = self.stats, RunStats()
         stats.num_preempted += self.scheduler.num_preempted
         stats.prefix_cache_hit_tokens += self.scheduler.num_cached_tokens
-        self.scheduler.num_preempted = self.scheduler.num_cached_tokens = 0
+        stats.generated_tokens += self.scheduler.num_generated_tokens
+        self.scheduler.num_preempted = self.scheduler.num_cached_tokens = self.scheduler.num_generated_tokens = 0
         return stats
 
     def restore_stats(self, stats: RunStats) -> None:

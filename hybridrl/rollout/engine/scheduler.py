@@ -28,6 +28,7 @@ class Scheduler:
         self.running: deque[Sequence] = deque()
         self.num_preempted = 0
         self.num_cached_tokens = 0  # prefix-cache hits summed over admitted sequences
+        self.num_generated_tokens = 0  # tokens appended to sequences (a stop's junk tail not counted)
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -135,7 +136,10 @@ class Scheduler:
         for seq, seq_tokens, seq_logprobs in zip(seqs, token_ids, logprobs):
             if seq.status is not SequenceStatus.RUNNING:  # finished during the burst before (a junk row)
                 continue
-            if seq.append_tokens(seq_tokens, seq_logprobs):
+            before = seq.num_tokens
+            stopped = seq.append_tokens(seq_tokens, seq_logprobs)
+            self.num_generated_tokens += seq.num_tokens - before
+            if stopped:
                 seq.finish()
                 self._release(seq)
                 finished.append(seq)

@@ -215,3 +215,29 @@ def test_agent_turns_joining_bursts_in_flight_give_the_unqueued_tokens(burst):
     assert core.stats.chained > 0 and core.scheduler.num_cached_tokens > 0
     tight, core = agent_turns(queue=True, burst=burst, num_blocks=24, max_num_seqs=4)
     assert tight == want
+
+
+@pytest.mark.parametrize("burst", [1, 4])
+def test_generated_tokens_count_the_kept_tokens_and_decode_rows_the_batch(burst):
+    """rollout/num_generated_tokens: every token the sequences kept (a stop's junk tail dropped), so an aborted
+    request's tokens count in the take that sampled them; rollout/mean_decode_rows: rows per decode step."""
+    stop = frozenset({10, 11, 12})
+    outs, core = simulate([[i + 1] * (3 + i) for i in range(6)], max_new=10, stop=stop, max_num_seqs=3, burst=burst)
+    metrics = core.take_stats().metrics(64)
+    assert metrics["rollout/num_generated_tokens"] == sum(map(len, outs)) > 0
+    assert 1 <= metrics["rollout/mean_decode_rows"] <= 3
+    row_steps = sum(len(o) - 1 for o in outs)  # every token after the prefill's was one row of one decode step
+    assert metrics["rollout/mean_decode_rows"] * metrics["rollout/decode_steps"] >= row_steps
+    assert core.take_stats().metrics(64)["rollout/num_generated_tokens"] == 0  # counted once
+
+
+def test_generated_tokens_of_an_aborted_sequence_count_in_their_take():
+    core = make_core(burst=2)
+    seq = Sequence(0, [1, 2, 3], 20, seed=0)
+    core.add(seq)
+    for _ in range(4):
+        core.step()
+    core.drain()
+    kept = seq.num_completion_tokens
+    core.abort(seq)
+    assert 0 < kept < 20 and core.take_stats().metrics(64)["rollout/num_generated_tokens"] == kept
