@@ -87,8 +87,9 @@ class SamplerConfig:
            "fully on-policy, which makes the async modes the sync trainer); also bounds the groups in flight: at "
            "most threshold x train_batch_size started and not yet trained (AReaL's admission control).")
     max_off_policy_strategy: str = setting(
-        "drop", "What still exceeds the threshold: drop (the finished group is evicted and a new prompt takes its "
-                "place) or wait (the step waits for a group about to exceed it, so it is trained, never dropped).",
+        "drop", "What still exceeds the threshold: drop (the group is evicted as soon as it can no longer train in "
+                "time, cancelled in the engine if still generating, and a new prompt takes its place) or wait (the "
+                "step waits for a group about to exceed it, so it is trained, never dropped).",
         choices=OFF_POLICY_STRATEGIES)
     sync_refill_failed_groups: bool = setting(False, "Either value: no group of hybridrl's rollout fails without "
                                                      "raising (verl's sync trainer refills failed agent groups).")

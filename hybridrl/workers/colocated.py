@@ -171,8 +171,8 @@ class ColocatedWorker:
             metrics = self._rollout().park_groups(sleep)
         return metrics if self.rollout_tp.rank == 0 else {}
 
-    def forget_groups(self) -> None:
-        self._rollout().forget_groups()
+    def forget_groups(self, group_ids: list[str] | None = None) -> None:
+        self._rollout().forget_groups(group_ids)
 
     def sync_rollout_weights(self) -> None:
         """The actor's weights into the rollout beside it: gathered one unit at a time when sharded (collective);

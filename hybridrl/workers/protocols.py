@@ -121,7 +121,8 @@ class RequestRolloutRole(RolloutRole, Protocol):
         """Abort the requests in flight keeping their tokens (and free the KV cache with `sleep`)."""
         ...
 
-    def forget_groups(self) -> None:
+    def forget_groups(self, group_ids: list[str] | None = None) -> None:
+        """Drop these groups (None: every group), aborting what of them runs."""
         ...
 
     def gather_weights(self) -> Payload:

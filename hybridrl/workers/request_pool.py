@@ -4,8 +4,8 @@
 The controller submits prompt groups (a prompt and its n samples); each sample is one request of the engine's
 request API (`LLMEngine.make_request` / `submit_request` / `abort_request` / `step`), keyed like row
 `row_offset + j` of a batch call with the group's seed, so its tokens are those the synchronous trainer would
-sample. `advance` steps the engine and hands back the groups whose every sample has finished. `park` aborts the
-requests in flight and keeps what each generated (tokens and log-probs): the engine can then sleep and take new
+sample. `advance` steps the engine and hands back the groups whose every sample has finished; `forget` drops
+groups (aborting their requests). `park` aborts the requests in flight and keeps what each generated (tokens and log-probs): the engine can then sleep and take new
 weights. The next `advance` resumes each parked sample as a new request of its prompt + kept tokens with the
 budget left (`rollout.base.continuation`, `resume_request`'s body; prefill rebuilds its KV). With unchanged
 weights a resumed sample continues exactly as if never interrupted (the sampling noise is keyed by seed, row
@@ -148,11 +148,19 @@ class RequestPool:
         self.running = {}
         return len(self.parked)
 
-    def forget(self) -> None:
-        """Drop every group (aborting what runs): a resumed run re-issues its unfinished prompts itself."""
-        for request_id in list(self.running):
-            self.engine.abort_request(request_id)
-        self.groups, self.running, self.parked = {}, {}, []
+    def forget(self, group_ids: list[str] | None = None) -> None:
+        """Drop these groups, or every group (None), aborting their requests in flight and their parked samples;
+        ids this pool does not hold (handed back already, or on another replica) are skipped. A resumed run
+        forgets everything (it re-issues its unfinished prompts itself); `drop` forgets the groups it evicted
+        while they still ran."""
+        dropped = set(self.groups) if group_ids is None else set(group_ids) & set(self.groups)
+        for request_id, sample in list(self.running.items()):
+            if sample.group_id in dropped:
+                self.engine.abort_request(request_id)
+                del self.running[request_id]
+        self.parked = [sample for sample in self.parked if sample.group_id not in dropped]
+        for group_id in dropped:
+            del self.groups[group_id]
 
     def _start(self, sample: _Sample, prompt_ids: list[int], params: SamplingParams, version: int) -> None:
         sample.segments += 1

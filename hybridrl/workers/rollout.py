@@ -220,10 +220,11 @@ class RolloutWorker:
             self.sleep()
         return metrics
 
-    def forget_groups(self) -> None:
-        """Drop every group of the pool, aborting what runs (a run restarting from a checkpoint re-issues them)."""
+    def forget_groups(self, group_ids: list[str] | None = None) -> None:
+        """Drop these groups (None: every group) from the pool, aborting what of them runs: a run restarting from a
+        checkpoint re-issues them all, `drop` evicts running groups that can no longer meet the staleness bound."""
         if self.pool is not None:
-            self.pool.forget()
+            self.pool.forget(group_ids)
 
     def _request_pool(self) -> RequestPool:
         if self.pool is None:

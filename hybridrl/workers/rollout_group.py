@@ -170,8 +170,9 @@ class GroupRollout:
         """Abort what runs, keeping its tokens; the replicas' request-level rollout/* metrics, pooled."""
         return pool_rollout_metrics([m for m in self.group.call_all("park_groups", sleep) if m])
 
-    def forget_groups(self) -> None:
-        self.group.call_all("forget_groups")
+    def forget_groups(self, group_ids: list[str] | None = None) -> None:
+        """Drop these groups (None: all) on every replica, aborting what of them runs."""
+        self.group.call_all("forget_groups", group_ids)
 
     # ------------------------------------------------------------------ borrowed replicas
     def add_replicas(self, groups: dict[int, WorkerGroup]) -> None:

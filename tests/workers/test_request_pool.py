@@ -149,3 +149,25 @@ def test_pool_refuses_a_group_twice_and_forgets_everything(model):
     pool.advance(1, version=0)
     pool.forget()
     assert pool.num_in_flight == 0 and not engine.has_unfinished_requests() and pool.groups == {}
+
+
+@pytest.mark.parametrize("parked", [False, True], ids=["running", "parked"])
+def test_forgetting_some_groups_aborts_only_theirs(model, parked):
+    """`drop` evicts groups mid-generation: their requests leave the engine (running or parked), unknown ids are
+    skipped, and the other groups finish exactly as they would have."""
+    whole = RequestPool(make_engine(model, max_decode_burst=4))
+    whole.submit(groups(3, 2), GREEDY, version=0)
+    want = advance_until_done(whole, version=0)
+    engine = make_engine(model, max_decode_burst=4)
+    pool = RequestPool(engine)
+    pool.submit(groups(3, 2), GREEDY, version=0)
+    pool.advance(2, version=0)
+    if parked:
+        pool.park()
+    pool.forget(["g1", "not-here"])
+    assert "g1" not in pool.groups and all(s.group_id != "g1" for s in [*pool.running.values(), *pool.parked])
+    assert pool.num_in_flight == 2 * (len(PROMPTS) - 1)
+    assert engine.has_unfinished_requests() is not parked
+    got = advance_until_done(pool, version=0)
+    assert {g: r.token_ids for g, r in got.items()} == {g: r.token_ids for g, r in want.items() if g != "g1"}
+    assert not engine.has_unfinished_requests()

@@ -5,7 +5,8 @@
 - `training/off_policy/trajectory_staleness/*`: versions between the newest policy a trajectory used and the one
   trained now; `.../trajectory_staleness_worst/*` the same from the oldest (verl V1 trainer_base).
 - `training/off_policy/evicted_samples` (+ `evicted_samples_staleness/*`): groups dropped this step for spanning
-  more than trainer.v1.sampler.max_off_policy_threshold versions (`drop`).
+  more than trainer.v1.sampler.max_off_policy_threshold versions (`drop`); `.../evicted_running_samples` those of
+  them cancelled while still generating (what they would have generated on is saved).
 - `fully_async/partial/{total_partial_num, partial_ratio, max_partial_span}`: trajectories trained now that were
   resumed after an abort (verl's fully-async names).
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from hybridrl.trainer.batch_sources.trajectory_buffer import GroupRecord
+from hybridrl.trainer.batch_sources.trajectory_buffer import RUNNING, GroupRecord
 from hybridrl.utils.batch import Batch
 from hybridrl.workers.rollout import assemble
 
@@ -69,9 +70,10 @@ def off_policy_metrics(groups: list[GroupRecord], version: int) -> dict[str, flo
 def eviction_metrics(evicted: list[tuple[GroupRecord, int]]) -> dict[str, float]:
     """`drop`: the groups evicted since the last step and the versions they spanned."""
     if not evicted:
-        return {"training/off_policy/evicted_samples": 0.0}
+        return {"training/off_policy/evicted_samples": 0.0, "training/off_policy/evicted_running_samples": 0.0}
     spans = torch.tensor([float(span) for _, span in evicted])
     return {"training/off_policy/evicted_samples": float(len(evicted)),
+            "training/off_policy/evicted_running_samples": float(sum(g.status == RUNNING for g, _ in evicted)),
             "training/off_policy/evicted_samples_staleness/mean": float(spans.mean()),
             "training/off_policy/evicted_samples_staleness/max": float(spans.max()),
             "training/off_policy/evicted_samples_staleness/min": float(spans.min())}

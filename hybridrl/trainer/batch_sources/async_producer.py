@@ -1,8 +1,9 @@
 """Generation for the asynchronous trainer: prompt groups from the trajectory buffer through the rollout's
 request API (workers/request_pool.py), finished groups back into the buffer.
 
-One round (`pump`): start the queued groups admission allows, on the replicas in turn; step every replica a
-few engine steps (resuming parked samples first); record the groups that finished.
+One round (`pump`): abort the running groups `drop` evicted; start the queued groups admission allows, on the
+replicas in turn; step every replica a few engine steps (resuming parked samples first); record the groups that
+finished.
 - colocate_async: the rounds run on the trainer's thread during the step's gen phase, until a batch can be
   selected; then the requests still in flight are parked (aborted, tokens kept) and the engine sleeps, the
   step trains, the weights are synced, and the next gen phase resumes them at the new version.
@@ -45,10 +46,14 @@ class Producer:
 
     # ------------------------------------------------------------------ one round
     def pump(self) -> bool:
-        """Admit and submit, then advance the replicas once; False when nothing was in flight."""
+        """Cancel what `drop` evicted while it ran, admit and submit, then advance the replicas once; False when
+        nothing was in flight."""
         with self.cond:
             version = self.version
+            cancelled = self.buffer.take_cancelled()
             admitted = self.buffer.admit(version)
+        if cancelled:
+            self.rollout.forget_groups(cancelled)
         if admitted:
             self.rollout.submit_groups([self._request(group) for group in admitted], self.params, version)
         with self.cond:

@@ -9,8 +9,10 @@ max_off_policy_threshold. Counting the batch in training until its update is syn
 synchronous trainer: the next batch starts generating only with the weights that trained on the last one. So
 no more stale work starts than the bound allows, rather than generating and then discarding it (which starves
 long, hard prompts). What still exceeds the threshold, a group that ran long while newer ones finished, is
-handled by `max_off_policy_strategy`: `drop` evicts it once finished (a new prompt takes its place), `wait`
-holds the step until a group about to exceed it has finished, so it is trained in time.
+handled by `max_off_policy_strategy`: `drop` evicts it as soon as it can no longer be trained within the threshold,
+finished or still running (a running one is cancelled in the rollout, so no more is generated for it; a new
+prompt takes its slot), `wait` holds the step until a group about to exceed it has finished, so it is trained in
+time.
 
 Versions count the weight syncs: the policy that step k trains is version k - 1. A group admitted at version s
 and trained at version v spans v - s + 1 versions; `drop` evicts spans over the threshold.
@@ -58,6 +60,7 @@ class TrajectoryBuffer:
         self.capacity = threshold * train_batch_size
         self.groups: dict[str, GroupRecord] = {}  # insertion order = queue order
         self.evicted: list[tuple[GroupRecord, int]] = []  # (group, its span) dropped since the last pop
+        self.cancelled: set[str] = set()  # running groups evicted, to abort in the rollout (`take_cancelled`)
 
     # ------------------------------------------------------------------ counts
     def count(self, *statuses: str) -> int:
@@ -96,6 +99,8 @@ class TrajectoryBuffer:
 
     def finish(self, results: list[FinishedGroup]) -> None:
         for result in results:
+            if result.group_id in self.cancelled:
+                continue  # evicted while it ran; it finished before the rollout heard of the eviction
             group = self.groups.get(result.group_id)
             if group is None or group.status != RUNNING:
                 raise RuntimeError(f"the rollout returned group {result.group_id!r}, which this buffer does not run "
@@ -104,12 +109,11 @@ class TrajectoryBuffer:
 
     def select(self, version: int) -> list[GroupRecord] | None:
         """This step's batch (the oldest finished groups), when one exists under the off-policy strategy; the
-        policy trained now is `version`. `drop` first evicts finished groups spanning too many versions."""
+        policy trained now is `version`. `drop` evicts the groups that can no longer be trained within the
+        threshold: before choosing, those spanning too many versions now; after choosing, those that will at the
+        next step, the earliest one that can train them."""
         if self.strategy == "drop":
-            for group in [g for g in self.groups.values() if g.status == FINISHED]:
-                if self.span(group, version) > self.threshold:
-                    self.evicted.append((group, self.span(group, version)))
-                    del self.groups[group.group_id]
+            self._evict_spans_over_threshold(version)
         elif any(g.status == RUNNING and self.span(g, version) >= self.threshold for g in self.groups.values()):
             return None  # wait: a group would exceed the threshold at the next step; train it in this one
         finished = sorted((g for g in self.groups.values() if g.status == FINISHED), key=lambda g: g.order)
@@ -118,7 +122,25 @@ class TrajectoryBuffer:
         chosen = finished[:self.batch_size]
         for group in chosen:
             group.status = TRAINING
+        if self.strategy == "drop":
+            self._evict_spans_over_threshold(version + 1)
         return chosen
+
+    def _evict_spans_over_threshold(self, version: int) -> None:
+        """`drop`: evict the finished and running groups spanning more than the threshold if trained at `version`;
+        the running ones are cancelled in the rollout too."""
+        for group in [g for g in self.groups.values() if g.status in (FINISHED, RUNNING)]:
+            span = self.span(group, version)
+            if span > self.threshold:
+                self.evicted.append((group, span))
+                if group.status == RUNNING:
+                    self.cancelled.add(group.group_id)
+                del self.groups[group.group_id]
+
+    def take_cancelled(self) -> list[str]:
+        """The running groups evicted since the last call, for the rollout to abort (`forget_groups`)."""
+        cancelled, self.cancelled = sorted(self.cancelled), set()
+        return cancelled
 
     def retire(self) -> None:
         """The update that trained on this step's batch reached the rollout: its slots are free."""
@@ -140,7 +162,7 @@ class TrajectoryBuffer:
         return {"groups": [_group_state(g) for g in self.groups.values() if g.status != TRAINING]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.groups = {}
+        self.groups, self.cancelled = {}, set()  # the resumed run's rollout starts with no groups at all
         for entry in state["groups"]:
             group = _group_from_state(entry)
             self.groups[group.group_id] = group

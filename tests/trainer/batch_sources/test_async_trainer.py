@@ -9,6 +9,7 @@ import torch
 
 from hybridrl.config import load_config
 from hybridrl.trainer.batch_sources.async_trainer import AsyncPPOTrainer
+from hybridrl.trainer.batch_sources.trajectory_buffer import RUNNING
 from hybridrl.trainer.main_ppo import make_trainer
 from hybridrl.trainer.ppo_trainer import PPOTrainer
 from hybridrl.utils.batch import Batch
@@ -41,6 +42,9 @@ class RecordingTrainer(AsyncPPOTrainer):
     def generate(self, prompts: Batch, metrics: dict[str, float], round_index: int = 0) -> Batch:
         batch = super().generate(prompts, metrics, round_index)
         self.trained[self.global_step] = sorted(set(batch["uid"]))
+        pool = local_worker(self).rollout.pool
+        running = {g.group_id for g in self.buffer.groups.values() if g.status == RUNNING}
+        assert set(pool.groups) <= running | self.buffer.cancelled  # nothing generates for a group left behind
         return batch
 
 
@@ -90,7 +94,8 @@ def test_the_tail_is_parked_resumed_after_the_sync_and_trained_later(tmp_path, a
     tokens: once 8 groups finished the rest are parked mid-response;
     they resume at the next version and train at a later step (spans of 2 versions), each group exactly once,
     never staler than the threshold allows: `wait` holds a step for a group that would exceed it, `drop` evicts
-    such a group once finished (a new prompt takes its place)."""
+    such a group as soon as it can no longer train in time, cancelling it in the engine if it still runs (a new
+    prompt takes its place)."""
     extra = PARKING + [f"trainer.v1.sampler.max_off_policy_strategy={strategy}"]
     cfg = load_config(overrides(tmp_path, arith_model_dir, arithmetic_files, "park", extra, steps=4))
     trainer = RecordingTrainer(cfg, burst=2)
@@ -102,7 +107,8 @@ def test_the_tail_is_parked_resumed_after_the_sync_and_trained_later(tmp_path, a
     assert max(r["training/off_policy/trajectory_spans/max"] for r in records) == 2.0
     assert all(r["training/off_policy/trajectory_staleness_worst/max"] <= 1.0 for r in records)
     evicted = sum(r["training/off_policy/evicted_samples"] for r in records)
-    assert evicted == 0.0 if strategy == "wait" else evicted > 0.0
+    cancelled = sum(r["training/off_policy/evicted_running_samples"] for r in records)
+    assert (evicted, cancelled) == (0.0, 0.0) if strategy == "wait" else evicted >= cancelled > 0.0
 
 
 def test_kept_kv_resumes_the_parked_tail_without_re_prefilling_it(tmp_path, arith_model_dir, arithmetic_files):

@@ -75,6 +75,41 @@ def test_drop_evicts_finished_groups_spanning_more_versions_than_the_threshold()
     assert {span for _, span in evicted} == {3} and buffer.live == 0
 
 
+def test_drop_cancels_a_running_group_as_soon_as_it_can_no_longer_train_in_time():
+    """Threshold 2: 1-0 runs on from version 0 while two batches train. Once the batch at version 1 is chosen,
+    the earliest step left to train 1-0 is version 2 (a span of 3): it is evicted while running, handed out for
+    the rollout to abort, its result from a round already under way is ignored, and its slot is free at once."""
+    buffer = TrajectoryBuffer(BATCH, threshold=2, strategy="drop")
+    buffer.add(prompts(), 1, seed=1)
+    buffer.add(prompts(), 2, seed=2)
+    buffer.admit(version=0)
+    buffer.finish([done(g, 0) for g in ("1-1", "1-2", "1-3", "2-0")])
+    assert [g.group_id for g in buffer.select(version=0)] == ["1-1", "1-2", "1-3", "2-0"]
+    assert buffer.take_cancelled() == [] and buffer.pop_evicted() == []  # 1-0 may still train at version 1
+    buffer.retire()
+    buffer.add(prompts(), 3, seed=3)
+    assert len(buffer.admit(version=1)) == BATCH
+    buffer.finish([done(g, 1) for g in ("2-1", "2-2", "2-3", "3-0")])
+    assert [g.group_id for g in buffer.select(version=1)] == ["2-1", "2-2", "2-3", "3-0"]
+    buffer.finish([done("1-0", 1)])  # it finished in a round running beside the eviction (separate_async)
+    assert "1-0" not in buffer.groups
+    assert buffer.take_cancelled() == ["1-0"] and buffer.take_cancelled() == []
+    assert [(g.group_id, g.status, span) for g, span in buffer.pop_evicted()] == [("1-0", RUNNING, 3)]
+    assert buffer.count(RUNNING) == 3 and buffer.count(TRAINING) == BATCH  # 3-1..3-3 may train at version 2
+    buffer.add(prompts(), 4, seed=4)
+    assert [g.group_id for g in buffer.admit(version=1)] == ["4-0"]  # 1-0's slot
+
+
+def test_drop_evicts_running_groups_already_over_the_threshold_before_choosing():
+    buffer = TrajectoryBuffer(BATCH, threshold=2, strategy="drop")
+    buffer.add(prompts(), 1, seed=1)
+    buffer.admit(version=0)
+    buffer.finish([done(g, 0) for g in ("1-0", "1-1")])
+    assert buffer.select(version=2) is None
+    assert sorted(g.group_id for g, _ in buffer.pop_evicted()) == [f"1-{i}" for i in range(BATCH)]
+    assert buffer.take_cancelled() == ["1-2", "1-3"] and buffer.live == 0
+
+
 def test_wait_holds_the_step_for_a_group_about_to_exceed_the_threshold():
     buffer = TrajectoryBuffer(BATCH, threshold=2, strategy="wait")
     buffer.add(prompts(), 1, seed=1)
