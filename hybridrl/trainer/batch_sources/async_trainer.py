@@ -37,6 +37,7 @@ from hybridrl.workers.rollout import sampling_params
 from hybridrl.workers.rollout_group import SerializedGroup
 
 log = get_logger("hybridrl.trainer")
+HEAVY_EVICTION = 0.1  # evicted groups in one step, as a share of the train batch, that earn a notice
 
 
 class AsyncPPOTrainer(PPOTrainer):
@@ -55,6 +56,7 @@ class AsyncPPOTrainer(PPOTrainer):
             steps_per_call=1 if self.plan.launcher == "in_process" else 4, park_sleeps=not self.separate)
         self.batches_queued = 0  # loader batches in the buffer so far: the next one's data index is this + 1
         self.warmup_left = mode_cfg.num_warmup_batches
+        self.evictions_noticed = False
         self._step_started = time.perf_counter()
 
     def _request_rollout(self) -> RequestRolloutRole:
@@ -90,9 +92,23 @@ class AsyncPPOTrainer(PPOTrainer):
         version = self.producer.version  # the policy this step trains
         metrics.update(off_policy_metrics(groups, version))
         metrics.update(eviction_metrics(self.buffer.pop_evicted()))
+        self._notice_heavy_eviction(metrics["training/off_policy/evicted_samples"])
         rollout_cfg = self.cfg.actor_rollout_ref.rollout
         return assemble_groups(groups, rollout_cfg.n, rollout_cfg.response_length, self.tokenizer.pad_token_id,
                                rollout_cfg.temperature)
+
+    def _notice_heavy_eviction(self, evicted: float) -> None:
+        """Once a run: `drop` evicted a tenth of a batch or more in one step. The evicted groups are the ones that
+        ran longest, so the trained responses are biased short; `wait` trains them."""
+        if self.evictions_noticed or evicted < HEAVY_EVICTION * self.buffer.batch_size:
+            return
+        self.evictions_noticed = True
+        sampler = self.cfg.trainer.v1.sampler
+        log.warning(f"max_off_policy_strategy=drop evicted {evicted:.0f} prompt groups this step (train batch "
+                    f"{self.buffer.batch_size}): they ran past max_off_policy_threshold={sampler.max_off_policy_threshold} "
+                    f"policy versions, so the longest responses go untrained and generating them was wasted. "
+                    f"trainer.v1.sampler.max_off_policy_strategy=wait trains them (the step waits for them); a larger "
+                    f"max_off_policy_threshold lets them run longer. training/off_policy/evicted_samples counts them.")
 
     def _queue(self, prompts: Batch) -> None:
         """A loader batch joins the queue as batch `data_index`, seeded as the sync trainer's step of that index."""

@@ -89,7 +89,7 @@ PARKING = ["trainer.v1.trainer_mode=colocate_async", "trainer.v1.sampler.max_off
 
 @pytest.mark.parametrize("strategy", ["wait", "drop"])
 def test_the_tail_is_parked_resumed_after_the_sync_and_trained_later(tmp_path, arith_model_dir, arithmetic_files,
-                                                                     strategy):
+                                                                     strategy, caplog):
     """Two batches in flight, responses up to 48 tokens ending at EOS, decode bursts of 2
     tokens: once 8 groups finished the rest are parked mid-response;
     they resume at the next version and train at a later step (spans of 2 versions), each group exactly once,
@@ -109,6 +109,9 @@ def test_the_tail_is_parked_resumed_after_the_sync_and_trained_later(tmp_path, a
     evicted = sum(r["training/off_policy/evicted_samples"] for r in records)
     cancelled = sum(r["training/off_policy/evicted_running_samples"] for r in records)
     assert (evicted, cancelled) == (0.0, 0.0) if strategy == "wait" else evicted >= cancelled > 0.0
+    notices = caplog.text.count("max_off_policy_strategy=drop evicted")
+    assert notices == (0 if strategy == "wait" else 1)  # once a run, naming the fix
+    assert strategy == "wait" or "max_off_policy_strategy=wait trains them" in caplog.text
 
 
 def test_kept_kv_resumes_the_parked_tail_without_re_prefilling_it(tmp_path, arith_model_dir, arithmetic_files):
