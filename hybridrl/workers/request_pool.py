@@ -5,11 +5,11 @@ The controller submits prompt groups (a prompt and its n samples); each sample i
 request API (`LLMEngine.make_request` / `submit_request` / `abort_request` / `step`), keyed like row
 `row_offset + j` of a batch call with the group's seed, so its tokens are those the synchronous trainer would
 sample. `advance` steps the engine and hands back the groups whose every sample has finished; `forget` drops
-groups (aborting their requests). `park` aborts the requests in flight and keeps what each generated (tokens and log-probs): the engine can then sleep and take new
-weights. The next `advance` resumes each parked sample as a new request of its prompt + kept tokens with the
-budget left (`rollout.base.continuation`, `resume_request`'s body; prefill rebuilds its KV). With unchanged
-weights a resumed sample continues exactly as if never interrupted (the sampling noise is keyed by seed, row
-and absolute position).
+groups (aborting their requests). `park` aborts the requests in flight and keeps what each generated (tokens and
+log-probs): the engine can then sleep and take new weights. The next `advance` resumes each parked sample as a
+new request of its prompt + kept tokens with the budget left (`rollout.base.continuation`, `resume_request`'s
+body; prefill rebuilds its KV). With unchanged weights a resumed sample continues exactly as if never
+interrupted (the sampling noise is keyed by seed, row and absolute position).
 
 Each sample records the policy versions that produced its tokens: a generation segment started at version v
 (a submit or a resume) counts only if it generated a token.

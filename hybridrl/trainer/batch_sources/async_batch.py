@@ -6,7 +6,7 @@
   trained now; `.../trajectory_staleness_worst/*` the same from the oldest (verl V1 trainer_base).
 - `training/off_policy/evicted_samples` (+ `evicted_samples_staleness/*`): groups dropped this step for spanning
   more than trainer.v1.sampler.max_off_policy_threshold versions (`drop`); `.../evicted_running_samples` those of
-  them cancelled while still generating (what they would have generated on is saved).
+  them cancelled while still generating (nothing more is generated for them).
 - `fully_async/partial/{total_partial_num, partial_ratio, max_partial_span}`: trajectories trained now that were
   resumed after an abort (verl's fully-async names).
 """

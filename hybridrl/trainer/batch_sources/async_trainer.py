@@ -103,11 +103,11 @@ class AsyncPPOTrainer(PPOTrainer):
         if self.evictions_noticed or evicted < HEAVY_EVICTION * self.buffer.batch_size:
             return
         self.evictions_noticed = True
-        sampler = self.cfg.trainer.v1.sampler
+        threshold = self.cfg.trainer.v1.sampler.max_off_policy_threshold
         log.warning(f"max_off_policy_strategy=drop evicted {evicted:.0f} prompt groups this step (train batch "
-                    f"{self.buffer.batch_size}): they ran past max_off_policy_threshold={sampler.max_off_policy_threshold} "
-                    f"policy versions, so the longest responses go untrained and generating them was wasted. "
-                    f"trainer.v1.sampler.max_off_policy_strategy=wait trains them (the step waits for them); a larger "
+                    f"{self.buffer.batch_size}): they ran past max_off_policy_threshold={threshold} policy versions, "
+                    f"so the longest responses go untrained and generating them was wasted. trainer.v1.sampler."
+                    f"max_off_policy_strategy=wait trains them (the step waits for them); a larger "
                     f"max_off_policy_threshold lets them run longer. training/off_policy/evicted_samples counts them.")
 
     def _queue(self, prompts: Batch) -> None:
