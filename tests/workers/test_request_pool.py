@@ -33,6 +33,14 @@ def advance_until_done(pool: RequestPool, version: int, max_steps: int = 1) -> d
     return done
 
 
+def started_pool(model, params: SamplingParams):
+    """An engine (decode bursts of 4) and a pool running every prompt's group of two samples (seed 3)."""
+    engine = make_engine(model, max_decode_burst=4)
+    pool = RequestPool(engine)
+    pool.submit(groups(3, 2), params, version=0)
+    return engine, pool
+
+
 @pytest.mark.parametrize("params", [GREEDY, SAMPLED], ids=["greedy", "seeded_sampling"])
 def test_groups_sample_the_batch_calls_rows(model, params):
     """Group i's sample j is row i*n + j of a batch call of every prompt with the same seed."""
@@ -52,12 +60,8 @@ def test_groups_sample_the_batch_calls_rows(model, params):
 def test_parked_groups_resume_through_a_weight_sync_as_if_never_interrupted(model, params, steps_before_park):
     """The colocate_async cycle: park mid-decode (tokens kept), sleep, load the (same) weights, wake, resume:
     every sample continues exactly, and records that versions 0 and 1 produced its tokens."""
-    whole = RequestPool(make_engine(model, max_decode_burst=4))
-    whole.submit(groups(3, 2), params, version=0)
-    want = advance_until_done(whole, version=0)
-    engine = make_engine(model, max_decode_burst=4)
-    pool = RequestPool(engine)
-    pool.submit(groups(3, 2), params, version=0)
+    want = advance_until_done(started_pool(model, params)[1], version=0)
+    engine, pool = started_pool(model, params)
     assert pool.advance(steps_before_park, version=0) == []  # prefill, then bursts of 4 tokens: none done
     assert pool.park() == 6 and not engine.has_unfinished_requests()
     kept = {f"g{i}/{j}": list(s.token_ids) for i in range(3) for j, s in enumerate(pool.groups[f"g{i}"])}
@@ -155,12 +159,8 @@ def test_pool_refuses_a_group_twice_and_forgets_everything(model):
 def test_forgetting_some_groups_aborts_only_theirs(model, parked):
     """`drop` evicts groups mid-generation: their requests leave the engine (running or parked), unknown ids are
     skipped, and the other groups finish exactly as they would have."""
-    whole = RequestPool(make_engine(model, max_decode_burst=4))
-    whole.submit(groups(3, 2), GREEDY, version=0)
-    want = advance_until_done(whole, version=0)
-    engine = make_engine(model, max_decode_burst=4)
-    pool = RequestPool(engine)
-    pool.submit(groups(3, 2), GREEDY, version=0)
+    want = advance_until_done(started_pool(model, GREEDY)[1], version=0)
+    engine, pool = started_pool(model, GREEDY)
     pool.advance(2, version=0)
     if parked:
         pool.park()
