@@ -82,6 +82,17 @@ def _rollout(reports: list[dict]) -> tuple[str, str, str]:
             f"`torch.compile`: {thousands(static)}", f"{ours / hf:.1f}x; {ours / static:.1f}x")
 
 
+def _async(reports: list[dict]) -> tuple[str, str, str]:
+    runs = reports[0]["runs"]
+    ours, sync = runs["colocate_async_kept_kv"], runs["sync"]
+    late = thousands(ours["tokens_per_s_last_half"])
+    return (f"{thousands(ours['tokens_per_s'])} trained tokens/s (later half {late})",
+            f"hybridrl's synchronous trainer: {thousands(sync['tokens_per_s'])} "
+            f"(later half {thousands(sync['tokens_per_s_last_half'])})",
+            f"{ours['tokens_per_s'] / sync['tokens_per_s']:.2f}x "
+            f"({ours['tokens_per_s_last_half'] / sync['tokens_per_s_last_half']:.2f}x)")
+
+
 ROWS: tuple[Row, ...] = (
     Row("Rollout: 64 prompts × 8 samples × 256 tokens, every peer warmed by a full-size call",
         ("rollout_bench_h200_warm_peers.json",), _rollout,
@@ -97,6 +108,11 @@ ROWS: tuple[Row, ...] = (
          "--max-prompts 1312",
          "CUDA_VISIBLE_DEVICES=1 python benchmarks/capacity_bench.py --modes separate $C --start-prompts 1040 "
          "--max-prompts 1072")),
+    Row("Asynchronous GRPO (`colocate_async`, `max_off_policy_strategy=wait`, S=8, parked requests keep their KV), "
+        "64 prompts × 8, EOS-stopped responses (median ~300, up to 2048), 28 steps",
+        ("async_bench_h200_threshold_8_kept_kv_wait_28_steps.json",), _async,
+        ("python benchmarks/async_bench.py --modes sync,colocate_async_kept_kv --threshold 8 --warmup-steps 2 "
+         "--steps 28 --hybridrl-override trainer.v1.sampler.max_off_policy_strategy=wait",)),
     Row("GRPO step on 2 H200s (FSDP2, colocated) against 1, same call",
         ("rl_step_x2_session11_g1_run1.json", "rl_step_x2_session11_g2_run1.json"), _two_gpus,
         ("CUDA_VISIBLE_DEVICES=0 python benchmarks/rl_step_bench.py --only hybrid --steps 4 --warmup-steps 2 $T",
