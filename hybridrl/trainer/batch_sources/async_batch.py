@@ -68,12 +68,13 @@ def off_policy_metrics(groups: list[GroupRecord], version: int) -> dict[str, flo
 
 
 def eviction_metrics(evicted: list[tuple[GroupRecord, int]]) -> dict[str, float]:
-    """`drop`: the groups evicted since the last step and the versions they spanned."""
-    if not evicted:
-        return {"training/off_policy/evicted_samples": 0.0, "training/off_policy/evicted_running_samples": 0.0}
-    spans = torch.tensor([float(span) for _, span in evicted])
-    return {"training/off_policy/evicted_samples": float(len(evicted)),
-            "training/off_policy/evicted_running_samples": float(sum(g.status == RUNNING for g, _ in evicted)),
-            "training/off_policy/evicted_samples_staleness/mean": float(spans.mean()),
-            "training/off_policy/evicted_samples_staleness/max": float(spans.max()),
-            "training/off_policy/evicted_samples_staleness/min": float(spans.min())}
+    """`drop`: the groups evicted since the last step (those still running among them) and the versions they
+    spanned."""
+    out = {"training/off_policy/evicted_samples": float(len(evicted)),
+           "training/off_policy/evicted_running_samples": float(sum(g.status == RUNNING for g, _ in evicted))}
+    if evicted:
+        spans = torch.tensor([float(span) for _, span in evicted])
+        out.update({"training/off_policy/evicted_samples_staleness/mean": float(spans.mean()),
+                    "training/off_policy/evicted_samples_staleness/max": float(spans.max()),
+                    "training/off_policy/evicted_samples_staleness/min": float(spans.min())})
+    return out
